@@ -1,0 +1,48 @@
+"""Pieces several algorithms share, each tied to the SPEC line it implements."""
+from __future__ import annotations
+
+import math
+
+import torch
+
+from bench.batch import Batch, masked_sum
+
+STD_FLOOR = 1e-6  # SPEC 1: below this the centred scores are returned unscaled
+
+
+def standardise(s: torch.Tensor) -> torch.Tensor:
+    """u_i = (s_i - mean) / std over the group (last axis), population std (SPEC 1).
+
+    A (near-)constant group keeps its centred scores unscaled: exactly 0 when all
+    equal, so TPO's target falls back to p_old there.
+    """
+    centred = s - s.mean(-1, keepdim=True)
+    std = centred.pow(2).mean(-1, keepdim=True).sqrt()
+    return torch.where(std > STD_FLOOR, centred / std.clamp_min(STD_FLOOR), centred)
+
+
+def group_std(s: torch.Tensor) -> torch.Tensor:
+    """Population std of the scores of each group, [N]."""
+    return s.std(-1, correction=0)
+
+
+def mean_where(x: torch.Tensor, where: torch.Tensor) -> float:
+    """Mean of x over the selected entries; NaN when none (a diagnostic, not a loss)."""
+    n = int(where.sum())
+    return float(x[where].mean()) if n else math.nan
+
+
+def single_sample_advantage(batch: Batch) -> torch.Tensor:
+    """The task's per-step advantage for single-sample methods (PG, PPO, DG).
+
+    Tasks own baselines (SPEC 2 batch mean on sequences, SPEC 3.2 label-free on MNIST,
+    SPEC 3.3 constant 0.5 on tabular), so a batch without one is a task bug.
+    """
+    if batch.advantages is None:
+        raise ValueError("this algorithm needs batch.advantages; the task supplied none")
+    return batch.advantages
+
+
+def reinforce_sum(weight: torch.Tensor, logp: torch.Tensor, batch: Batch) -> torch.Tensor:
+    """-mean over samples of sum_t sg(weight_t) * logp_t (SPEC 2, PG and DG form)."""
+    return -masked_sum(weight.detach() * logp, batch.mask).mean()

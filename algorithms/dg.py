@@ -1,0 +1,35 @@
+"""Delightful Policy Gradient (SPEC 2; Osband 2026): each REINFORCE term is gated by
+how surprising a good (or bad) outcome was,
+    w_t = sigmoid(A_t * surprisal_t / eta),   surprisal_t = -logp_t of the sampled token
+    L = -mean over samples of sum_t sg(w_t A_t) logp_t.
+One gradient epoch per batch by default: with more it degrades (paper appendix E).
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import torch
+
+from algorithms import register
+from algorithms._common import reinforce_sum, single_sample_advantage
+from bench.batch import Batch, LossOut
+
+
+def dg_gate(advantage: torch.Tensor, surprisal: torch.Tensor, eta: float = 1.0) -> torch.Tensor:
+    return torch.sigmoid(advantage * surprisal / eta)
+
+
+@register("dg")
+@dataclass(frozen=True)
+class DG:
+    k: int = 1
+    epochs: int = 1
+    eta: float = 1.0
+    level: str = "sequence"
+
+    def loss(self, batch: Batch, logp: torch.Tensor) -> LossOut:
+        A = single_sample_advantage(batch)
+        # The surprisal is the current policy's, as in the reference (equal to the
+        # rollout's in the default single epoch).
+        w = dg_gate(A, -logp.detach(), self.eta)
+        return LossOut(reinforce_sum(w * A, logp, batch), {"gate_mean": float(w.mean())})

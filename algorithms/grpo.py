@@ -1,0 +1,58 @@
+"""GRPO (SPEC 2): group-relative advantages, sequence-level clipped surrogate and a
+reverse-KL penalty to the rollout snapshot.
+
+    A_i = (s_i - mean(s)) / (std(s) + 1e-8)                  (population std, no floor)
+    d_i = clamp(logp_theta_i - logp_old_i, -20, 20),  r_i = exp(d_i)
+    term_i = min(r_i A_i, clip(r_i, 1-eps, 1+eps) A_i) - beta (exp(-d_i) + d_i - 1)
+    L = -mean over groups of sum_i term_i
+
+kl_coef = 0 is GRPO-no-KL; mask_zero_variance drops groups whose score std <= 1e-6
+(surrogate and KL) and divides by the number of informative groups (at least 1).
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import torch
+
+from algorithms import register
+from algorithms._common import STD_FLOOR, group_std, mean_where
+from bench.batch import Batch, LossOut, masked_sum
+
+LOG_RATIO_CLAMP = 20.0
+
+
+def grpo_advantages(scores: torch.Tensor) -> torch.Tensor:
+    centred = scores - scores.mean(-1, keepdim=True)
+    return centred / (group_std(scores).unsqueeze(-1) + 1e-8)
+
+
+@register("grpo")
+@dataclass(frozen=True)
+class GRPO:
+    k: int = 8
+    epochs: int = 4
+    clip_eps: float = 0.2
+    kl_coef: float = 0.04
+    mask_zero_variance: bool = False
+    level: str = "sequence"
+
+    def loss(self, batch: Batch, logp: torch.Tensor) -> LossOut:
+        A = grpo_advantages(batch.scores)
+        d = (masked_sum(logp, batch.mask) - batch.seq_logp_old()).clamp(-LOG_RATIO_CLAMP, LOG_RATIO_CLAMP)
+        r = d.exp()
+        surrogate = torch.minimum(r * A, r.clamp(1 - self.clip_eps, 1 + self.clip_eps) * A)
+        kl = torch.exp(-d) + d - 1
+        per_group = (surrogate - self.kl_coef * kl).sum(-1)
+        if self.mask_zero_variance:
+            informative = (group_std(batch.scores) > STD_FLOOR).to(per_group.dtype)
+            loss = -(per_group * informative).sum() / informative.sum().clamp_min(1)
+        else:
+            loss = -per_group.mean()
+        absA = A.abs()
+        return LossOut(loss, {
+            "clip_frac": float(((r - 1).abs() > self.clip_eps).float().mean()),
+            "kl": float(kl.mean()),
+            "absA_success": mean_where(absA, batch.success),
+            "absA_fail": mean_where(absA, ~batch.success),
+        })

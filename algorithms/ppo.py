@@ -1,0 +1,32 @@
+"""PPO (SPEC 2): PG's advantage with a per-token clipped ratio, no KL, no clamp:
+    r_t = exp(logp_t - logp_old_t)
+    L = -mean over samples of sum_t min(r_t A_t, clip(r_t, 1-eps, 1+eps) A_t)
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import torch
+
+from algorithms import register
+from algorithms._common import single_sample_advantage
+from bench.batch import Batch, LossOut, masked_sum
+
+
+@register("ppo")
+@dataclass(frozen=True)
+class PPO:
+    k: int = 1
+    epochs: int = 4
+    clip_eps: float = 0.2
+    level: str = "sequence"
+
+    def loss(self, batch: Batch, logp: torch.Tensor) -> LossOut:
+        A = single_sample_advantage(batch)
+        r = (logp - batch.logp_old).exp()
+        surrogate = torch.minimum(r * A, r.clamp(1 - self.clip_eps, 1 + self.clip_eps) * A)
+        clipped = (r - 1).abs() > self.clip_eps
+        if batch.mask is not None:
+            clipped = clipped[batch.mask]
+        return LossOut(-masked_sum(surrogate, batch.mask).mean(),
+                       {"clip_frac": float(clipped.float().mean())})

@@ -1,0 +1,246 @@
+"""One run: build a task, an algorithm and an optimizer from the config, then loop
+rollout -> epochs of (log-probs, loss, step) -> metrics. The only module that knows
+both tasks and algorithms.
+"""
+from __future__ import annotations
+
+import dataclasses
+import math
+import sys
+import time
+import typing
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import pandas as pd
+import torch
+
+from algorithms import ALGORITHMS
+from bench import io
+from bench.batch import Batch
+from bench.identity import config_hash, flatten, identity, run_dir
+from bench.optim import build_optimizer
+from bench.registry import UnknownName, load_plugins
+from bench.rng import Streams
+from tasks import TASKS
+
+# Every run writes these columns (NaN where a method or task does not define one), so
+# tables from different algorithms concatenate into one tidy schema.
+METRIC_COLUMNS = (
+    "step", "error", "reward_mean", "loss", "grad_norm", "param_change",
+    "all_fail_frac", "zero_var_frac", "success_prompt_frac", "clip_frac", "kl",
+    "q_success", "q_fail", "absA_success", "absA_fail", "rollouts", "wall_s",
+)
+ZERO_VAR_STD = 1e-6  # SPEC 6
+
+
+class ConfigError(ValueError):
+    """Bad input, found before any work or directory is created."""
+
+
+@dataclass(frozen=True)
+class RunSpec:
+    task: Any
+    algo: Any
+    algo_name: str
+    optim_name: str
+    lr: float
+    seed: int
+    device: str
+    threads: int
+    log_every: int
+    force: bool
+    config: dict[str, Any]
+    """resolved scientific config (what the hash and the parquet columns carry)"""
+    config_hash: str
+    run_dir: Path
+
+
+# ---------------------------------------------------------------- building a run
+
+def _instantiate(registry, section: dict[str, Any], key: str):
+    """Registered dataclass from a config section; the section's `impl` (default: its
+    `name`) picks the implementation, so a variant is a yaml with other field values."""
+    section = dict(section)
+    name = section.get("name")
+    if not name:
+        raise ConfigError(f"{key}.name is missing")
+    impl = section.pop("impl", None) or name
+    try:
+        cls = registry.get(impl)
+    except UnknownName as e:
+        raise ConfigError(f"{key}: {e}") from None
+    fields = {f.name: f for f in dataclasses.fields(cls)}
+    if "name" not in fields:
+        section.pop("name")
+    unknown = sorted(set(section) - set(fields))
+    if unknown:
+        raise ConfigError(f"unknown key {key}.{unknown[0]} for {registry.kind} {impl!r}; "
+                          f"valid keys: {', '.join(sorted(fields))}")
+    hints = typing.get_type_hints(cls)
+    for field, value in section.items():
+        want = hints.get(field)
+        if want is float and isinstance(value, int) and not isinstance(value, bool):
+            section[field] = float(value)
+        elif want in (int, float, bool, str) and not isinstance(section[field], want) or (
+                want in (int, float) and isinstance(value, bool)):
+            raise ConfigError(f"{key}.{field}={value!r} should be of type {want.__name__}")
+    try:
+        obj = cls(**section)
+    except (ValueError, TypeError) as e:
+        raise ConfigError(str(e)) from None
+    return impl, obj
+
+
+def _check_algorithm(algo, name: str) -> None:
+    default_k = next(f.default for f in dataclasses.fields(algo) if f.name == "k")
+    grouped = getattr(algo, "grouped", default_k > 1)
+    if grouped and algo.k < 2:
+        raise ConfigError(f"algo.k={algo.k}: {name} is a grouped method and needs a group "
+                          "of at least 2 candidates")
+    if not grouped and algo.k != 1:
+        raise ConfigError(f"algo.k={algo.k}: {name} is a single-sample method; "
+                          "algo.k must be 1")
+    if algo.epochs < 1:
+        raise ConfigError(f"algo.epochs must be a positive integer, got {algo.epochs}")
+
+
+def build(cfg: dict[str, Any]) -> RunSpec:
+    """Validate everything and resolve the run; creates nothing on disk."""
+    load_plugins(list(cfg.get("plugins") or []))
+    task_impl, task = _instantiate(TASKS, cfg["task"], "task")
+    algo_impl, algo = _instantiate(ALGORITHMS, cfg["algo"], "algo")
+    _check_algorithm(algo, cfg["algo"]["name"])
+    try:
+        task.check_algorithm(cfg["algo"]["name"], algo.k, algo.level)
+    except ValueError as e:
+        raise ConfigError(str(e)) from None
+    optim = dict(cfg["optim"])
+    if not (isinstance(optim.get("lr"), (int, float)) and optim["lr"] > 0):
+        raise ConfigError(f"optim.lr must be a positive number, got {optim.get('lr')!r}")
+    seed = cfg.get("seed", 0)
+    if not isinstance(seed, int) or seed < 0:
+        raise ConfigError(f"seed must be a non-negative integer, got {seed!r}")
+
+    # Hash what actually runs: the dataclasses' full field values, defaults included.
+    science = {k: v for k, v in cfg.items() if k not in ("task", "algo", "optim")}
+    science["task"] = {"impl": task_impl, **dataclasses.asdict(task)}
+    science["algo"] = {"name": cfg["algo"]["name"], "impl": algo_impl, **dataclasses.asdict(algo)}
+    science["optim"] = optim
+    science = identity(science)
+    h = config_hash(science)
+    return RunSpec(
+        task=task, algo=algo, algo_name=cfg["algo"]["name"], optim_name=optim.get("name", ""),
+        lr=float(optim["lr"]), seed=seed, device=str(cfg.get("device", "cpu")),
+        threads=int(cfg.get("threads", 0)), log_every=int(cfg.get("log_every", 50)),
+        force=bool(cfg.get("force", False)), config=science, config_hash=h,
+        run_dir=run_dir(cfg.get("output_root", "outputs"), task.name, cfg["algo"]["name"], h, seed),
+    )
+
+
+# ---------------------------------------------------------------- running it
+
+def _group_diagnostics(batch: Batch) -> dict[str, float]:
+    """SPEC 6: all-fail and zero-variance fractions (NaN for single samples)."""
+    has_success = batch.success.any(-1).float()
+    out = {"success_prompt_frac": float(has_success.mean()),
+           "all_fail_frac": math.nan, "zero_var_frac": math.nan}
+    if batch.group_size > 1:
+        out["all_fail_frac"] = 1.0 - out["success_prompt_frac"]
+        out["zero_var_frac"] = float((batch.scores.std(-1, correction=0) < ZERO_VAR_STD).float().mean())
+    return out
+
+
+def _flat_params(model: torch.nn.Module) -> torch.Tensor:
+    return torch.cat([p.detach().reshape(-1) for p in model.parameters()])
+
+
+def _fmt_eta(seconds: float) -> str:
+    seconds = int(seconds)
+    return f"{seconds // 3600}h{seconds % 3600 // 60:02d}m" if seconds >= 3600 else \
+        f"{seconds // 60}m{seconds % 60:02d}s"
+
+
+def train_episode(task, algo, policy, opt, streams: Streams) -> dict[str, float]:
+    """One episode: sample, then algo.epochs full-batch optimizer steps on it (SPEC 2).
+    Loss and gradient norm are the first epoch's (before any update on this batch)."""
+    ro = task.rollout(policy, algo.k, algo.level, streams)
+    before = _flat_params(policy)
+    row: dict[str, float] = {}
+    for epoch in range(algo.epochs):
+        out = algo.loss(ro.batch, task.logprobs(policy, ro.batch))
+        opt.zero_grad(set_to_none=True)
+        out.loss.backward()
+        if epoch == 0:
+            grads = [p.grad.reshape(-1) for p in policy.parameters() if p.grad is not None]
+            row["grad_norm"] = float(torch.cat(grads).norm()) if grads else 0.0
+            row["loss"] = out.loss.item()
+            row.update({k: float(v) for k, v in out.metrics.items()})
+        opt.step()
+    row["param_change"] = float((_flat_params(policy) - before).norm())
+    row.update(error=ro.error, reward_mean=ro.reward_mean, rollouts=ro.rollouts)
+    row.update(_group_diagnostics(ro.batch))
+    return row
+
+
+def run(spec: RunSpec) -> dict[str, Any]:
+    """Train one (config, seed) into spec.run_dir; returns the summary."""
+    summary_path = spec.run_dir / "summary.json"
+    if summary_path.exists() and not spec.force:
+        prev = io.read_json(summary_path)
+        if prev.get("status") == "completed":
+            print(f"[skip] {spec.run_dir} already completed (force=true re-runs it)", flush=True)
+            return prev
+    if spec.threads > 0:
+        torch.set_num_threads(spec.threads)
+    label = f"{spec.task.name}/{spec.algo_name} {spec.config_hash} seed={spec.seed}"
+    started = time.time()
+    base = {"config_hash": spec.config_hash, "run_dir": str(spec.run_dir), "seed": spec.seed,
+            "task": spec.task.name, "algo": spec.algo_name, "started_at": started,
+            "versions": io.package_versions(), "git_commit": io.git_commit(),
+            "threads": torch.get_num_threads(), "device": spec.device}
+    spec.run_dir.mkdir(parents=True, exist_ok=True)
+    io.write_json(spec.run_dir / "config.json", {"seed": spec.seed, **spec.config})
+    io.write_json(summary_path, {**base, "status": "running", "reason": None})
+
+    columns = {"config_hash": spec.config_hash, "seed": spec.seed, **flatten(spec.config)}
+    rows: list[dict[str, Any]] = []
+    status, reason = "completed", None
+    try:
+        streams = Streams.from_seed(spec.seed, spec.device)
+        policy = spec.task.make_policy(streams.init).to(spec.device)
+        opt = build_optimizer(spec.optim_name, list(policy.parameters()), spec.lr)
+        episodes = spec.task.episodes
+        cumulative = 0
+        t0 = time.perf_counter()
+        for step in range(episodes):
+            row = train_episode(spec.task, spec.algo, policy, opt, streams)
+            cumulative += row.pop("rollouts")
+            row.update(step=step, rollouts=cumulative, wall_s=time.perf_counter() - t0)
+            if not math.isfinite(row["loss"]):
+                raise FloatingPointError(f"non-finite loss {row['loss']} at step {step}")
+            rows.append(row)
+            done = step + 1
+            if done % spec.log_every == 0 or done == episodes:
+                rate = done / row["wall_s"]
+                print(f"[{label}] step {done}/{episodes} error {row['error']:.4f} "
+                      f"reward {row['reward_mean']:.4f} loss {row['loss']:.4f} | "
+                      f"{rate:.2f} ep/s | ETA {_fmt_eta((episodes - done) / rate)}", flush=True)
+    except Exception as e:  # recorded, then re-raised so the job exits non-zero
+        status, reason = "failed", f"{type(e).__name__}: {e}"
+        raise
+    finally:
+        df = pd.DataFrame(rows, columns=list(dict.fromkeys([*METRIC_COLUMNS, *(rows[0] if rows else [])])))
+        for key, value in columns.items():
+            df[key] = value
+        df["partial"] = status != "completed"
+        io.write_parquet(spec.run_dir / "metrics.parquet", df)
+        final = {k: v for k, v in (rows[-1] if rows else {}).items() if isinstance(v, (int, float))}
+        summary = {**base, "status": status, "reason": reason, "final": final,
+                   "episodes": len(rows), "finished_at": time.time(),
+                   "duration_s": time.time() - started}
+        io.write_json(summary_path, summary)
+        if status != "completed":
+            print(f"[{label}] FAILED: {reason}", file=sys.stderr, flush=True)
+    return summary

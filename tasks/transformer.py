@@ -1,0 +1,104 @@
+"""The token-sequence policy of SPEC 3.1: a 2-layer, 2-head, pre-norm causal transformer.
+
+Parameters are stored in the JAX reference's layout -- dense kernels (in, out), q/k/v
+kernels (d_model, heads, head_dim), q/k/v biases (heads, head_dim), the out kernel
+(heads, head_dim, d_model) -- so the reference's optimizer rule "2-D tensor -> Muon,
+fan_in = first axis" applies to them unchanged (bench/optim.py).
+"""
+from __future__ import annotations
+
+import math
+
+import torch
+import torch.nn.functional as F
+from torch import nn
+
+LN_EPS = 1e-6
+TRUNC_STD_CORRECTION = 0.87962566103423978  # std of N(0,1) truncated to [-2, 2]
+
+
+def lecun_truncated_(t: torch.Tensor, fan_in: int, gen: torch.Generator) -> torch.Tensor:
+    """LeCun normal truncated at +-2 sigma, rescaled so the final std is 1/sqrt(fan_in)."""
+    std = math.sqrt(1.0 / fan_in) / TRUNC_STD_CORRECTION
+    return nn.init.trunc_normal_(t, 0.0, std, -2 * std, 2 * std, generator=gen)
+
+
+def _param(*shape: int) -> nn.Parameter:
+    return nn.Parameter(torch.zeros(*shape))
+
+
+class Block(nn.Module):
+    def __init__(self, d: int, heads: int, ffn_mult: int):
+        super().__init__()
+        hd = d // heads
+        self.heads, self.hd = heads, hd
+        self.ln1_scale, self.ln1_bias = nn.Parameter(torch.ones(d)), _param(d)
+        self.wq, self.wk, self.wv = _param(d, heads, hd), _param(d, heads, hd), _param(d, heads, hd)
+        self.bq, self.bk, self.bv = _param(heads, hd), _param(heads, hd), _param(heads, hd)
+        self.wo, self.bo = _param(heads, hd, d), _param(d)
+        self.ln2_scale, self.ln2_bias = nn.Parameter(torch.ones(d)), _param(d)
+        self.w1, self.b1 = _param(d, ffn_mult * d), _param(ffn_mult * d)
+        self.w2, self.b2 = _param(ffn_mult * d, d), _param(d)
+
+    def init_(self, gen: torch.Generator) -> None:
+        d = self.wq.shape[0]
+        for w in (self.wq, self.wk, self.wv):
+            lecun_truncated_(w.data, d, gen)
+        lecun_truncated_(self.wo.data, self.heads * self.hd, gen)
+        lecun_truncated_(self.w1.data, d, gen)
+        lecun_truncated_(self.w2.data, self.w1.shape[1], gen)
+
+    def forward(self, x: torch.Tensor, cache: list | None = None) -> torch.Tensor:
+        """x [b, t, d]. With `cache` (a list holding (k, v) or nothing), keys and values of
+        earlier calls are reused and the new ones appended: incremental decoding."""
+        b, t, d = x.shape
+        y = F.layer_norm(x, (d,), self.ln1_scale, self.ln1_bias, LN_EPS)
+        w = torch.cat([self.wq, self.wk, self.wv], 1).reshape(d, 3 * d)
+        bias = torch.cat([self.bq, self.bk, self.bv]).reshape(3 * d)
+        q, k, v = (y @ w + bias).view(b, t, 3, self.heads, self.hd).permute(2, 0, 3, 1, 4)
+        if cache is not None:
+            if cache:
+                # Decoding appends one position at a time; it may see every cached key.
+                assert t == 1, "decode one position at a time after the prefill"
+                k = torch.cat([cache[0][0], k], 2)
+                v = torch.cat([cache[0][1], v], 2)
+            cache[:] = [(k, v)]
+        # Scale 1/sqrt(head_dim) is SDPA's default; a causal mask equals setting masked
+        # scores to the dtype's minimum since no row is fully masked.
+        att = F.scaled_dot_product_attention(q, k, v, is_causal=t > 1)
+        att = att.transpose(1, 2).reshape(b, t, d)
+        x = x + att @ self.wo.reshape(d, d) + self.bo
+        y = F.layer_norm(x, (d,), self.ln2_scale, self.ln2_bias, LN_EPS)
+        return x + F.gelu(y @ self.w1 + self.b1, approximate="tanh") @ self.w2 + self.b2
+
+
+class Transformer(nn.Module):
+    def __init__(self, vocab_size: int, max_len: int, d_model: int = 64, heads: int = 2,
+                 layers: int = 2, ffn_mult: int = 4):
+        super().__init__()
+        self.tok_emb = _param(vocab_size, d_model)
+        self.pos_emb = _param(max_len, d_model)
+        self.blocks = nn.ModuleList(Block(d_model, heads, ffn_mult) for _ in range(layers))
+        self.lnf_scale, self.lnf_bias = nn.Parameter(torch.ones(d_model)), _param(d_model)
+        self.head_w, self.head_b = _param(d_model, vocab_size), _param(vocab_size)
+
+    def init_(self, gen: torch.Generator) -> "Transformer":
+        """SPEC 3.1 initialisation; biases stay zero, LayerNorm scales one."""
+        d = self.tok_emb.shape[1]
+        with torch.no_grad():
+            self.tok_emb.normal_(0.0, 1.0 / math.sqrt(d), generator=gen)
+            self.pos_emb.normal_(0.0, 0.02, generator=gen)
+            for blk in self.blocks:
+                blk.init_(gen)
+            lecun_truncated_(self.head_w.data, d, gen)
+        return self
+
+    def forward(self, tokens: torch.Tensor, caches: list[list] | None = None,
+                start: int = 0) -> torch.Tensor:
+        """Logits [b, t, V] for tokens [b, t] sitting at positions start..start+t-1."""
+        t = tokens.shape[1]
+        x = self.tok_emb[tokens] + self.pos_emb[start:start + t]
+        for i, blk in enumerate(self.blocks):
+            x = blk(x, None if caches is None else caches[i])
+        x = F.layer_norm(x, (x.shape[-1],), self.lnf_scale, self.lnf_bias, LN_EPS)
+        return x @ self.head_w + self.head_b

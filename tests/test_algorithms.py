@@ -1,0 +1,196 @@
+"""Losses on hand-computed groups (SPEC 1-2)."""
+import math
+
+import pytest
+import torch
+
+from algorithms._common import standardise
+from algorithms.dg import DG, dg_gate
+from algorithms.grpo import GRPO, grpo_advantages
+from algorithms.pg import PG
+from algorithms.ppo import PPO
+from algorithms.tpo import TPO, tpo_target
+from bench.batch import Batch
+
+
+def group_batch(logp_old, scores, success=None, T=1):
+    """Batch of N groups whose candidates are one-step (T = 1) unless T is given."""
+    logp_old = torch.as_tensor(logp_old, dtype=torch.float64)
+    scores = torch.as_tensor(scores, dtype=torch.float64)
+    if logp_old.dim() == 2:
+        logp_old = logp_old.unsqueeze(-1)
+    if success is None:
+        success = scores >= 1
+    return Batch(logp_old=logp_old, token_rewards=scores.unsqueeze(-1).expand_as(logp_old),
+                 scores=scores, success=torch.as_tensor(success))
+
+
+# ------------------------------------------------------------------ standardisation
+
+def test_standardise_population_std():
+    s = torch.tensor([[1.0, 0.0, 0.0, 0.0]])
+    u = standardise(s)
+    std = math.sqrt(0.25 * 0.75)  # population std, not the K-1 one
+    assert torch.allclose(u, (s - 0.25) / std)
+    assert torch.allclose(u.pow(2).mean(), torch.tensor(1.0))
+
+
+def test_standardise_small_std_returns_centred_unscaled():
+    s = torch.tensor([[0.5, 0.5, 0.5], [1.0, 1.0 + 1e-7, 1.0]])
+    u = standardise(s)
+    assert torch.equal(u[0], torch.zeros(3))
+    # std below 1e-6: centred but not divided by the tiny std (which would blow up)
+    assert torch.allclose(u[1], s[1] - s[1].mean())
+    assert u[1].abs().max() < 1e-6
+
+
+# ------------------------------------------------------------------ TPO
+
+def test_tpo_all_fail_group_gives_p_old_and_zero_gradient():
+    p_old = torch.tensor([[0.1, 0.2, 0.3, 0.4]], dtype=torch.float64)
+    q = tpo_target(p_old.log(), torch.zeros(1, 4, dtype=torch.float64))
+    assert torch.allclose(q, p_old)
+    z = p_old.log().clone().requires_grad_(True)
+    out = TPO(k=4).loss(group_batch(p_old.log(), torch.zeros(1, 4)), z.unsqueeze(-1))
+    out.loss.backward()
+    assert z.grad.abs().max() < 1e-12
+
+
+def test_tpo_lone_correct_answer_at_3_percent_gets_about_24_percent():
+    p_old = torch.tensor([[0.03] + [0.97 / 3] * 3], dtype=torch.float64)
+    q = tpo_target(p_old.log(), torch.tensor([[1.0, 0, 0, 0]], dtype=torch.float64))
+    assert q[0, 0].item() == pytest.approx(0.2374, abs=5e-4)
+    assert torch.allclose(q.sum(-1), torch.ones(1, dtype=torch.float64))
+
+
+def test_tpo_gradient_wrt_group_logits_is_p_minus_q():
+    torch.manual_seed(0)
+    N, K = 3, 5
+    logp_old = torch.log_softmax(torch.randn(N, K, dtype=torch.float64), -1)
+    scores = torch.rand(N, K, dtype=torch.float64)
+    z = torch.randn(N, K, dtype=torch.float64, requires_grad=True)
+    TPO(k=K).loss(group_batch(logp_old, scores), z.unsqueeze(-1)).loss.backward()
+    q = tpo_target(logp_old, scores)
+    # the loss is a mean over groups, hence the 1/N
+    assert torch.allclose(z.grad, (torch.softmax(z, -1) - q).detach() / N, atol=1e-12)
+
+
+def test_tpo_eta_and_sequence_logp_sum():
+    logp_old = torch.log(torch.tensor([[0.5, 0.25, 0.25]], dtype=torch.float64))
+    scores = torch.tensor([[0.0, 1.0, 0.0]], dtype=torch.float64)
+    u = standardise(scores)
+    q = tpo_target(logp_old, scores, eta=0.5)
+    assert torch.allclose(q, torch.softmax(logp_old + u / 0.5, -1))
+    # A sequence candidate's log-prob is the sum of its token log-probs.
+    tok = torch.log(torch.full((1, 3, 2), 0.5, dtype=torch.float64))
+    b = Batch(logp_old=tok, token_rewards=torch.zeros(1, 3, 2), scores=scores,
+              success=scores > 0)
+    assert torch.allclose(b.seq_logp_old(), torch.full((1, 3), 2 * math.log(0.5), dtype=torch.float64))
+
+
+def test_tpo_diagnostics_split_target_mass_by_success():
+    p_old = torch.tensor([[0.03] + [0.97 / 3] * 3], dtype=torch.float64)
+    out = TPO(k=4).loss(group_batch(p_old.log(), [[1.0, 0, 0, 0]]), p_old.log().unsqueeze(-1))
+    assert out.metrics["q_success"] == pytest.approx(0.2374, abs=5e-4)
+    assert out.metrics["q_fail"] == pytest.approx((1 - 0.2374) / 3, abs=5e-4)
+
+
+# ------------------------------------------------------------------ GRPO
+
+def test_grpo_advantages_unthresholded():
+    s = torch.tensor([[1.0, 0, 0, 0], [0.3, 0.3, 0.3, 0.3]], dtype=torch.float64)
+    A = grpo_advantages(s)
+    assert torch.allclose(A[0], (s[0] - 0.25) / (math.sqrt(0.1875) + 1e-8))
+    assert torch.equal(A[1], torch.zeros(4, dtype=torch.float64))
+
+
+def test_grpo_clip_and_kl_terms_by_hand():
+    logp_old = torch.log(torch.tensor([[0.2, 0.2, 0.3, 0.3]], dtype=torch.float64))
+    scores = torch.tensor([[1.0, 0.0, 1.0, 0.0]], dtype=torch.float64)
+    A = grpo_advantages(scores)[0]  # +1, -1, +1, -1
+    d = torch.tensor([0.5, 0.5, -0.05, -0.5], dtype=torch.float64)
+    r = d.exp()
+    clip = r.clamp(0.8, 1.2)
+    surr = torch.minimum(r * A, clip * A)
+    # positive A, r = 1.65 > 1.2: clipped at 1.2; negative A, r = 1.65: unclipped -1.65
+    assert surr[0].item() == pytest.approx(1.2)
+    assert surr[1].item() == pytest.approx(-math.exp(0.5))
+    kl = torch.exp(-d) + d - 1
+    expected = -(surr - 0.04 * kl).sum()
+    out = GRPO(k=4).loss(group_batch(logp_old, scores), (logp_old[0] + d).view(1, 4, 1))
+    assert out.loss.item() == pytest.approx(expected.item(), rel=1e-10)
+    out0 = GRPO(k=4, kl_coef=0.0).loss(group_batch(logp_old, scores), (logp_old[0] + d).view(1, 4, 1))
+    assert out0.loss.item() == pytest.approx(-surr.sum().item(), rel=1e-10)
+    assert out.metrics["clip_frac"] == pytest.approx(0.75)  # |r-1| > 0.2 for 3 of 4
+    assert out.metrics["kl"] == pytest.approx(kl.mean().item())
+
+
+def test_grpo_log_ratio_clamped_at_20():
+    logp_old = torch.zeros(1, 2, 1, dtype=torch.float64)
+    logp = torch.tensor([[[-100.0], [0.0]]], dtype=torch.float64)
+    out = GRPO(k=2).loss(group_batch(logp_old[..., 0], [[1.0, 0.0]]), logp)
+    d = torch.tensor([-20.0, 0.0], dtype=torch.float64)
+    # A = (+1, -1); candidate 1 sits at r = 1 with no KL and contributes -1
+    expected = -((torch.minimum(d.exp(), d.exp().clamp(0.8, 1.2))[0]) - 0.04 * (math.exp(20) - 20 - 1) - 1)
+    assert math.isfinite(out.loss.item())
+    assert out.loss.item() == pytest.approx(expected.item(), rel=1e-9)
+
+
+def test_grpo_sums_over_group_and_averages_over_groups():
+    logp_old = torch.log(torch.full((2, 4), 0.25, dtype=torch.float64))
+    scores = torch.tensor([[1.0, 0, 0, 0], [1.0, 1.0, 0, 0]], dtype=torch.float64)
+    d = torch.full((2, 4), 0.1, dtype=torch.float64)
+    out = GRPO(k=4, kl_coef=0.0).loss(group_batch(logp_old, scores), (logp_old + d).unsqueeze(-1))
+    A = grpo_advantages(scores)
+    r = d.exp()
+    per_group = torch.minimum(r * A, r.clamp(0.8, 1.2) * A).sum(-1)
+    assert out.loss.item() == pytest.approx(-per_group.mean().item(), rel=1e-10)
+
+
+# ------------------------------------------------------------------ single-sample
+
+def single_batch(logp_old, advantages):
+    logp_old = torch.as_tensor(logp_old, dtype=torch.float64).view(-1, 1, len(logp_old[0]))
+    adv = torch.as_tensor(advantages, dtype=torch.float64).view_as(logp_old)
+    return Batch(logp_old=logp_old, token_rewards=torch.zeros_like(logp_old),
+                 scores=torch.zeros(logp_old.shape[:2], dtype=torch.float64),
+                 success=torch.zeros(logp_old.shape[:2], dtype=torch.bool), advantages=adv)
+
+
+def test_dg_gate_values():
+    assert dg_gate(torch.tensor(0.0), torch.tensor(3.0)).item() == pytest.approx(0.5)
+    assert dg_gate(torch.tensor(1.0), torch.tensor(2.0)).item() == pytest.approx(1 / (1 + math.exp(-2)))
+    assert dg_gate(torch.tensor(-1.0), torch.tensor(2.0), eta=2.0).item() == pytest.approx(1 / (1 + math.e))
+
+
+def test_dg_loss_gradient_is_gated_reinforce():
+    logp_old = [[math.log(0.9), math.log(0.1)], [math.log(0.5), math.log(0.5)]]
+    adv = [[0.5, -0.5], [1.0, 2.0]]
+    b = single_batch(logp_old, adv)
+    z = b.logp_old.clone().requires_grad_(True)
+    DG().loss(b, z).loss.backward()
+    A = b.advantages
+    w = torch.sigmoid(A * -b.logp_old)
+    assert torch.allclose(z.grad, -(w * A) / 2)  # mean over the 2 samples
+    assert DG().epochs == 1
+
+
+def test_pg_loss_sum_over_tokens_mean_over_batch():
+    b = single_batch([[-1.0, -2.0], [-0.5, -0.5]], [[1.0, 2.0], [-1.0, 0.5]])
+    out = PG().loss(b, b.logp_old)
+    assert out.loss.item() == pytest.approx(-((1 * -1 + 2 * -2) + (-1 * -0.5 + 0.5 * -0.5)) / 2)
+
+
+def test_ppo_per_token_clip_no_clamp():
+    b = single_batch([[0.0, 0.0]], [[1.0, -1.0]])
+    logp = torch.tensor([[[0.5, 0.5]]], dtype=torch.float64)
+    out = PPO().loss(b, logp)
+    r = math.exp(0.5)
+    assert out.loss.item() == pytest.approx(-(1.2 * 1 + r * -1))
+    assert out.metrics["clip_frac"] == pytest.approx(1.0)
+
+
+def test_single_sample_methods_need_task_advantage():
+    b = group_batch([[0.0]], [[1.0]])
+    with pytest.raises(ValueError, match="advantages"):
+        PG().loss(b, b.logp_old)

@@ -1,0 +1,133 @@
+"""Token-sequence task (SPEC 3.1): targets, rewards, model, generation, partition."""
+import math
+
+import pytest
+import torch
+
+from bench.optim import MuonNAdam, partition
+from bench.rng import Streams
+from tasks.seq import REWARDS, TARGETS, SeqTask, generate, target_tokens, token_rewards
+from tasks.transformer import Transformer
+
+PROMPT = torch.tensor([[0, 1, 1, 3]])
+
+
+@pytest.mark.parametrize("target,expected", [
+    ("copy", [0, 1, 1, 3]), ("flip", [3, 2, 2, 0]),
+    ("reverse_copy", [3, 1, 1, 0]), ("reverse_flip", [0, 2, 2, 3]),
+])
+def test_targets(target, expected):
+    assert target_tokens(PROMPT, target, vocab_size=4).tolist() == [expected]
+
+
+CORRECT = torch.tensor([[True, True, False, True], [True, True, True, True],
+                        [False, True, True, True]])
+
+
+@pytest.mark.parametrize("reward,expected", [
+    ("bag_of_tokens", [[1, 1, 0, 1], [1, 1, 1, 1], [0, 1, 1, 1]]),
+    ("sequential", [[1, 1, 0, 0], [1, 1, 1, 1], [0, 0, 0, 0]]),
+    ("terminal", [[0, 0, 0, 0], [1, 1, 1, 1], [0, 0, 0, 0]]),
+])
+def test_rewards(reward, expected):
+    assert token_rewards(CORRECT, reward).tolist() == expected
+
+
+@pytest.mark.parametrize("target", TARGETS)
+@pytest.mark.parametrize("reward", REWARDS)
+def test_each_target_and_reward_scores_a_rollout(target, reward):
+    """Every combination: scores are the token-reward means, success is exact match,
+    error is 1 - mean reward, and writing the target itself earns full reward."""
+    task = SeqTask(target=target, reward=reward, sequence_length=5, vocab_size=3, batch_size=6)
+    s = Streams.from_seed(3)
+    ro = task.rollout(task.make_policy(s.init), 4, "sequence", s)
+    b = ro.batch
+    prompts, tokens = b.obs
+    correct = tokens == target_tokens(prompts, target, 3).unsqueeze(1)
+    assert torch.equal(b.token_rewards, token_rewards(correct, reward))
+    assert torch.allclose(b.scores, b.token_rewards.mean(-1))
+    assert torch.equal(b.success, correct.all(-1))
+    assert ro.error == pytest.approx(1 - b.token_rewards.mean().item())
+    assert ro.rollouts == 6 * 4 and b.advantages is None
+    perfect = target_tokens(prompts, target, 3)
+    assert token_rewards(perfect == target_tokens(prompts, target, 3), reward).min() == 1
+
+
+def test_single_sample_advantage_is_batch_mean_baseline_per_position():
+    task = SeqTask(reward="bag_of_tokens", sequence_length=4, vocab_size=2, batch_size=50)
+    s = Streams.from_seed(0)
+    b = task.rollout(task.make_policy(s.init), 1, "sequence", s).batch
+    assert torch.allclose(b.advantages, b.token_rewards - b.token_rewards.mean(0, keepdim=True))
+    assert torch.allclose(b.advantages.mean(0), torch.zeros(1, 4), atol=1e-6)
+
+
+def test_cached_generation_matches_full_forward():
+    task = SeqTask(sequence_length=7, vocab_size=5, batch_size=9)
+    s = Streams.from_seed(1)
+    policy = task.make_policy(s.init)
+    ro = task.rollout(policy, 3, "sequence", s)
+    with torch.no_grad():
+        full = task.logprobs(policy, ro.batch)
+    assert full.shape == (9, 3, 7)
+    assert (full - ro.batch.logp_old).abs().max() < 1e-5
+
+
+def test_prompts_and_init_depend_on_seed_only():
+    task = SeqTask(sequence_length=4, batch_size=5)
+    a, b = Streams.from_seed(7), Streams.from_seed(7)
+    pa, pb = task.make_policy(a.init), task.make_policy(b.init)
+    for x, y in zip(pa.parameters(), pb.parameters()):
+        assert torch.equal(x, y)
+    # different group sizes consume the action stream differently, not the data stream
+    ra = task.rollout(pa, 8, "sequence", a)
+    rb = task.rollout(pb, 1, "sequence", b)
+    assert torch.equal(ra.batch.obs[0], rb.batch.obs[0])
+    c = Streams.from_seed(8)
+    assert not torch.equal(task.rollout(pa, 1, "sequence", c).batch.obs[0], ra.batch.obs[0])
+
+
+def test_initialisation_follows_spec():
+    g = torch.Generator().manual_seed(0)
+    m = Transformer(vocab_size=16, max_len=20, d_model=64).init_(g)
+    blk = m.blocks[0]
+    for w, fan_in in [(blk.w1, 64), (blk.w2, 256), (blk.wq, 64), (blk.wo, 64), (m.head_w, 64)]:
+        std = 1 / math.sqrt(fan_in)
+        assert w.std().item() == pytest.approx(std, rel=0.1)
+        # truncated at 2 sigma of the *pre-correction* normal (2 * std / 0.8796)
+        assert w.abs().max().item() <= 2 * std / 0.8796 + 1e-6
+        assert w.abs().max().item() > 1.5 * std
+    assert m.tok_emb.std().item() == pytest.approx(1 / 8, rel=0.1)
+    assert m.tok_emb.abs().max().item() > 2.3 / 8  # plain normal: not truncated
+    assert m.pos_emb.std().item() == pytest.approx(0.02, rel=0.15)
+    for b in (blk.bq, blk.bo, blk.b1, m.head_b, blk.ln1_bias):
+        assert torch.count_nonzero(b) == 0
+    assert torch.equal(blk.ln1_scale, torch.ones(64))
+
+
+def test_parameter_partition_matches_reference_shapes():
+    m = Transformer(vocab_size=2, max_len=20)
+    muon, nadam = partition(list(m.named_parameters()))
+    shapes = dict((n, tuple(p.shape)) for n, p in m.named_parameters())
+    for name in ("bq", "bk", "bv"):
+        assert f"blocks.0.{name}" in muon and shapes[f"blocks.0.{name}"] == (2, 32)
+    for name in ("wq", "wk", "wv", "wo", "bo"):
+        assert f"blocks.1.{name}" in nadam
+    for name in ("blocks.0.w1", "blocks.0.w2", "head_w", "tok_emb", "pos_emb"):
+        assert name in muon
+    for name in ("blocks.0.b1", "blocks.0.b2", "head_b", "lnf_scale", "blocks.1.ln2_bias"):
+        assert name in nadam
+    assert shapes["tok_emb"] == (2, 64) and shapes["pos_emb"] == (20, 64)
+    assert shapes["blocks.0.w1"] == (64, 256)  # (in, out): fan_in on the first axis
+    opt = MuonNAdam(m.named_parameters(), lr=1e-3)
+    assert sum(len(g["params"]) for g in opt.param_groups) == len(shapes)
+
+
+def test_config_validation_names_key_and_choices():
+    with pytest.raises(ValueError, match=r"task.target='mirror'.*reverse_copy"):
+        SeqTask(target="mirror")
+    with pytest.raises(ValueError, match=r"task.reward='dense'.*bag_of_tokens"):
+        SeqTask(reward="dense")
+    with pytest.raises(ValueError, match="task.batch_size"):
+        SeqTask(batch_size=0)
+    with pytest.raises(ValueError, match="task.vocab_size"):
+        SeqTask(vocab_size=1)
