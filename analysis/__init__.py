@@ -1,0 +1,1 @@
+"""Post-processing of sweep outputs: `collect` gathers completed runs into one table, `plot` draws and summarises it."""

@@ -1,0 +1,227 @@
+"""Plot error vs. step per task from the collected table, and print a summary table.
+
+    python analysis/plot.py [--results FILE] [--out DIR] [--yscale {auto,log,linear}]
+
+One line per (algo.name, config_hash): the seed mean with a +-1 standard-error band,
+SE = std(ddof=0) / sqrt(n_seeds) as in the paper. Different config hashes are never pooled.
+"""
+import argparse
+import re
+import sys
+import zlib
+from collections import Counter
+from pathlib import Path
+
+import matplotlib
+
+matplotlib.use("Agg")
+import matplotlib.pyplot as plt  # noqa: E402
+import numpy as np  # noqa: E402
+import pandas as pd  # noqa: E402
+
+GROUP = ["task.name", "algo.name", "config_hash"]
+REQUIRED = GROUP + ["seed", "step", "error"]
+# Per-step metrics the runner logs; never legend keys even if they happen to be constant.
+METRICS = {
+    "step", "error", "reward_mean", "loss", "grad_norm", "param_change", "all_fail_frac",
+    "zero_var_frac", "success_prompt_frac", "clip_frac", "kl", "q_success", "q_fail",
+    "absA_success", "absA_fail", "rollouts", "wall_s",
+}
+NOT_LEGEND = METRICS | {"seed", "config_hash", "task.name", "algo.name"}
+THRESHOLD = 0.01
+LOG_FLOOR = 1e-4  # a log axis cannot show the band's lower edge at or below zero
+
+# Fixed colours so an algorithm looks the same in every figure.
+COLORS = {
+    "tpo": "#1f77b4", "grpo": "#d62728", "dg": "#2ca02c", "pg": "#ff7f0e", "ppo": "#9467bd",
+    "tpo_token": "#17becf", "grpo_token": "#e377c2", "tpo_no_anchor": "#aec7e8",
+    "group_pg": "#bcbd22", "grpo_no_kl": "#ff9896", "grpo_masked": "#8c564b", "ce": "#7f7f7f",
+}
+FALLBACK = ["#393b79", "#637939", "#8c6d31", "#843c39", "#7b4173", "#3182bd", "#e6550d", "#31a354"]
+LINESTYLES = ["-", "--", ":", "-."]
+
+
+def color_for(algo: str) -> str:
+    # crc32 rather than hash(): Python's str hash changes between processes.
+    return COLORS.get(algo, FALLBACK[zlib.crc32(algo.encode()) % len(FALLBACK)])
+
+
+def linear_by_default(task: str) -> bool:
+    # The paper draws terminal-reward H-sweeps and the vocab sweep on a linear axis.
+    return task.startswith(("reverse_h", "reversal_v"))
+
+
+def _fmt(v) -> str | None:
+    if v is None or (np.ndim(v) == 0 and pd.isna(v)):
+        return None
+    if isinstance(v, (float, np.floating)):
+        return f"{v:g}"
+    return str(v)
+
+
+def config_values(df: pd.DataFrame) -> pd.DataFrame:
+    """One row per line (GROUP index), one column per config key, as display strings.
+
+    A column counts as config only if it is constant within every line; that drops
+    per-step metrics the runner may add later without this file knowing about them.
+    """
+    groups = df.groupby(GROUP, sort=True)
+    keys = []
+    for col in df.columns:
+        if col in NOT_LEGEND:
+            continue
+        try:
+            if (groups[col].nunique(dropna=False) <= 1).all():
+                keys.append(col)
+        except TypeError:  # list-valued config: unhashable, and too long for a legend anyway
+            pass
+    return groups[keys].first().map(_fmt)
+
+
+def legend_labels(df: pd.DataFrame) -> dict:
+    """Label per GROUP key: algo name, the config keys that differ between lines of the
+    same task (ignoring lines where a key is absent, e.g. another algorithm's knob), n=seeds."""
+    cfg = config_values(df)
+    n_seeds = df.groupby(GROUP)["seed"].nunique()
+    labels = {}
+    for _, t in cfg.groupby(level="task.name"):
+        differing = [c for c in t.columns if t[c].dropna().nunique() > 1]
+        task_labels = {}
+        for key, row in t.iterrows():
+            parts = [f"{c}={row[c]}" for c in differing if pd.notna(row[c])]
+            parts.append(f"n={n_seeds[key]}")
+            task_labels[key] = f"{key[1]} ({', '.join(parts)})"
+        # Same algo and same visible config but different hashes: tell them apart.
+        counts = Counter(task_labels.values())
+        for key, label in task_labels.items():
+            labels[key] = label if counts[label] == 1 else f"{label[:-1]}, #{key[2][:6]})"
+    return labels
+
+
+def seed_curves(g: pd.DataFrame) -> pd.DataFrame:
+    """step x seed error matrix, restricted to steps every seed logged, so the mean at
+    each step averages the same seeds (no jumps where a seed's log ends)."""
+    g = g.dropna(subset=["error"]).drop_duplicates(["seed", "step"], keep="last")
+    wide = g.pivot(index="step", columns="seed", values="error")
+    return wide.dropna().sort_index()
+
+
+def mean_se(wide: pd.DataFrame) -> tuple[pd.Series, pd.Series]:
+    n = wide.shape[1]
+    return wide.mean(axis=1), wide.std(axis=1, ddof=0) / np.sqrt(n)
+
+
+def steps_to_threshold(steps, values, thr=THRESHOLD):
+    """First step whose mean error is below thr, or None if it never gets there."""
+    below = np.flatnonzero(np.asarray(values, dtype=float) < thr)
+    return None if len(below) == 0 else np.asarray(steps)[below[0]].item()
+
+
+def summarise(df: pd.DataFrame, thr: float = THRESHOLD) -> pd.DataFrame:
+    """One row per line: final error mean/SE at the last step all seeds logged,
+    first step the seed-mean curve is below thr (NA if never), and how many seeds ever were."""
+    labels = legend_labels(df)
+    rows = []
+    for key, g in df.groupby(GROUP, sort=True):
+        wide = seed_curves(g)
+        mean, se = mean_se(wide)
+        n = g["seed"].nunique()
+        hit = steps_to_threshold(mean.index, mean.values, thr)
+        rows.append({
+            **dict(zip(GROUP, key)),
+            "label": labels[key],
+            "n_seeds": n,
+            "final_step": wide.index[-1] if len(wide) else pd.NA,
+            "final_error_mean": mean.iloc[-1] if len(wide) else np.nan,
+            "final_error_se": se.iloc[-1] if len(wide) else np.nan,
+            "steps_to_1pct": pd.NA if hit is None else hit,
+            "seeds_below_1pct": int((g.groupby("seed")["error"].min() < thr).sum()),
+        })
+    out = pd.DataFrame(rows)
+    out["steps_to_1pct"] = out["steps_to_1pct"].astype("Int64")
+    return out
+
+
+def format_summary(summary: pd.DataFrame) -> str:
+    """Printable per-task tables."""
+    blocks = []
+    for task, t in summary.groupby("task.name", sort=True):
+        lines = [f"== {task}", f"{'line':<50} {'final error':>22} {'steps to 1%':>12} {'seeds <1%':>12}"]
+        for _, r in t.iterrows():
+            final = f"{r.final_error_mean:.4f} ± {r.final_error_se:.4f} @{r.final_step}"
+            hit = "—" if pd.isna(r.steps_to_1pct) else str(r.steps_to_1pct)
+            below = f"{r.seeds_below_1pct}/{r.n_seeds} seeds"
+            lines.append(f"{r.label:<50} {final:>22} {hit:>12} {below:>12}")
+        blocks.append("\n".join(lines))
+    return "\n\n".join(blocks)
+
+
+def _filename(task: str) -> str:
+    return re.sub(r"[^A-Za-z0-9._=-]+", "_", task) or "task"
+
+
+def plot_results(df: pd.DataFrame, out_dir, yscale: str = "auto") -> list[Path]:
+    """One figure per task, saved as PNG and PDF; returns the written paths."""
+    out_dir = Path(out_dir)
+    out_dir.mkdir(parents=True, exist_ok=True)
+    labels = legend_labels(df)
+    paths = []
+    for task, t in df.groupby("task.name", sort=True):
+        scale = yscale if yscale != "auto" else ("linear" if linear_by_default(task) else "log")
+        fig, ax = plt.subplots(figsize=(6.4, 4.2))
+        seen = {}  # algo -> lines drawn so far, to vary the linestyle within a colour
+        for key, g in t.groupby(GROUP, sort=True):
+            algo = key[1]
+            wide = seed_curves(g)
+            if wide.empty:
+                continue
+            mean, se = mean_se(wide)
+            lo, hi = mean - se, mean + se
+            if scale == "log":
+                lo, hi = lo.clip(lower=LOG_FLOOR), hi.clip(lower=LOG_FLOOR)
+            style = LINESTYLES[seen.get(algo, 0) % len(LINESTYLES)]
+            seen[algo] = seen.get(algo, 0) + 1
+            ax.plot(mean.index, mean.values, color=color_for(algo), ls=style, lw=1.5, label=labels[key])
+            ax.fill_between(mean.index, lo.values, hi.values, color=color_for(algo), alpha=0.2, lw=0)
+        ax.set_yscale(scale)
+        ax.set_xlabel("episode")
+        ax.set_ylabel("error")
+        ax.set_title(task)
+        ax.grid(True, which="major", alpha=0.3)
+        ax.legend(fontsize=7, loc="best")
+        fig.tight_layout()
+        for ext in ("png", "pdf"):
+            path = out_dir / f"{_filename(task)}.{ext}"
+            fig.savefig(path, dpi=150)
+            paths.append(path)
+        plt.close(fig)
+    return paths
+
+
+def main(argv=None) -> int:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--results", default="outputs/results.parquet", help="table from analysis/collect.py")
+    parser.add_argument("--out", default="outputs/plots", help="directory for the figures")
+    parser.add_argument("--yscale", choices=["auto", "log", "linear"], default="auto")
+    args = parser.parse_args(argv)
+
+    results = Path(args.results)
+    if not results.is_file():
+        print(f"error: results file {results} not found (run analysis/collect.py first)", file=sys.stderr)
+        return 2
+    df = pd.read_parquet(results)
+    missing = [c for c in REQUIRED if c not in df.columns]
+    if missing:
+        print(f"error: {results} lacks required columns: {', '.join(missing)}", file=sys.stderr)
+        return 2
+    if df.empty:
+        print(f"error: {results} has no rows", file=sys.stderr)
+        return 1
+    print(format_summary(summarise(df)))
+    for path in plot_results(df, args.out, args.yscale):
+        print(f"wrote {path}")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,37 @@
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+REPO = Path(__file__).resolve().parent.parent
+# A few episodes of a tiny sequence task: every CLI test runs in seconds.
+TINY = ["task=demo", "task.episodes=3", "task.batch_size=4", "task.sequence_length=3",
+        "log_every=1", "threads=1"]
+
+
+def run_bench(*args: str, cwd: Path = REPO, env: dict | None = None,
+              check: bool = True) -> subprocess.CompletedProcess:
+    proc = subprocess.run([sys.executable, "-m", "bench", *args], cwd=cwd, text=True,
+                          capture_output=True, env={**os.environ, **(env or {})}, timeout=600)
+    if check and proc.returncode != 0:
+        raise AssertionError(f"bench failed ({proc.returncode}):\n{proc.stdout}\n{proc.stderr}")
+    return proc
+
+
+def run_script(script: str, *args: str, check: bool = True) -> subprocess.CompletedProcess:
+    proc = subprocess.run([sys.executable, str(REPO / script), *args], cwd=REPO, text=True,
+                          capture_output=True, timeout=600)
+    if check and proc.returncode != 0:
+        raise AssertionError(f"{script} failed ({proc.returncode}):\n{proc.stdout}\n{proc.stderr}")
+    return proc
+
+
+def run_dirs(root: Path) -> list[Path]:
+    return sorted(p for p in Path(root).rglob("seed=*") if p.is_dir())
+
+
+@pytest.fixture
+def out(tmp_path: Path) -> Path:
+    return tmp_path / "outputs"

@@ -1,0 +1,248 @@
+import json
+import subprocess
+import sys
+from pathlib import Path
+
+import numpy as np
+import pandas as pd
+import pytest
+
+from analysis import collect, plot
+
+REPO = Path(__file__).resolve().parents[1]
+
+
+def write_run(root, task, algo, chash, seed, errors, status="completed", reason=None,
+              summary=True, lr=1e-3, steps=None):
+    d = Path(root) / task / algo / chash / f"seed={seed}"
+    d.mkdir(parents=True)
+    n = len(errors)
+    df = pd.DataFrame({
+        "step": list(steps if steps is not None else range(n)),
+        "error": errors,
+        "loss": np.linspace(1.0, 0.1, n),
+        "kl": [np.nan] * n,
+        "config_hash": chash,
+        "seed": seed,
+        "task.name": task,
+        "algo.name": algo,
+        "algo.k": 8,
+        "optim.lr": lr,
+        "match": "exact",
+    })
+    df.to_parquet(d / "metrics.parquet", index=False)
+    if summary:
+        (d / "summary.json").write_text(json.dumps({"status": status, "reason": reason}))
+    return d
+
+
+@pytest.fixture
+def tree(tmp_path):
+    root = tmp_path / "outputs"
+    write_run(root, "reverse_h4", "tpo", "aaaa1111", 0, [0.5, 0.1, 0.0])
+    write_run(root, "reverse_h4", "tpo", "aaaa1111", 1, [0.6, 0.2, 0.05])
+    write_run(root, "reverse_h4", "tpo", "bbbb2222", 0, [0.9, 0.8, 0.7], lr=1e-2)
+    write_run(root, "reverse_h4", "grpo", "cccc3333", 0, [0.7, 0.6, 0.5, 0.4])
+    write_run(root, "reverse_h4", "grpo", "dddd4444", 0, [0.1] * 3, status="failed", reason="loss is nan")
+    write_run(root, "reverse_h4", "grpo", "dddd4444", 1, [0.1] * 3, status="running")
+    write_run(root, "reverse_h4", "grpo", "dddd4444", 2, [0.1] * 3, summary=False)
+    bad = write_run(root, "reverse_h4", "pg", "eeee5555", 0, [0.1] * 3)
+    (bad / "metrics.parquet").write_bytes(b"\x00garbage, not parquet\xff" * 10)
+    cut = write_run(root, "reverse_h4", "pg", "eeee5555", 1, [0.1] * 50)
+    data = (cut / "metrics.parquet").read_bytes()
+    (cut / "metrics.parquet").write_bytes(data[: len(data) // 2])
+    # Parquet files that are not a seed dir's metrics.parquet must be ignored.
+    pd.DataFrame({"step": [0], "error": [1.0]}).to_parquet(root / "results.parquet")
+    pd.DataFrame({"step": [0], "error": [1.0]}).to_parquet(root / "reverse_h4" / "metrics.parquet")
+    pd.DataFrame({"step": [0], "error": [1.0]}).to_parquet(
+        root / "reverse_h4" / "tpo" / "aaaa1111" / "seed=0" / "ckpt.parquet")
+    return root
+
+
+def reasons(skipped):
+    return {"/".join(r.path.parts[-2:]): r.reason for r in skipped}
+
+
+def test_collect_keeps_exactly_good_rows(tree):
+    df, skipped = collect.collect(tree)
+    assert len(df) == 3 + 3 + 3 + 4
+    runs = set(zip(df["config_hash"], df["seed"]))
+    assert runs == {("aaaa1111", 0), ("aaaa1111", 1), ("bbbb2222", 0), ("cccc3333", 0)}
+    assert df.loc[df.config_hash == "bbbb2222", "optim.lr"].eq(1e-2).all()
+
+    r = reasons(skipped)
+    assert len(r) == 5
+    assert r["dddd4444/seed=0"] == "failed: loss is nan"
+    assert r["dddd4444/seed=1"] == "incomplete (running)"
+    assert r["dddd4444/seed=2"] == "incomplete (no summary.json)"
+    assert r["eeee5555/seed=0"].startswith("corrupt metrics.parquet: ")
+    assert r["eeee5555/seed=1"].startswith("corrupt metrics.parquet: ")
+
+
+def test_find_runs_classifies_by_summary(tree):
+    status = {"/".join(r.path.parts[-2:]): r.status for r in collect.find_runs(tree)}
+    assert status["aaaa1111/seed=0"] == "completed"
+    assert status["dddd4444/seed=0"] == "failed"
+    assert status["dddd4444/seed=1"] == "running"
+    assert status["dddd4444/seed=2"] == "incomplete"
+    assert len(status) == 9
+
+
+def test_cli_by_path(tree, tmp_path):
+    out = tmp_path / "res" / "results.parquet"
+    cmd = [sys.executable, "analysis/collect.py", str(tree), "--out", str(out)]
+    p = subprocess.run(cmd, cwd=REPO, capture_output=True, text=True)
+    assert p.returncode == 0, p.stderr
+    assert "failed: loss is nan" in p.stdout
+    assert "incomplete (running)" in p.stdout
+    assert "incomplete (no summary.json)" in p.stdout
+    assert p.stdout.count("warning: skipped") == 2
+    assert "collected 4 runs (13 rows), skipped 5" in p.stdout
+    assert len(pd.read_parquet(out)) == 13
+    assert list(out.parent.iterdir()) == [out]  # no temp file left behind
+
+    # Writing into ROOT itself and collecting again must not pick up the previous output.
+    inside = tree / "results.parquet"
+    for _ in range(2):
+        p = subprocess.run([sys.executable, "analysis/collect.py", str(tree), "--out", str(inside)],
+                           cwd=REPO, capture_output=True, text=True)
+        assert p.returncode == 0, p.stderr
+    assert len(pd.read_parquet(inside)) == 13
+    assert not list(tree.glob("*.tmp"))
+
+
+def test_cli_errors(tmp_path, capsys):
+    assert collect.main([str(tmp_path / "nope")]) != 0
+    assert "does not exist" in capsys.readouterr().err
+
+    root = tmp_path / "outputs"
+    write_run(root, "t", "tpo", "h", 0, [0.5], status="failed", reason="oom")
+    out = tmp_path / "r.parquet"
+    assert collect.main([str(root), "--out", str(out)]) != 0
+    captured = capsys.readouterr()
+    assert "no completed run" in captured.err
+    assert "failed: oom" in captured.out
+    assert not out.exists()
+
+
+def test_write_atomic_keeps_old_file_on_failure(tmp_path):
+    out = tmp_path / "results.parquet"
+    collect.write_atomic(pd.DataFrame({"a": [1, 2]}), out)
+    collect.write_atomic(pd.DataFrame({"a": [3]}), out)
+    assert pd.read_parquet(out)["a"].tolist() == [3]
+
+    unwritable = pd.DataFrame({"a": [object()]})  # pyarrow cannot serialise this
+    with pytest.raises(Exception):
+        collect.write_atomic(unwritable, out)
+    assert pd.read_parquet(out)["a"].tolist() == [3]
+    assert [p.name for p in tmp_path.iterdir()] == ["results.parquet"]
+
+
+def frame(task, algo, chash, seed, errors, lr=1e-3, steps=None):
+    n = len(errors)
+    return pd.DataFrame({
+        "step": list(steps if steps is not None else range(n)), "error": errors,
+        "loss": np.arange(n, dtype=float), "config_hash": chash, "seed": seed,
+        "task.name": task, "algo.name": algo, "optim.lr": lr, "match": "exact",
+    })
+
+
+@pytest.fixture
+def results():
+    return pd.concat([
+        frame("copy", "tpo", "A", 0, [0.5, 0.1, 0.0, 0.0]),
+        # Seed 1 logged one extra step: the final value must come from the last common step.
+        frame("copy", "tpo", "A", 1, [0.5, 0.3, 0.04, 0.01, 0.5]),
+        frame("copy", "tpo", "B", 0, [0.9, 0.8, 0.7, 0.6], lr=1e-2),
+        frame("copy", "grpo", "C", 0, [0.9, 0.5, 0.2, 0.0]),  # mean - SE hits 0 at the end
+        frame("reverse_h8", "tpo", "D", 0, [0.4, 0.3]),
+    ], ignore_index=True)
+
+
+def test_steps_to_threshold():
+    assert plot.steps_to_threshold([0, 10, 20], [0.5, 0.005, 0.001], 0.01) == 10
+    assert plot.steps_to_threshold([0, 10], [0.5, 0.01], 0.01) is None  # strictly below
+    assert plot.steps_to_threshold([], [], 0.01) is None
+
+
+def test_summarise_hand_computed(results):
+    s = plot.summarise(results).set_index("config_hash")
+    a = s.loc["A"]
+    assert a.n_seeds == 2 and a.final_step == 3
+    assert a.final_error_mean == pytest.approx(0.005)
+    assert a.final_error_se == pytest.approx(0.005 / np.sqrt(2))  # std ddof=0 of [0, .01]
+    assert a.steps_to_1pct == 3  # means: .5, .2, .02, .005
+    assert a.seeds_below_1pct == 1  # seed 1 bottoms out at exactly 0.01
+
+    # Same algorithm, different hash: its own line, never pooled with A.
+    b = s.loc["B"]
+    assert b.n_seeds == 1 and b.final_error_mean == pytest.approx(0.6) and b.final_error_se == 0
+    assert pd.isna(b.steps_to_1pct) and b.seeds_below_1pct == 0
+    assert len(s) == 4
+
+    text = plot.format_summary(plot.summarise(results))
+    assert "== copy" in text and "== reverse_h8" in text
+    line_b = next(l for l in text.splitlines() if "optim.lr=0.01" in l)
+    assert "—" in line_b and "0/1 seeds" in line_b
+    line_a = next(l for l in text.splitlines() if l.startswith("tpo (optim.lr=0.001"))
+    assert "1/2 seeds" in line_a and "0.0050 ± 0.0035" in line_a
+
+
+def test_legend_labels(results):
+    labels = plot.legend_labels(results)
+    assert labels[("copy", "tpo", "A")] == "tpo (optim.lr=0.001, n=2)"
+    assert labels[("copy", "tpo", "B")] == "tpo (optim.lr=0.01, n=1)"
+    assert labels[("reverse_h8", "tpo", "D")] == "tpo (n=1)"  # alone in its figure: nothing differs
+    # Identical visible config but different hashes still get distinct labels.
+    twin = pd.concat([results, frame("copy", "tpo", "E", 0, [0.3] * 4)], ignore_index=True)
+    labels = plot.legend_labels(twin)
+    assert labels[("copy", "tpo", "A")] != labels[("copy", "tpo", "E")]
+
+
+def test_plot_files_legend_and_scales(results, tmp_path, monkeypatch):
+    figs = []
+    monkeypatch.setattr(plot.plt, "close", figs.append)
+    paths = plot.plot_results(results, tmp_path / "plots")
+    assert sorted(p.name for p in paths) == ["copy.pdf", "copy.png", "reverse_h8.pdf", "reverse_h8.png"]
+    for p in paths:
+        head = p.read_bytes()[:8]
+        assert head.startswith(b"\x89PNG" if p.suffix == ".png" else b"%PDF")
+        assert p.stat().st_size > 1000
+
+    axes = {f.axes[0].get_title(): f.axes[0] for f in figs}
+    copy_ax = axes["copy"]
+    texts = [t.get_text() for t in copy_ax.get_legend().get_texts()]
+    assert len(texts) == 3  # A and B not pooled, plus grpo
+    assert "tpo (optim.lr=0.001, n=2)" in texts and any(t.startswith("grpo (") for t in texts)
+    assert copy_ax.get_yscale() == "log" and axes["reverse_h8"].get_yscale() == "linear"
+
+    # Colour is fixed per algorithm; the band never reaches zero on a log axis.
+    colors = {l.get_label(): l.get_color() for l in copy_ax.get_lines()}
+    assert colors["tpo (optim.lr=0.001, n=2)"] == plot.COLORS["tpo"]
+    for band in copy_ax.collections:
+        assert min(p.vertices[:, 1].min() for p in band.get_paths()) >= plot.LOG_FLOOR
+
+    figs.clear()
+    plot.plot_results(results, tmp_path / "lin", yscale="linear")
+    assert all(f.axes[0].get_yscale() == "linear" for f in figs)
+
+
+def test_color_fallback_is_deterministic():
+    assert plot.color_for("mystery") == plot.color_for("mystery")
+    assert plot.color_for("mystery") in plot.FALLBACK
+    assert plot.color_for("grpo") != plot.color_for("tpo")
+
+
+def test_plot_cli_errors(tmp_path, capsys, results):
+    assert plot.main(["--results", str(tmp_path / "missing.parquet")]) != 0
+    assert "not found" in capsys.readouterr().err
+    bad = tmp_path / "bad.parquet"
+    results.drop(columns=["config_hash"]).to_parquet(bad)
+    assert plot.main(["--results", str(bad), "--out", str(tmp_path / "p")]) != 0
+    assert "config_hash" in capsys.readouterr().err
+
+    good = tmp_path / "good.parquet"
+    results.to_parquet(good)
+    assert plot.main(["--results", str(good), "--out", str(tmp_path / "p")]) == 0
+    out = capsys.readouterr().out
+    assert "== copy" in out and "copy.png" in out

@@ -1,0 +1,159 @@
+"""`python -m bench` end to end, through real Hydra and real subprocesses."""
+import json
+import textwrap
+
+import pandas as pd
+import pytest
+
+from conftest import REPO, TINY, run_bench, run_dirs, run_script
+
+
+def test_help_and_cfg_job():
+    helped = run_bench("--help")
+    assert "algo: " in helped.stdout and "tpo" in helped.stdout and "task: " in helped.stdout
+    job = run_bench("--cfg", "job", "algo=grpo", "task=reverse_h10")
+    assert "name: grpo" in job.stdout and "sequence_length: 10" in job.stdout
+    assert "kl_coef: 0.04" in job.stdout
+
+
+def test_multirun_to_parquet_collect_and_plot(out):
+    proc = run_bench("-m", "algo=tpo,pg", "seed=0,1", *TINY, f"output_root={out}")
+    dirs = run_dirs(out)
+    assert len(dirs) == 4
+    for d in dirs:
+        summary = json.loads((d / "summary.json").read_text())
+        assert summary["status"] == "completed" and summary["episodes"] == 3
+        assert summary["versions"]["torch"] and "final" in summary
+        df = pd.read_parquet(d / "metrics.parquet")
+        assert list(df["step"]) == [0, 1, 2]
+        assert df["error"].between(0, 1).all()
+        assert (df["config_hash"] == summary["config_hash"]).all()
+        assert {"task.name", "algo.name", "algo.k", "optim.lr", "task.vocab_size"} <= set(df.columns)
+        assert df["rollouts"].is_monotonic_increasing
+        assert d.parent.name == summary["config_hash"]  # <root>/<task>/<algo>/<hash>/seed=n
+        assert d.parent.parent.name == df["algo.name"].iloc[0]
+    # the progress line a person follows in a log file
+    assert "step 3/3 error" in proc.stdout and "ep/s" in proc.stdout and "ETA" in proc.stdout
+    tpo = pd.read_parquet(next(d for d in dirs if "/tpo/" in str(d)) / "metrics.parquet")
+    assert tpo["q_success"].notna().any() or tpo["q_fail"].notna().all()
+    assert tpo["all_fail_frac"].notna().all() and tpo["grad_norm"].gt(0).all()
+    pg = pd.read_parquet(next(d for d in dirs if "/pg/" in str(d)) / "metrics.parquet")
+    assert pg["all_fail_frac"].isna().all()  # undefined for single samples (SPEC 6)
+
+    results = out / "results.parquet"
+    run_script("analysis/collect.py", str(out), "--out", str(results))
+    table = pd.read_parquet(results)
+    assert len(table) == 4 * 3 and set(table["algo.name"]) == {"tpo", "pg"}
+    plots = out / "plots"
+    shown = run_script("analysis/plot.py", "--results", str(results), "--out", str(plots))
+    pngs = list(plots.glob("*.png"))
+    assert pngs and all(p.stat().st_size > 1000 for p in pngs)
+    assert list(plots.glob("*.pdf"))
+    assert "tpo" in shown.stdout and "pg" in shown.stdout
+
+
+def test_seed_alone_equals_seed_as_second_job(tmp_path):
+    run_bench("seed=0", *TINY, f"output_root={tmp_path / 'a'}")
+    run_bench("-m", "seed=1,0", *TINY, f"output_root={tmp_path / 'b'}")
+    [alone] = [d for d in run_dirs(tmp_path / "a")]
+    [second] = [d for d in run_dirs(tmp_path / "b") if d.name == "seed=0"]
+    a = pd.read_parquet(alone / "metrics.parquet").drop(columns=["wall_s"])
+    b = pd.read_parquet(second / "metrics.parquet").drop(columns=["wall_s"])
+    pd.testing.assert_frame_equal(a, b, check_exact=True)
+
+
+def test_run_identity_separates_configs_not_seeds(out):
+    run_bench("-m", "algo=tpo", "algo.k=2,4", "seed=0,1", *TINY, f"output_root={out}")
+    dirs = run_dirs(out)
+    hashes = {d.parent.name for d in dirs}
+    assert len(dirs) == 4 and len(hashes) == 2
+    for h in hashes:
+        assert {d.name for d in dirs if d.parent.name == h} == {"seed=0", "seed=1"}
+    # same command again: nothing re-runs, nothing new appears
+    again = run_bench("-m", "algo=tpo", "algo.k=2,4", "seed=0,1", *TINY, f"output_root={out}")
+    assert again.stdout.count("[skip]") == 4 and run_dirs(out) == dirs
+
+
+TOY_ALGO = '''
+from dataclasses import dataclass
+import torch
+from algorithms import register
+from bench.batch import Batch, LossOut
+
+@register("toy_algo")
+@dataclass(frozen=True)
+class Toy:
+    k: int = 3
+    epochs: int = 2
+    level: str = "sequence"
+    def loss(self, batch: Batch, logp: torch.Tensor) -> LossOut:
+        w = batch.scores - batch.scores.mean(-1, keepdim=True)
+        return LossOut(-(w * logp.sum(-1)).mean(), {})
+'''
+
+TOY_TASK = '''
+from dataclasses import dataclass
+import torch
+from bench.batch import Batch, Rollout
+from tasks import register
+
+@register("toy_task")
+@dataclass(frozen=True)
+class ToyTask:
+    """A 4-armed bandit: arm 2 pays."""
+    name: str = "toy_task"
+    episodes: int = 5
+    arms: int = 4
+    def check_algorithm(self, name, k, level): pass
+    def make_policy(self, gen):
+        return torch.nn.Linear(1, self.arms)
+    def rollout(self, policy, k, level, streams):
+        logp = torch.log_softmax(policy.weight.detach().T, -1).expand(8, -1)
+        a = torch.multinomial(logp.exp(), k, replacement=True, generator=streams.action)
+        r = (a == 2).float()
+        b = Batch(logp_old=logp.gather(1, a).unsqueeze(-1), token_rewards=r.unsqueeze(-1),
+                  scores=r, success=r > 0, obs=a)
+        return Rollout(b, error=1 - float(r.mean()), reward_mean=float(r.mean()), rollouts=a.numel())
+    def logprobs(self, policy, batch):
+        return torch.log_softmax(policy.weight.T, -1).expand(8, -1).gather(1, batch.obs).unsqueeze(-1)
+    def evaluate(self, policy): return None
+'''
+
+
+def test_plugin_algorithm_and_task_from_own_package(tmp_path, out):
+    pkg = tmp_path / "myplugins"
+    (pkg / "conf" / "algo").mkdir(parents=True)
+    (pkg / "conf" / "task").mkdir(parents=True)
+    (pkg / "toy_algo.py").write_text(textwrap.dedent(TOY_ALGO))
+    (pkg / "toy_task.py").write_text(textwrap.dedent(TOY_TASK))
+    (pkg / "conf" / "algo" / "toy_algo.yaml").write_text("name: toy_algo\nk: 3\n")
+    (pkg / "conf" / "task" / "toy_task.yaml").write_text("name: toy_task\nepisodes: 4\n")
+    proc = run_bench("algo=toy_algo", "task=toy_task", "optim=adam", "plugins=[toy_algo,toy_task]",
+                     f"hydra.searchpath=[file://{pkg / 'conf'}]", f"output_root={out}",
+                     env={"PYTHONPATH": str(pkg)})
+    [d] = run_dirs(out)
+    assert d.parent.parent.name == "toy_algo" and d.parent.parent.parent.name == "toy_task"
+    df = pd.read_parquet(d / "metrics.parquet")
+    assert len(df) == 4 and (df["algo.k"] == 3).all() and (df["rollouts"].diff().dropna() == 24).all()
+    assert "step 4/4" in proc.stdout
+
+
+@pytest.mark.parametrize("args,message", [
+    (["algo=nope"], "algo/nope"),
+    (["algo.name=nope"], "registered algorithms: dg, grpo"),
+    (["task.impl=nope"], "registered tasks:"),
+    (["+algo.bogus=1"], "unknown key algo.bogus for algorithm 'tpo'; valid keys: anchor, epochs, eta, k"),
+    (["algo.k=1"], "algo.k=1: tpo is a grouped method"),
+    (["algo=dg", "algo.k=8"], "algo.k=8: dg is a single-sample method"),
+    (["algo.epochs=0"], "algo.epochs must be a positive integer"),
+    (["task.batch_size=0"], "task.batch_size must be a positive integer"),
+    (["task.reward=dense"], "task.reward='dense' is not one of bag_of_tokens, sequential, terminal"),
+    (["optim.lr=-1"], "optim.lr must be a positive number"),
+    (["optim=sgd"], "optim/sgd"),
+    (["algo.eta=abc"], "algo.eta='abc' should be of type float"),
+])
+def test_bad_input_is_refused_before_any_run_dir(args, message, out):
+    proc = run_bench(*TINY, *args, f"output_root={out}", check=False)
+    assert proc.returncode != 0
+    assert message in proc.stderr + proc.stdout
+    assert run_dirs(out) == []
