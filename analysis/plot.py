@@ -85,7 +85,12 @@ def legend_labels(df: pd.DataFrame) -> dict:
     n_seeds = df.groupby(GROUP)["seed"].nunique()
     labels = {}
     for _, t in cfg.groupby(level="task.name"):
-        differing = [c for c in t.columns if t[c].dropna().nunique() > 1]
+        # An algorithm's own knobs (algo.*) differ across algorithms by nature; name
+        # them only where they tell lines of the same algorithm apart.
+        algos = t.index.get_level_values("algo.name")
+        differing = [c for c in t.columns if c != "algo.impl" and (
+            t[c].dropna().nunique() > 1 if not c.startswith("algo.")
+            else (t[c].groupby(algos).nunique() > 1).any())]
         task_labels = {}
         for key, row in t.iterrows():
             parts = [f"{c}={row[c]}" for c in differing if pd.notna(row[c])]

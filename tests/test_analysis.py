@@ -246,3 +246,17 @@ def test_plot_cli_errors(tmp_path, capsys, results):
     assert plot.main(["--results", str(good), "--out", str(tmp_path / "p")]) == 0
     out = capsys.readouterr().out
     assert "== copy" in out and "copy.png" in out
+
+
+def test_legend_names_algo_knobs_only_within_an_algorithm():
+    df = pd.concat([
+        frame("t", "tpo", "A", 0, [0.5, 0.1]).assign(**{"algo.k": 8, "algo.impl": "tpo"}),
+        frame("t", "tpo", "B", 0, [0.5, 0.2]).assign(**{"algo.k": 4, "algo.impl": "tpo"}),
+        frame("t", "dg", "C", 0, [0.5, 0.3]).assign(**{"algo.k": 1, "algo.impl": "dg"}),
+    ], ignore_index=True)
+    labels = plot.legend_labels(df)
+    assert labels[("t", "tpo", "A")] == "tpo (algo.k=8, n=1)"
+    assert labels[("t", "tpo", "B")] == "tpo (algo.k=4, n=1)"
+    assert labels[("t", "dg", "C")] == "dg (algo.k=1, n=1)"
+    only_across = df[df["config_hash"] != "B"]
+    assert plot.legend_labels(only_across)[("t", "dg", "C")] == "dg (n=1)"
