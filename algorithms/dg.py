@@ -32,4 +32,4 @@ class DG:
         # The surprisal is the current policy's, as in the reference (equal to the
         # rollout's in the default single epoch).
         w = dg_gate(A, -logp.detach(), self.eta)
-        return LossOut(reinforce_sum(w * A, logp, batch), {"gate_mean": float(w.mean())})
+        return LossOut(reinforce_sum(w * A, logp, batch), {"gate_mean": w.mean().item()})

@@ -51,8 +51,8 @@ class GRPO:
             loss = -per_group.mean()
         absA = A.abs()
         return LossOut(loss, {
-            "clip_frac": float(((r - 1).abs() > self.clip_eps).float().mean()),
-            "kl": float(kl.mean()),
+            "clip_frac": ((r - 1).abs() > self.clip_eps).float().mean().item(),
+            "kl": kl.mean().item(),
             "absA_success": mean_where(absA, batch.success),
             "absA_fail": mean_where(absA, ~batch.success),
         })

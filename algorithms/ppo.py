@@ -29,4 +29,4 @@ class PPO:
         if batch.mask is not None:
             clipped = clipped[batch.mask]
         return LossOut(-masked_sum(surrogate, batch.mask).mean(),
-                       {"clip_frac": float(clipped.float().mean())})
+                       {"clip_frac": clipped.float().mean().item()})
