@@ -8,6 +8,14 @@ import torch
 from bench.batch import Batch, masked_sum
 
 STD_FLOOR = 1e-6  # SPEC 1: below this the centred scores are returned unscaled
+LEVELS = ("sequence", "token")
+
+
+def check_level(level: str) -> None:
+    """Grouped methods group whole sequences, or (level="token", dense rewards only)
+    K next-token candidates at every prefix state of one behaviour trajectory (SPEC 2)."""
+    if level not in LEVELS:
+        raise ValueError(f"algo.level={level!r} is not one of {', '.join(LEVELS)}")
 
 
 def standardise(s: torch.Tensor) -> torch.Tensor:
@@ -44,5 +52,6 @@ def single_sample_advantage(batch: Batch) -> torch.Tensor:
 
 
 def reinforce_sum(weight: torch.Tensor, logp: torch.Tensor, batch: Batch) -> torch.Tensor:
-    """-mean over samples of sum_t sg(weight_t) * logp_t (SPEC 2, PG and DG form)."""
-    return -masked_sum(weight.detach() * logp, batch.mask).mean()
+    """-mean over groups of sum over the group's candidates and steps of
+    sg(weight) * logp (SPEC 2, PG and DG form; with k = 1 a mean over samples)."""
+    return -masked_sum(weight.detach() * logp, batch.mask).sum(-1).mean()

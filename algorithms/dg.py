@@ -6,6 +6,7 @@ One gradient epoch per batch by default: with more it degrades (paper appendix E
 """
 from __future__ import annotations
 
+import warnings
 from dataclasses import dataclass
 
 import torch
@@ -25,7 +26,11 @@ class DG:
     k: int = 1
     epochs: int = 1
     eta: float = 1.0
-    level: str = "sequence"
+
+    def __post_init__(self):
+        if self.epochs > 1:
+            warnings.warn(f"dg with algo.epochs={self.epochs}: DG has no trust region and "
+                          "degrades with more than one epoch (paper appendix E)", stacklevel=1)
 
     def loss(self, batch: Batch, logp: torch.Tensor) -> LossOut:
         A = single_sample_advantage(batch)

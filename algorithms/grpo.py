@@ -16,7 +16,7 @@ from dataclasses import dataclass
 import torch
 
 from algorithms import register
-from algorithms._common import STD_FLOOR, group_std, mean_where
+from algorithms._common import check_level, STD_FLOOR, group_std, mean_where
 from bench.batch import Batch, LossOut, masked_sum
 
 LOG_RATIO_CLAMP = 20.0
@@ -36,6 +36,9 @@ class GRPO:
     kl_coef: float = 0.04
     mask_zero_variance: bool = False
     level: str = "sequence"
+
+    def __post_init__(self):
+        check_level(self.level)
 
     def loss(self, batch: Batch, logp: torch.Tensor) -> LossOut:
         A = grpo_advantages(batch.scores)

@@ -1,5 +1,10 @@
-"""REINFORCE (SPEC 2): one sample per context, the task's advantage A_t,
-    L = -mean over samples of sum_t sg(A_t) logp_t.
+"""REINFORCE (SPEC 2), and Group PG, its grouped ablation.
+
+    L = -mean over groups of sum_i sum_t sg(A_it) logp_it
+
+advantage="task": one sample per context (k = 1) with the task's advantage A_t.
+advantage="group": Group PG -- TPO's candidates and standardised scores, A_i = u_i / eta
+on every token of candidate i, REINFORCE without a target.
 """
 from __future__ import annotations
 
@@ -8,8 +13,10 @@ from dataclasses import dataclass
 import torch
 
 from algorithms import register
-from algorithms._common import reinforce_sum, single_sample_advantage
+from algorithms._common import reinforce_sum, single_sample_advantage, standardise
 from bench.batch import Batch, LossOut
+
+ADVANTAGES = ("task", "group")
 
 
 @register("pg")
@@ -17,7 +24,20 @@ from bench.batch import Batch, LossOut
 class PG:
     k: int = 1
     epochs: int = 4
-    level: str = "sequence"
+    advantage: str = "task"
+    eta: float = 1.0
+
+    def __post_init__(self):
+        if self.advantage not in ADVANTAGES:
+            raise ValueError(f"algo.advantage={self.advantage!r} is not one of {', '.join(ADVANTAGES)}")
+
+    @property
+    def grouped(self) -> bool:
+        return self.advantage == "group"
 
     def loss(self, batch: Batch, logp: torch.Tensor) -> LossOut:
-        return LossOut(reinforce_sum(single_sample_advantage(batch), logp, batch), {})
+        if self.grouped:
+            A = (standardise(batch.scores) / self.eta).unsqueeze(-1).expand_as(logp)
+        else:
+            A = single_sample_advantage(batch)
+        return LossOut(reinforce_sum(A, logp, batch), {})

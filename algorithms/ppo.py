@@ -19,7 +19,6 @@ class PPO:
     k: int = 1
     epochs: int = 4
     clip_eps: float = 0.2
-    level: str = "sequence"
 
     def loss(self, batch: Batch, logp: torch.Tensor) -> LossOut:
         A = single_sample_advantage(batch)
@@ -28,5 +27,5 @@ class PPO:
         clipped = (r - 1).abs() > self.clip_eps
         if batch.mask is not None:
             clipped = clipped[batch.mask]
-        return LossOut(-masked_sum(surrogate, batch.mask).mean(),
+        return LossOut(-masked_sum(surrogate, batch.mask).sum(-1).mean(),
                        {"clip_frac": clipped.float().mean().item()})

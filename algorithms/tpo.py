@@ -15,7 +15,7 @@ from dataclasses import dataclass
 import torch
 
 from algorithms import register
-from algorithms._common import mean_where, standardise
+from algorithms._common import check_level, mean_where, standardise
 from bench.batch import Batch, LossOut, masked_sum
 
 
@@ -37,6 +37,9 @@ class TPO:
     eta: float = 1.0
     anchor: bool = True
     level: str = "sequence"
+
+    def __post_init__(self):
+        check_level(self.level)
 
     def loss(self, batch: Batch, logp: torch.Tensor) -> LossOut:
         # q depends only on rollout-time quantities, so it is the same frozen target

@@ -33,6 +33,7 @@ METRIC_COLUMNS = (
     "q_success", "q_fail", "absA_success", "absA_fail", "rollouts", "wall_s",
 )
 ZERO_VAR_STD = 1e-6  # SPEC 6
+MATCH_MODES = ("prompts", "interactions")
 
 
 class ConfigError(ValueError):
@@ -55,6 +56,10 @@ class RunSpec:
     """resolved scientific config (what the hash and the parquet columns carry)"""
     config_hash: str
     run_dir: Path
+    effective: dict[str, Any] = dataclasses.field(default_factory=dict)
+    """what the run really uses after matching: batch size, learning rate"""
+    notes: tuple[str, ...] = ()
+    """lines printed when the run starts (matching arithmetic)"""
 
 
 # ---------------------------------------------------------------- building a run
@@ -93,9 +98,14 @@ def _instantiate(registry, section: dict[str, Any], key: str):
     return impl, obj
 
 
-def _check_algorithm(algo, name: str) -> None:
+def is_grouped(algo) -> bool:
+    """Grouped methods say so (a `grouped` attribute) or default to a group of k > 1."""
     default_k = next(f.default for f in dataclasses.fields(algo) if f.name == "k")
-    grouped = getattr(algo, "grouped", default_k > 1)
+    return bool(getattr(algo, "grouped", default_k > 1))
+
+
+def _check_algorithm(algo, name: str) -> None:
+    grouped = is_grouped(algo)
     if grouped and algo.k < 2:
         raise ConfigError(f"algo.k={algo.k}: {name} is a grouped method and needs a group "
                           "of at least 2 candidates")
@@ -112,8 +122,9 @@ def build(cfg: dict[str, Any]) -> RunSpec:
     task_impl, task = _instantiate(TASKS, cfg["task"], "task")
     algo_impl, algo = _instantiate(ALGORITHMS, cfg["algo"], "algo")
     _check_algorithm(algo, cfg["algo"]["name"])
+    level = getattr(algo, "level", "sequence")
     try:
-        task.check_algorithm(cfg["algo"]["name"], algo.k, algo.level)
+        task.check_algorithm(cfg["algo"]["name"], algo.k, level)
     except ValueError as e:
         raise ConfigError(str(e)) from None
     optim = dict(cfg["optim"])
@@ -123,6 +134,8 @@ def build(cfg: dict[str, Any]) -> RunSpec:
     if not isinstance(seed, int) or seed < 0:
         raise ConfigError(f"seed must be a non-negative integer, got {seed!r}")
 
+    run_task, lr, notes = _match(cfg, task, algo, float(optim["lr"]))
+
     # Hash what actually runs: the dataclasses' full field values, defaults included.
     science = {k: v for k, v in cfg.items() if k not in ("task", "algo", "optim")}
     science["task"] = {"impl": task_impl, **dataclasses.asdict(task)}
@@ -130,13 +143,38 @@ def build(cfg: dict[str, Any]) -> RunSpec:
     science["optim"] = optim
     science = identity(science)
     h = config_hash(science)
+    effective = {"batch_size_effective": getattr(run_task, "batch_size", None), "lr_effective": lr}
     return RunSpec(
-        task=task, algo=algo, algo_name=cfg["algo"]["name"], optim_name=optim.get("name", ""),
-        lr=float(optim["lr"]), seed=seed, device=str(cfg.get("device", "cpu")),
+        task=run_task, algo=algo, algo_name=cfg["algo"]["name"], optim_name=optim.get("name", ""),
+        lr=lr, seed=seed, effective=effective, notes=notes, device=str(cfg.get("device", "cpu")),
         threads=int(cfg.get("threads", 0)), log_every=int(cfg.get("log_every", 50)),
         force=bool(cfg.get("force", False)), config=science, config_hash=h,
         run_dir=run_dir(cfg.get("output_root", "outputs"), task.name, cfg["algo"]["name"], h, seed),
     )
+
+
+def _match(cfg: dict[str, Any], task, algo, lr: float):
+    """SPEC 3.1 matching modes. Interaction matching gives single-sample methods B*K
+    prompts and lr * sqrt(K) on both optimizer branches; grouped and token-level
+    methods run unchanged (they already see K candidates per prompt)."""
+    mode, K = cfg.get("match", "prompts"), cfg.get("match_k", 8)
+    if mode not in MATCH_MODES:
+        raise ConfigError(f"match={mode!r} is not one of {', '.join(MATCH_MODES)}")
+    if not isinstance(K, int) or K < 1:
+        raise ConfigError(f"match_k must be a positive integer, got {K!r}")
+    name = cfg["algo"]["name"]
+    if mode == "prompts":
+        return task, lr, ()
+    if is_grouped(algo) or getattr(algo, "level", "sequence") == "token":
+        return task, lr, (f"match=interactions: {name} is grouped or token-level; batch size "
+                          f"and learning rate unchanged (lr {lr:g})",)
+    if not hasattr(task, "batch_size"):
+        raise ConfigError(f"match=interactions: task {task.name!r} has no task.batch_size to scale")
+    B = task.batch_size
+    matched = dataclasses.replace(task, batch_size=B * K)
+    return matched, lr * math.sqrt(K), (
+        f"match=interactions: {name} gets B*K = {B}*{K} = {B * K} prompts per episode and "
+        f"lr {lr:g} * sqrt({K}) = {lr * math.sqrt(K):g} on both optimizer branches",)
 
 
 # ---------------------------------------------------------------- running it
@@ -165,7 +203,7 @@ def _fmt_eta(seconds: float) -> str:
 def train_episode(task, algo, policy, opt, streams: Streams) -> dict[str, float]:
     """One episode: sample, then algo.epochs full-batch optimizer steps on it (SPEC 2).
     Loss and gradient norm are the first epoch's (before any update on this batch)."""
-    ro = task.rollout(policy, algo.k, algo.level, streams)
+    ro = task.rollout(policy, algo.k, getattr(algo, "level", "sequence"), streams)
     before = _flat_params(policy)
     row: dict[str, float] = {}
     for epoch in range(algo.epochs):
@@ -199,12 +237,15 @@ def run(spec: RunSpec) -> dict[str, Any]:
     base = {"config_hash": spec.config_hash, "run_dir": str(spec.run_dir), "seed": spec.seed,
             "task": spec.task.name, "algo": spec.algo_name, "started_at": started,
             "versions": io.package_versions(), "git_commit": io.git_commit(),
-            "threads": torch.get_num_threads(), "device": spec.device}
+            "threads": torch.get_num_threads(), "device": spec.device, **spec.effective}
     spec.run_dir.mkdir(parents=True, exist_ok=True)
     io.write_json(spec.run_dir / "config.json", {"seed": spec.seed, **spec.config})
     io.write_json(summary_path, {**base, "status": "running", "reason": None})
 
-    columns = {"config_hash": spec.config_hash, "seed": spec.seed, **flatten(spec.config)}
+    for note in spec.notes:
+        print(f"[{label}] {note}", flush=True)
+    columns = {"config_hash": spec.config_hash, "seed": spec.seed, **flatten(spec.config),
+               **spec.effective}
     rows: list[dict[str, Any]] = []
     status, reason = "completed", None
     try:

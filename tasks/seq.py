@@ -61,9 +61,11 @@ class SeqTask:
             raise ValueError(f"task.vocab_size must be at least 2, got {self.vocab_size}")
 
     def check_algorithm(self, name: str, k: int, level: str) -> None:
-        if level != "sequence":
-            raise ValueError(f"algo.level={level!r}: task {self.name!r} supports only "
-                             "'sequence' for now")
+        if level == "token" and self.reward == "terminal":
+            raise ValueError(
+                f"{name} groups next-token candidates (algo.level=token), which needs a "
+                f"per-token reward; task.reward=terminal has none. Use the sequence-level "
+                f"method or task.reward=bag_of_tokens|sequential")
 
     def make_policy(self, gen: torch.Generator) -> Transformer:
         return Transformer(self.vocab_size, 2 * self.sequence_length).init_(gen)
@@ -71,6 +73,8 @@ class SeqTask:
     def rollout(self, policy: Transformer, k: int, level: str, streams: Streams) -> Rollout:
         B, H, V = self.batch_size, self.sequence_length, self.vocab_size
         prompts = torch.randint(0, V, (B, H), generator=streams.data)
+        if level == "token":
+            return self._token_rollout(policy, prompts, k, streams.action)
         tokens, logp = generate(policy, prompts, k, streams.action)
         correct = tokens == target_tokens(prompts, self.target, V).unsqueeze(1)
         rewards = token_rewards(correct, self.reward)
@@ -81,7 +85,35 @@ class SeqTask:
         reward_mean = float(rewards.mean())
         return Rollout(batch, error=1.0 - reward_mean, reward_mean=reward_mean, rollouts=B * k)
 
+    def _token_rollout(self, policy: Transformer, prompts: torch.Tensor, k: int,
+                       gen: torch.Generator) -> Rollout:
+        """SPEC 2 token-level groups: one behaviour trajectory per prompt, K next-token
+        candidates per prefix state (candidate 0 the behaviour token), B*H groups."""
+        B, H = prompts.shape
+        behaviour, cands, logp = generate(policy, prompts, 1, gen, candidates=k)
+        target = target_tokens(prompts, self.target, self.vocab_size)
+        correct = cands == target.unsqueeze(-1)  # [B, H, K]
+        if self.reward == "sequential":
+            # A candidate scores only while the behaviour prefix before it is all correct.
+            alive = torch.cat([torch.ones(B, 1, dtype=torch.bool),
+                               correct[:, :-1, 0].cumprod(-1).bool()], 1)
+            correct = correct & alive.unsqueeze(-1)
+        rewards = correct.float()
+        batch = Batch(logp_old=logp.reshape(B * H, k, 1),
+                      token_rewards=rewards.reshape(B * H, k, 1),
+                      scores=rewards.reshape(B * H, k), success=correct.reshape(B * H, k),
+                      obs=(prompts, behaviour.view(B, H), cands))
+        # SPEC 3.1: the error of token-level methods is the behaviour rollouts'.
+        reward_mean = float(rewards[..., 0].mean())
+        return Rollout(batch, error=1.0 - reward_mean, reward_mean=reward_mean, rollouts=B)
+
     def logprobs(self, policy: Transformer, batch: Batch) -> torch.Tensor:
+        if len(batch.obs) == 3:  # token-level: one forward of the behaviour trajectory
+            prompts, behaviour, cands = batch.obs
+            B, H, K = cands.shape
+            logits = policy(torch.cat([prompts, behaviour], 1)[:, :-1])[:, H - 1:]
+            logp = torch.log_softmax(logits, -1).gather(-1, cands)
+            return logp.reshape(B * H, K, 1)
         prompts, tokens = batch.obs
         B, K, H = tokens.shape
         seq = torch.cat([prompts.repeat_interleave(K, 0), tokens.reshape(B * K, H)], 1)
@@ -94,10 +126,14 @@ class SeqTask:
 
 
 @torch.no_grad()
-def generate(policy: Transformer, prompts: torch.Tensor, k: int,
-             gen: torch.Generator) -> tuple[torch.Tensor, torch.Tensor]:
+def generate(policy: Transformer, prompts: torch.Tensor, k: int, gen: torch.Generator,
+             candidates: int = 0):
     """Sample k answers per prompt with a KV cache; returns tokens and their rollout-time
-    log-probs, both [B, k, H] (the log-probs serve as p_old: no second forward)."""
+    log-probs, both [B, k, H] (the log-probs serve as p_old: no second forward).
+
+    With candidates=K (k = 1), every step draws K i.i.d. tokens with replacement, the
+    first of which continues the trajectory; returns (tokens [B, 1, H], candidates
+    [B, H, K], candidate log-probs [B, H, K])."""
     B, H = prompts.shape
     caches: list[list] = [[] for _ in policy.blocks]
     logits = policy(prompts, caches)[:, -1]
@@ -105,12 +141,21 @@ def generate(policy: Transformer, prompts: torch.Tensor, k: int,
     for c in caches:
         c[0] = tuple(x.repeat_interleave(k, 0) for x in c[0])
     logits = logits.repeat_interleave(k, 0)
-    tokens, logps = [], []
+    tokens, logps, cands = [], [], []
     for t in range(H):
         logp = torch.log_softmax(logits, -1)
-        tok = torch.multinomial(logp.exp(), 1, generator=gen)
+        if candidates:
+            cand = torch.multinomial(logp.exp(), candidates, replacement=True, generator=gen)
+            cands.append(cand)
+            logps.append(logp.gather(-1, cand))
+            tok = cand[:, :1]
+        else:
+            tok = torch.multinomial(logp.exp(), 1, generator=gen)
+            logps.append(logp.gather(-1, tok))
         tokens.append(tok)
-        logps.append(logp.gather(-1, tok))
         if t < H - 1:
             logits = policy(tok, caches, start=H + t)[:, -1]
-    return (torch.cat(tokens, 1).view(B, k, H), torch.cat(logps, 1).view(B, k, H))
+    tokens = torch.cat(tokens, 1).view(B, k, H)
+    if candidates:
+        return tokens, torch.stack(cands, 1), torch.stack(logps, 1)
+    return tokens, torch.cat(logps, 1).view(B, k, H)

@@ -35,3 +35,13 @@ def run_dirs(root: Path) -> list[Path]:
 @pytest.fixture
 def out(tmp_path: Path) -> Path:
     return tmp_path / "outputs"
+
+
+def compose(*overrides: str) -> dict:
+    """The resolved config `python -m bench` would see, without a subprocess."""
+    from hydra import compose as hydra_compose, initialize_config_dir
+    from omegaconf import OmegaConf
+
+    with initialize_config_dir(config_dir=str(REPO / "conf"), version_base="1.3"):
+        cfg = hydra_compose(config_name="config", overrides=list(overrides))
+    return OmegaConf.to_container(cfg, resolve=True)
