@@ -6,8 +6,12 @@ config (`conf/algo/<name>.yaml` sets them) and it exposes
 
     k: int            group size (1 for single-sample methods)
     epochs: int       gradient epochs per rollout batch (SPEC 2)
-    level: str        "sequence" (one candidate = one sequence) or "token"
+    needs: str        what it consumes, one of bench.batch.NEEDS (optional: "sample"
+                      when the default k is 1, else "sample_group")
+    level: str        optional, "sequence" (default) or "token"
     loss(batch, logp) -> LossOut    logp shaped like batch.logp_old
+
+Losses honour `batch.weights` (candidate weights in the group's sums) where present.
 """
 from bench.registry import Registry
 

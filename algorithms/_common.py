@@ -51,7 +51,12 @@ def single_sample_advantage(batch: Batch) -> torch.Tensor:
     return batch.advantages
 
 
+def candidate_weights(batch: Batch) -> torch.Tensor | float:
+    return 1.0 if batch.weights is None else batch.weights
+
+
 def reinforce_sum(weight: torch.Tensor, logp: torch.Tensor, batch: Batch) -> torch.Tensor:
     """-mean over groups of sum over the group's candidates and steps of
     sg(weight) * logp (SPEC 2, PG and DG form; with k = 1 a mean over samples)."""
-    return -masked_sum(weight.detach() * logp, batch.mask).sum(-1).mean()
+    per_candidate = masked_sum(weight.detach() * logp, batch.mask) * candidate_weights(batch)
+    return -per_candidate.sum(-1).mean()

@@ -8,12 +8,15 @@ from __future__ import annotations
 
 import warnings
 from dataclasses import dataclass
+from typing import ClassVar
 
 import torch
 
 from algorithms import register
 from algorithms._common import reinforce_sum, single_sample_advantage
 from bench.batch import Batch, LossOut
+
+SURPRISALS = ("behaviour", "current")
 
 
 def dg_gate(advantage: torch.Tensor, surprisal: torch.Tensor, eta: float = 1.0) -> torch.Tensor:
@@ -26,15 +29,21 @@ class DG:
     k: int = 1
     epochs: int = 1
     eta: float = 1.0
+    surprisal: str = "behaviour"
+    """Whose -logp gates: the acting policy's ("behaviour", what a stale actor supplies)
+    or the policy being trained ("current", recomputed each epoch as the reference does
+    in its multi-epoch ablation). In the default single on-policy epoch they agree."""
+    needs: ClassVar[str] = "sample"
 
     def __post_init__(self):
+        if self.surprisal not in SURPRISALS:
+            raise ValueError(f"algo.surprisal={self.surprisal!r} is not one of {', '.join(SURPRISALS)}")
         if self.epochs > 1:
             warnings.warn(f"dg with algo.epochs={self.epochs}: DG has no trust region and "
                           "degrades with more than one epoch (paper appendix E)", stacklevel=1)
 
     def loss(self, batch: Batch, logp: torch.Tensor) -> LossOut:
         A = single_sample_advantage(batch)
-        # The surprisal is the current policy's, as in the reference (equal to the
-        # rollout's in the default single epoch).
-        w = dg_gate(A, -logp.detach(), self.eta)
+        surprisal = -(batch.logp_old if self.surprisal == "behaviour" else logp.detach())
+        w = dg_gate(A, surprisal, self.eta)
         return LossOut(reinforce_sum(w * A, logp, batch), {"gate_mean": w.mean().item()})

@@ -12,19 +12,31 @@ kl_coef = 0 is GRPO-no-KL; mask_zero_variance drops groups whose score std <= 1e
 from __future__ import annotations
 
 from dataclasses import dataclass
+from typing import ClassVar
 
 import torch
 
 from algorithms import register
-from algorithms._common import check_level, STD_FLOOR, group_std, mean_where
+from algorithms._common import STD_FLOOR, candidate_weights, check_level, mean_where
 from bench.batch import Batch, LossOut, masked_sum
 
 LOG_RATIO_CLAMP = 20.0
 
 
-def grpo_advantages(scores: torch.Tensor) -> torch.Tensor:
-    centred = scores - scores.mean(-1, keepdim=True)
-    return centred / (group_std(scores).unsqueeze(-1) + 1e-8)
+def group_stats(scores: torch.Tensor, weights: torch.Tensor | None = None):
+    """Mean and population std over each group; with exact-population weights (tabular
+    bandits) the group is the weighted action set, which turns the advantage into
+    SPEC 3.3's sqrt(p / (1 - p)) weighting."""
+    if weights is None:
+        return scores.mean(-1, keepdim=True), scores.std(-1, correction=0, keepdim=True)
+    w = weights / weights.sum(-1, keepdim=True)
+    mean = (w * scores).sum(-1, keepdim=True)
+    return mean, (w * (scores - mean).pow(2)).sum(-1, keepdim=True).sqrt()
+
+
+def grpo_advantages(scores: torch.Tensor, weights: torch.Tensor | None = None) -> torch.Tensor:
+    mean, std = group_stats(scores, weights)
+    return (scores - mean) / (std + 1e-8)
 
 
 @register("grpo")
@@ -36,19 +48,20 @@ class GRPO:
     kl_coef: float = 0.04
     mask_zero_variance: bool = False
     level: str = "sequence"
+    needs: ClassVar[str] = "sample_group"
 
     def __post_init__(self):
         check_level(self.level)
 
     def loss(self, batch: Batch, logp: torch.Tensor) -> LossOut:
-        A = grpo_advantages(batch.scores)
+        A = grpo_advantages(batch.scores, batch.weights)
         d = (masked_sum(logp, batch.mask) - batch.seq_logp_old()).clamp(-LOG_RATIO_CLAMP, LOG_RATIO_CLAMP)
         r = d.exp()
         surrogate = torch.minimum(r * A, r.clamp(1 - self.clip_eps, 1 + self.clip_eps) * A)
         kl = torch.exp(-d) + d - 1
-        per_group = (surrogate - self.kl_coef * kl).sum(-1)
+        per_group = ((surrogate - self.kl_coef * kl) * candidate_weights(batch)).sum(-1)
         if self.mask_zero_variance:
-            informative = (group_std(batch.scores) > STD_FLOOR).to(per_group.dtype)
+            informative = (group_stats(batch.scores, batch.weights)[1][..., 0] > STD_FLOOR).to(per_group.dtype)
             loss = -(per_group * informative).sum() / informative.sum().clamp_min(1)
         else:
             loss = -per_group.mean()

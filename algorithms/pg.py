@@ -32,11 +32,11 @@ class PG:
             raise ValueError(f"algo.advantage={self.advantage!r} is not one of {', '.join(ADVANTAGES)}")
 
     @property
-    def grouped(self) -> bool:
-        return self.advantage == "group"
+    def needs(self) -> str:
+        return "action_group" if self.advantage == "group" else "sample"
 
     def loss(self, batch: Batch, logp: torch.Tensor) -> LossOut:
-        if self.grouped:
+        if self.advantage == "group":
             A = (standardise(batch.scores) / self.eta).unsqueeze(-1).expand_as(logp)
         else:
             A = single_sample_advantage(batch)

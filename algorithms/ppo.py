@@ -5,11 +5,12 @@
 from __future__ import annotations
 
 from dataclasses import dataclass
+from typing import ClassVar
 
 import torch
 
 from algorithms import register
-from algorithms._common import single_sample_advantage
+from algorithms._common import candidate_weights, single_sample_advantage
 from bench.batch import Batch, LossOut, masked_sum
 
 
@@ -19,6 +20,7 @@ class PPO:
     k: int = 1
     epochs: int = 4
     clip_eps: float = 0.2
+    needs: ClassVar[str] = "sample"
 
     def loss(self, batch: Batch, logp: torch.Tensor) -> LossOut:
         A = single_sample_advantage(batch)
@@ -27,5 +29,5 @@ class PPO:
         clipped = (r - 1).abs() > self.clip_eps
         if batch.mask is not None:
             clipped = clipped[batch.mask]
-        return LossOut(-masked_sum(surrogate, batch.mask).sum(-1).mean(),
+        return LossOut(-(masked_sum(surrogate, batch.mask) * candidate_weights(batch)).sum(-1).mean(),
                        {"clip_frac": clipped.float().mean().item()})

@@ -11,6 +11,7 @@ matches the target, however many epochs run on the same batch.
 from __future__ import annotations
 
 from dataclasses import dataclass
+from typing import ClassVar
 
 import torch
 
@@ -37,6 +38,7 @@ class TPO:
     eta: float = 1.0
     anchor: bool = True
     level: str = "sequence"
+    needs: ClassVar[str] = "action_group"
 
     def __post_init__(self):
         check_level(self.level)

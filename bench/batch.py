@@ -8,8 +8,19 @@ T scored steps (T = 1 for one-step bandits). Every family in SPEC fits this shap
 - token-level groups (TPO_token, GRPO_token): N = B*H prefix states, K next-token
   candidates, T = 1, candidate 0 the behaviour token;
 - all-actions groups (MNIST TPO, tabular): K = the action set, with `weights` holding
-  exact-population probabilities where the task computes expectations instead of
-  sampling.
+  the sampled action's indicator, or exact-population probabilities where the task
+  computes expectations instead of sampling.
+
+What a task builds depends on what the algorithm consumes (`Request.needs`):
+
+- "sample": one sampled candidate per context scored by the task's advantage
+  (PG, PPO, DG);
+- "sample_group": a group of sampled candidates whose rewards are standardised over the
+  group (GRPO; on bandits the minibatch is the group, SPEC 3.2-3.3);
+- "action_group": a group standing for the action set, compared by standardised
+  scores (TPO, Group PG; sequence tasks sample K candidates since the set of answers
+  cannot be enumerated, bandits enumerate it);
+- "label": the supervised oracle's one-hot label over the action set (CE).
 
 Algorithms never see the task's private tensors (`obs`): they get the current policy's
 log-probs of the same candidates from the runner, shaped like `logp_old`.
@@ -37,7 +48,8 @@ class Batch:
     advantages: torch.Tensor | None = None
     """[N, K, T] task-supplied advantage (the task owns its baseline), or None."""
     weights: torch.Tensor | None = None
-    """[N, K] exact-population candidate weights for all-actions groups, or None."""
+    """[N, K] weight of each candidate in the group's sums and statistics: the sampled
+    action's indicator, or exact-population probabilities; None means 1."""
     obs: Any = None
     """Task-private payload (prompts, tokens) used to re-score log-probs."""
 
@@ -59,6 +71,26 @@ def masked_sum(x: torch.Tensor, mask: torch.Tensor | None) -> torch.Tensor:
     if mask is None:
         return x.sum(-1)
     return torch.where(mask, x, torch.zeros_like(x)).sum(-1)
+
+
+NEEDS = ("sample", "sample_group", "action_group", "label")
+GROUP_NEEDS = ("sample_group", "action_group")
+
+
+@dataclass(frozen=True)
+class Request:
+    """What the runner asks a task for on behalf of an algorithm."""
+
+    name: str
+    """the algorithm's config name, for messages"""
+    k: int
+    """group size for sampled groups (1 for single samples)"""
+    level: str = "sequence"
+    """"sequence", or "token": K next-token candidates per prefix state (SPEC 2)"""
+    needs: str = "sample"
+    """one of NEEDS"""
+    k_explicit: bool = False
+    """algo.k was set on the command line (tasks whose group is the action set refuse it)"""
 
 
 @dataclass

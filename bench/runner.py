@@ -18,7 +18,7 @@ import torch
 
 from algorithms import ALGORITHMS
 from bench import io
-from bench.batch import Batch
+from bench.batch import GROUP_NEEDS, NEEDS, Batch, Request
 from bench.identity import config_hash, flatten, identity, run_dir
 from bench.optim import build_optimizer
 from bench.registry import UnknownName, load_plugins
@@ -56,6 +56,7 @@ class RunSpec:
     """resolved scientific config (what the hash and the parquet columns carry)"""
     config_hash: str
     run_dir: Path
+    request: Request
     effective: dict[str, Any] = dataclasses.field(default_factory=dict)
     """what the run really uses after matching: batch size, learning rate"""
     notes: tuple[str, ...] = ()
@@ -98,13 +99,21 @@ def _instantiate(registry, section: dict[str, Any], key: str):
     return impl, obj
 
 
-def is_grouped(algo) -> bool:
-    """Grouped methods say so (a `grouped` attribute) or default to a group of k > 1."""
+def needs(algo) -> str:
+    """What the algorithm consumes (bench.batch.NEEDS); a plug-in that does not say is a
+    grouped method when its default k is above 1."""
     default_k = next(f.default for f in dataclasses.fields(algo) if f.name == "k")
-    return bool(getattr(algo, "grouped", default_k > 1))
+    return getattr(algo, "needs", "sample_group" if default_k > 1 else "sample")
+
+
+def is_grouped(algo) -> bool:
+    return needs(algo) in GROUP_NEEDS
 
 
 def _check_algorithm(algo, name: str) -> None:
+    if needs(algo) not in NEEDS:
+        raise ConfigError(f"algorithm {name!r} declares needs={needs(algo)!r}; "
+                          f"valid: {', '.join(NEEDS)}")
     grouped = is_grouped(algo)
     if grouped and algo.k < 2:
         raise ConfigError(f"algo.k={algo.k}: {name} is a grouped method and needs a group "
@@ -116,15 +125,17 @@ def _check_algorithm(algo, name: str) -> None:
         raise ConfigError(f"algo.epochs must be a positive integer, got {algo.epochs}")
 
 
-def build(cfg: dict[str, Any]) -> RunSpec:
-    """Validate everything and resolve the run; creates nothing on disk."""
+def build(cfg: dict[str, Any], explicit: frozenset[str] = frozenset()) -> RunSpec:
+    """Validate everything and resolve the run; creates nothing on disk. `explicit` holds
+    the config keys the user set on the command line."""
     load_plugins(list(cfg.get("plugins") or []))
     task_impl, task = _instantiate(TASKS, cfg["task"], "task")
     algo_impl, algo = _instantiate(ALGORITHMS, cfg["algo"], "algo")
     _check_algorithm(algo, cfg["algo"]["name"])
-    level = getattr(algo, "level", "sequence")
+    request = Request(name=cfg["algo"]["name"], k=algo.k, level=getattr(algo, "level", "sequence"),
+                      needs=needs(algo), k_explicit="algo.k" in explicit)
     try:
-        task.check_algorithm(cfg["algo"]["name"], algo.k, level)
+        task.check_algorithm(request)
     except ValueError as e:
         raise ConfigError(str(e)) from None
     optim = dict(cfg["optim"])
@@ -146,7 +157,7 @@ def build(cfg: dict[str, Any]) -> RunSpec:
     effective = {"batch_size_effective": getattr(run_task, "batch_size", None), "lr_effective": lr}
     return RunSpec(
         task=run_task, algo=algo, algo_name=cfg["algo"]["name"], optim_name=optim.get("name", ""),
-        lr=lr, seed=seed, effective=effective, notes=notes, device=str(cfg.get("device", "cpu")),
+        lr=lr, seed=seed, request=request, effective=effective, notes=notes, device=str(cfg.get("device", "cpu")),
         threads=int(cfg.get("threads", 0)), log_every=int(cfg.get("log_every", 50)),
         force=bool(cfg.get("force", False)), config=science, config_hash=h,
         run_dir=run_dir(cfg.get("output_root", "outputs"), task.name, cfg["algo"]["name"], h, seed),
@@ -200,10 +211,10 @@ def _fmt_eta(seconds: float) -> str:
         f"{seconds // 60}m{seconds % 60:02d}s"
 
 
-def train_episode(task, algo, policy, opt, streams: Streams) -> dict[str, float]:
+def train_episode(task, algo, request: Request, policy, opt, streams: Streams) -> dict[str, float]:
     """One episode: sample, then algo.epochs full-batch optimizer steps on it (SPEC 2).
     Loss and gradient norm are the first epoch's (before any update on this batch)."""
-    ro = task.rollout(policy, algo.k, getattr(algo, "level", "sequence"), streams)
+    ro = task.rollout(policy, request, streams)
     before = _flat_params(policy)
     row: dict[str, float] = {}
     for epoch in range(algo.epochs):
@@ -256,7 +267,7 @@ def run(spec: RunSpec) -> dict[str, Any]:
         cumulative = 0
         t0 = time.perf_counter()
         for step in range(episodes):
-            row = train_episode(spec.task, spec.algo, policy, opt, streams)
+            row = train_episode(spec.task, spec.algo, spec.request, policy, opt, streams)
             cumulative += row.pop("rollouts")
             row.update(step=step, rollouts=cumulative, wall_s=time.perf_counter() - t0)
             if not math.isfinite(row["loss"]):

@@ -10,7 +10,7 @@ from dataclasses import dataclass
 
 import torch
 
-from bench.batch import Batch, Rollout
+from bench.batch import Batch, Request, Rollout
 from bench.rng import Streams
 from tasks import register
 from tasks.transformer import Transformer
@@ -60,20 +60,25 @@ class SeqTask:
         if self.vocab_size < 2:
             raise ValueError(f"task.vocab_size must be at least 2, got {self.vocab_size}")
 
-    def check_algorithm(self, name: str, k: int, level: str) -> None:
-        if level == "token" and self.reward == "terminal":
+    def check_algorithm(self, req: Request) -> None:
+        if req.needs == "label":
+            raise ValueError(f"{req.name} is a supervised oracle and needs a labelled task "
+                             f"(mnist, tabular_*); task {self.name!r} reveals no label")
+        if req.level == "token" and self.reward == "terminal":
             raise ValueError(
-                f"{name} groups next-token candidates (algo.level=token), which needs a "
+                f"{req.name} groups next-token candidates (algo.level=token), which needs a "
                 f"per-token reward; task.reward=terminal has none. Use the sequence-level "
                 f"method or task.reward=bag_of_tokens|sequential")
 
     def make_policy(self, gen: torch.Generator) -> Transformer:
         return Transformer(self.vocab_size, 2 * self.sequence_length).init_(gen)
 
-    def rollout(self, policy: Transformer, k: int, level: str, streams: Streams) -> Rollout:
-        B, H, V = self.batch_size, self.sequence_length, self.vocab_size
+    def rollout(self, policy: Transformer, req: Request, streams: Streams) -> Rollout:
+        """Sequence groups of req.k sampled answers per prompt (every need but "label":
+        the answer set is too large to enumerate), or token-level groups."""
+        B, H, V, k = self.batch_size, self.sequence_length, self.vocab_size, req.k
         prompts = torch.randint(0, V, (B, H), generator=streams.data)
-        if level == "token":
+        if req.level == "token":
             return self._token_rollout(policy, prompts, k, streams.action)
         tokens, logp = generate(policy, prompts, k, streams.action)
         correct = tokens == target_tokens(prompts, self.target, V).unsqueeze(1)

@@ -104,10 +104,11 @@ class ToyTask:
     name: str = "toy_task"
     episodes: int = 5
     arms: int = 4
-    def check_algorithm(self, name, k, level): pass
+    def check_algorithm(self, request): pass
     def make_policy(self, gen):
         return torch.nn.Linear(1, self.arms)
-    def rollout(self, policy, k, level, streams):
+    def rollout(self, policy, request, streams):
+        k = request.k
         logp = torch.log_softmax(policy.weight.detach().T, -1).expand(8, -1)
         a = torch.multinomial(logp.exp(), k, replacement=True, generator=streams.action)
         r = (a == 2).float()
@@ -140,7 +141,7 @@ def test_plugin_algorithm_and_task_from_own_package(tmp_path, out):
 
 @pytest.mark.parametrize("args,message", [
     (["algo=nope"], "algo/nope"),
-    (["algo.name=nope"], "registered algorithms: dg, grpo"),
+    (["algo.name=nope"], "registered algorithms: ce, dg, grpo"),
     (["task.impl=nope"], "registered tasks:"),
     (["+algo.bogus=1"], "unknown key algo.bogus for algorithm 'tpo'; valid keys: anchor, epochs, eta, k"),
     (["algo.k=1"], "algo.k=1: tpo is a grouped method"),

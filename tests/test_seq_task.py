@@ -5,9 +5,16 @@ import pytest
 import torch
 
 from bench.optim import MuonNAdam, partition
+from bench.batch import Request
 from bench.rng import Streams
 from tasks.seq import REWARDS, TARGETS, SeqTask, generate, target_tokens, token_rewards
 from tasks.transformer import Transformer
+
+
+
+def req(k: int, level: str = "sequence") -> Request:
+    return Request(name="test", k=k, level=level, needs="sample" if k == 1 else "sample_group")
+
 
 PROMPT = torch.tensor([[0, 1, 1, 3]])
 
@@ -40,7 +47,7 @@ def test_each_target_and_reward_scores_a_rollout(target, reward):
     error is 1 - mean reward, and writing the target itself earns full reward."""
     task = SeqTask(target=target, reward=reward, sequence_length=5, vocab_size=3, batch_size=6)
     s = Streams.from_seed(3)
-    ro = task.rollout(task.make_policy(s.init), 4, "sequence", s)
+    ro = task.rollout(task.make_policy(s.init), req(4), s)
     b = ro.batch
     prompts, tokens = b.obs
     correct = tokens == target_tokens(prompts, target, 3).unsqueeze(1)
@@ -56,7 +63,7 @@ def test_each_target_and_reward_scores_a_rollout(target, reward):
 def test_single_sample_advantage_is_batch_mean_baseline_per_position():
     task = SeqTask(reward="bag_of_tokens", sequence_length=4, vocab_size=2, batch_size=50)
     s = Streams.from_seed(0)
-    b = task.rollout(task.make_policy(s.init), 1, "sequence", s).batch
+    b = task.rollout(task.make_policy(s.init), req(1), s).batch
     assert torch.allclose(b.advantages, b.token_rewards - b.token_rewards.mean(0, keepdim=True))
     assert torch.allclose(b.advantages.mean(0), torch.zeros(1, 4), atol=1e-6)
 
@@ -65,7 +72,7 @@ def test_cached_generation_matches_full_forward():
     task = SeqTask(sequence_length=7, vocab_size=5, batch_size=9)
     s = Streams.from_seed(1)
     policy = task.make_policy(s.init)
-    ro = task.rollout(policy, 3, "sequence", s)
+    ro = task.rollout(policy, req(3), s)
     with torch.no_grad():
         full = task.logprobs(policy, ro.batch)
     assert full.shape == (9, 3, 7)
@@ -79,11 +86,11 @@ def test_prompts_and_init_depend_on_seed_only():
     for x, y in zip(pa.parameters(), pb.parameters()):
         assert torch.equal(x, y)
     # different group sizes consume the action stream differently, not the data stream
-    ra = task.rollout(pa, 8, "sequence", a)
-    rb = task.rollout(pb, 1, "sequence", b)
+    ra = task.rollout(pa, req(8), a)
+    rb = task.rollout(pb, req(1), b)
     assert torch.equal(ra.batch.obs[0], rb.batch.obs[0])
     c = Streams.from_seed(8)
-    assert not torch.equal(task.rollout(pa, 1, "sequence", c).batch.obs[0], ra.batch.obs[0])
+    assert not torch.equal(task.rollout(pa, req(1), c).batch.obs[0], ra.batch.obs[0])
 
 
 def test_initialisation_follows_spec():
