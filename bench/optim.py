@@ -10,6 +10,7 @@ q/k/v kernels (d_model, heads, head_dim), q/k/v biases (heads, head_dim)), so th
 reference's "ndim == 2 -> Muon, fan_in = shape[0]" rule applies literally.
 """
 
+import inspect
 import math
 
 import torch
@@ -128,19 +129,59 @@ class MuonNAdam(torch.optim.Optimizer):
         p.addcdiv_(m_hat, v_hat.sqrt().add_(group["eps"]), value=-group["lr"])
 
 
+class NormalisedStep(torch.optim.Optimizer):
+    """SPEC 3.3 tabular update: theta -= alpha * grad / ||grad||, one global norm over
+    every parameter (the whole N x K logit table), 1e-30 under the square root."""
+
+    def __init__(self, params, alpha=0.1):
+        super().__init__(params, dict(alpha=alpha))
+
+    @torch.no_grad()
+    def step(self, closure=None):
+        grads = [p.grad for g in self.param_groups for p in g["params"] if p.grad is not None]
+        norm = torch.sqrt(sum(g.pow(2).sum() for g in grads) + 1e-30)
+        for group in self.param_groups:
+            for p in group["params"]:
+                if p.grad is not None:
+                    p.add_(p.grad / norm, alpha=-group["alpha"])
+
+
 def _adam(params, lr):
     # SPEC 3.2: plain Adam, no Nesterov, no weight decay.
     return torch.optim.Adam(params, lr=lr, betas=(0.9, 0.999), eps=1e-8, weight_decay=0.0)
 
 
+def _muon_nadam(params, lr):
+    return MuonNAdam(params, lr=lr)
+
+
+def _normalised_step(params, alpha):
+    return NormalisedStep(params, alpha=alpha)
+
+
+# name -> factory(params, **hyperparameters); the factory's keyword arguments are the
+# keys its conf/optim yaml may set.
 OPTIMIZERS = {
-    "muon_nadam": lambda params, lr: MuonNAdam(params, lr=lr),
+    "muon_nadam": _muon_nadam,
     "adam": _adam,
+    "normalised_step": _normalised_step,
 }
 
 
-def build_optimizer(name, params, lr):
-    """Look up an optimizer by config name; a new optimizer is one OPTIMIZERS entry."""
+def check_optimizer(name, hparams):
+    """Validate an optim config section (without parameters to build it on)."""
     if name not in OPTIMIZERS:
         raise ValueError(f"unknown optimizer {name!r}; valid choices: {sorted(OPTIMIZERS)}")
-    return OPTIMIZERS[name](params, lr)
+    wanted = [p for p in inspect.signature(OPTIMIZERS[name]).parameters if p != "params"]
+    if sorted(hparams) != sorted(wanted):
+        raise ValueError(f"optim={name} takes the keys {', '.join(wanted)}; got "
+                         f"{', '.join(sorted(hparams)) or 'none'}")
+    for key, value in hparams.items():
+        if isinstance(value, bool) or not isinstance(value, (int, float)) or value <= 0:
+            raise ValueError(f"optim.{key} must be a positive number, got {value!r}")
+
+
+def build_optimizer(name, params, **hparams):
+    """Look up an optimizer by config name; a new optimizer is one OPTIMIZERS entry."""
+    check_optimizer(name, hparams)
+    return OPTIMIZERS[name](params, **hparams)

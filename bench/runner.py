@@ -20,7 +20,7 @@ from algorithms import ALGORITHMS
 from bench import io
 from bench.batch import GROUP_NEEDS, NEEDS, Batch, Request
 from bench.identity import config_hash, flatten, identity, run_dir
-from bench.optim import build_optimizer
+from bench.optim import build_optimizer, check_optimizer
 from bench.registry import UnknownName, load_plugins
 from bench.rng import Streams
 from tasks import TASKS
@@ -30,7 +30,8 @@ from tasks import TASKS
 METRIC_COLUMNS = (
     "step", "error", "reward_mean", "loss", "grad_norm", "param_change",
     "all_fail_frac", "zero_var_frac", "success_prompt_frac", "clip_frac", "kl",
-    "q_success", "q_fail", "absA_success", "absA_fail", "rollouts", "wall_s",
+    "q_success", "q_fail", "absA_success", "absA_fail", "misalignment", "train_error",
+    "test_error", "rollouts", "wall_s",
 )
 ZERO_VAR_STD = 1e-6  # SPEC 6
 MATCH_MODES = ("prompts", "interactions")
@@ -46,7 +47,7 @@ class RunSpec:
     algo: Any
     algo_name: str
     optim_name: str
-    lr: float
+    optim_hparams: dict[str, float]
     seed: int
     device: str
     threads: int
@@ -61,6 +62,10 @@ class RunSpec:
     """what the run really uses after matching: batch size, learning rate"""
     notes: tuple[str, ...] = ()
     """lines printed when the run starts (matching arithmetic)"""
+
+    @property
+    def lr(self) -> float | None:
+        return self.optim_hparams.get("lr")
 
 
 # ---------------------------------------------------------------- building a run
@@ -99,6 +104,13 @@ def _instantiate(registry, section: dict[str, Any], key: str):
     return impl, obj
 
 
+def identity_fields(obj) -> dict[str, Any]:
+    """Dataclass fields that define the science (a field marked
+    metadata={"identity": False}, such as a data folder, does not)."""
+    return {f.name: getattr(obj, f.name) for f in dataclasses.fields(obj)
+            if f.metadata.get("identity", True)}
+
+
 def needs(algo) -> str:
     """What the algorithm consumes (bench.batch.NEEDS); a plug-in that does not say is a
     grouped method when its default k is above 1."""
@@ -132,6 +144,12 @@ def build(cfg: dict[str, Any], explicit: frozenset[str] = frozenset()) -> RunSpe
     task_impl, task = _instantiate(TASKS, cfg["task"], "task")
     algo_impl, algo = _instantiate(ALGORITHMS, cfg["algo"], "algo")
     _check_algorithm(algo, cfg["algo"]["name"])
+    steps = getattr(task, "steps_per_batch", None)
+    if steps is not None and algo.epochs != steps:
+        if "algo.epochs" in explicit:
+            raise ConfigError(f"algo.epochs={algo.epochs}: task {task.name!r} takes {steps} "
+                              "optimizer step(s) per batch for every method; do not set algo.epochs")
+        algo = dataclasses.replace(algo, epochs=steps)  # recorded as what really runs
     request = Request(name=cfg["algo"]["name"], k=algo.k, level=getattr(algo, "level", "sequence"),
                       needs=needs(algo), k_explicit="algo.k" in explicit)
     try:
@@ -139,32 +157,36 @@ def build(cfg: dict[str, Any], explicit: frozenset[str] = frozenset()) -> RunSpe
     except ValueError as e:
         raise ConfigError(str(e)) from None
     optim = dict(cfg["optim"])
-    if not (isinstance(optim.get("lr"), (int, float)) and optim["lr"] > 0):
-        raise ConfigError(f"optim.lr must be a positive number, got {optim.get('lr')!r}")
+    hparams = {k: v for k, v in optim.items() if k != "name"}
+    try:
+        check_optimizer(optim.get("name"), hparams)
+    except ValueError as e:
+        raise ConfigError(str(e)) from None
     seed = cfg.get("seed", 0)
     if not isinstance(seed, int) or seed < 0:
         raise ConfigError(f"seed must be a non-negative integer, got {seed!r}")
 
-    run_task, lr, notes = _match(cfg, task, algo, float(optim["lr"]))
+    run_task, hparams, notes = _match(cfg, task, algo, hparams)
 
     # Hash what actually runs: the dataclasses' full field values, defaults included.
     science = {k: v for k, v in cfg.items() if k not in ("task", "algo", "optim")}
-    science["task"] = {"impl": task_impl, **dataclasses.asdict(task)}
+    science["task"] = {"impl": task_impl, **identity_fields(task)}
     science["algo"] = {"name": cfg["algo"]["name"], "impl": algo_impl, **dataclasses.asdict(algo)}
     science["optim"] = optim
     science = identity(science)
     h = config_hash(science)
-    effective = {"batch_size_effective": getattr(run_task, "batch_size", None), "lr_effective": lr}
+    effective = {"batch_size_effective": getattr(run_task, "batch_size", None),
+                 "lr_effective": hparams.get("lr")}
     return RunSpec(
-        task=run_task, algo=algo, algo_name=cfg["algo"]["name"], optim_name=optim.get("name", ""),
-        lr=lr, seed=seed, request=request, effective=effective, notes=notes, device=str(cfg.get("device", "cpu")),
+        task=run_task, algo=algo, algo_name=cfg["algo"]["name"], optim_name=optim["name"],
+        optim_hparams=hparams, seed=seed, request=request, effective=effective, notes=notes, device=str(cfg.get("device", "cpu")),
         threads=int(cfg.get("threads", 0)), log_every=int(cfg.get("log_every", 50)),
         force=bool(cfg.get("force", False)), config=science, config_hash=h,
         run_dir=run_dir(cfg.get("output_root", "outputs"), task.name, cfg["algo"]["name"], h, seed),
     )
 
 
-def _match(cfg: dict[str, Any], task, algo, lr: float):
+def _match(cfg: dict[str, Any], task, algo, hparams: dict[str, float]):
     """SPEC 3.1 matching modes. Interaction matching gives single-sample methods B*K
     prompts and lr * sqrt(K) on both optimizer branches; grouped and token-level
     methods run unchanged (they already see K candidates per prompt)."""
@@ -175,15 +197,16 @@ def _match(cfg: dict[str, Any], task, algo, lr: float):
         raise ConfigError(f"match_k must be a positive integer, got {K!r}")
     name = cfg["algo"]["name"]
     if mode == "prompts":
-        return task, lr, ()
+        return task, hparams, ()
     if is_grouped(algo) or getattr(algo, "level", "sequence") == "token":
-        return task, lr, (f"match=interactions: {name} is grouped or token-level; batch size "
-                          f"and learning rate unchanged (lr {lr:g})",)
-    if not hasattr(task, "batch_size"):
-        raise ConfigError(f"match=interactions: task {task.name!r} has no task.batch_size to scale")
-    B = task.batch_size
+        return task, hparams, (f"match=interactions: {name} is grouped or token-level; batch "
+                               f"size and learning rate unchanged ({hparams})",)
+    if not hasattr(task, "batch_size") or "lr" not in hparams:
+        raise ConfigError(f"match=interactions scales task.batch_size and optim.lr; task "
+                          f"{task.name!r} with optim={cfg['optim']['name']} lacks one of them")
+    B, lr = task.batch_size, hparams["lr"]
     matched = dataclasses.replace(task, batch_size=B * K)
-    return matched, lr * math.sqrt(K), (
+    return matched, {**hparams, "lr": lr * math.sqrt(K)}, (
         f"match=interactions: {name} gets B*K = {B}*{K} = {B * K} prompts per episode and "
         f"lr {lr:g} * sqrt({K}) = {lr * math.sqrt(K):g} on both optimizer branches",)
 
@@ -226,6 +249,8 @@ def train_episode(task, algo, request: Request, policy, opt, streams: Streams) -
             row["grad_norm"] = float(torch.cat(grads).norm()) if grads else 0.0
             row["loss"] = out.loss.item()
             row.update({k: float(v) for k, v in out.metrics.items()})
+            if hasattr(task, "grad_metrics"):  # e.g. misalignment to an oracle direction
+                row.update(task.grad_metrics(policy))
         opt.step()
     row["param_change"] = float((_flat_params(policy) - before).norm())
     row.update(error=ro.error, reward_mean=ro.reward_mean, rollouts=ro.rollouts)
@@ -262,28 +287,40 @@ def run(spec: RunSpec) -> dict[str, Any]:
     try:
         streams = Streams.from_seed(spec.seed, spec.device)
         policy = spec.task.make_policy(streams.init).to(spec.device)
-        opt = build_optimizer(spec.optim_name, list(policy.parameters()), spec.lr)
+        opt = build_optimizer(spec.optim_name, list(policy.parameters()), **spec.optim_hparams)
         episodes = spec.task.episodes
+        # Tasks with held-out evaluation log one row per evaluation, step = updates done
+        # (the first before any update); the others one row per episode, step = its
+        # 0-based index, error measured on its rollouts before its update (SPEC 3.1).
+        eval_every = getattr(spec.task, "eval_every", 0)
         cumulative = 0
         t0 = time.perf_counter()
+        if eval_every:
+            rows.append({"step": 0, "rollouts": 0, "wall_s": 0.0, **spec.task.evaluate(policy)})
         for step in range(episodes):
             row = train_episode(spec.task, spec.algo, spec.request, policy, opt, streams)
             cumulative += row.pop("rollouts")
             row.update(step=step, rollouts=cumulative, wall_s=time.perf_counter() - t0)
             if not math.isfinite(row["loss"]):
                 raise FloatingPointError(f"non-finite loss {row['loss']} at step {step}")
-            rows.append(row)
             done = step + 1
+            if not eval_every:
+                rows.append(row)
+            elif done % eval_every == 0 or done == episodes:
+                rows.append({**row, "train_error": row["error"], "step": done,
+                             **spec.task.evaluate(policy)})
             if done % spec.log_every == 0 or done == episodes:
                 rate = done / row["wall_s"]
-                print(f"[{label}] step {done}/{episodes} error {row['error']:.4f} "
+                test = f" last test error {rows[-1]['error']:.4f}" if eval_every else ""
+                print(f"[{label}] step {done}/{episodes} error {row['error']:.4f}{test} "
                       f"reward {row['reward_mean']:.4f} loss {row['loss']:.4f} | "
                       f"{rate:.2f} ep/s | ETA {_fmt_eta((episodes - done) / rate)}", flush=True)
     except Exception as e:  # recorded, then re-raised so the job exits non-zero
         status, reason = "failed", f"{type(e).__name__}: {e}"
         raise
     finally:
-        df = pd.DataFrame(rows, columns=list(dict.fromkeys([*METRIC_COLUMNS, *(rows[0] if rows else [])])))
+        extra = [k for r in rows for k in r if k not in METRIC_COLUMNS]
+        df = pd.DataFrame(rows, columns=list(dict.fromkeys([*METRIC_COLUMNS, *extra])))
         for key, value in columns.items():
             df[key] = value
         df["partial"] = status != "completed"

@@ -201,13 +201,13 @@ def test_params_without_grad_are_skipped():
 
 def test_build_optimizer():
     p = torch.nn.Parameter(torch.zeros(4, 4))
-    assert isinstance(build_optimizer("muon_nadam", [p], LR), MuonNAdam)
-    adam = build_optimizer("adam", [p], LR)
+    assert isinstance(build_optimizer("muon_nadam", [p], lr=LR), MuonNAdam)
+    adam = build_optimizer("adam", [p], lr=LR)
     assert isinstance(adam, torch.optim.Adam)
     g = adam.param_groups[0]
     assert g["lr"] == LR and g["betas"] == (0.9, 0.999) and g["eps"] == 1e-8
     assert g["weight_decay"] == 0.0 and not g["amsgrad"]
     with pytest.raises(ValueError) as err:
-        build_optimizer("sgd", [p], LR)
+        build_optimizer("sgd", [p], lr=LR)
     msg = str(err.value)
     assert "sgd" in msg and "muon_nadam" in msg and "adam" in msg

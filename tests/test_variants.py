@@ -173,7 +173,7 @@ def test_token_level_loss_runs_over_all_states():
     q = tpo_target(ro.batch.seq_logp_old(), ro.batch.scores)
     expected = -(q * torch.log_softmax(logp[..., 0], -1)).sum(-1).mean()  # mean over B*H states
     assert out.loss.item() == pytest.approx(expected.item(), rel=1e-6)
-    opt = build_optimizer("muon_nadam", list(policy.parameters()), 1e-3)
+    opt = build_optimizer("muon_nadam", list(policy.parameters()), lr=1e-3)
     row = train_episode(task, TPO(level="token"), Request("tpo_token", 8, "token", "action_group"),
                         policy, opt, Streams.from_seed(5))
     assert row["grad_norm"] > 0 and math.isfinite(row["loss"])
@@ -214,7 +214,7 @@ def test_interaction_matching_leaves_grouped_and_token_methods(algo):
 def test_matching_optimizer_gets_scaled_lr_on_both_branches():
     spec = build(compose("algo=dg", "task=reverse_h7", "match=interactions"))
     policy = spec.task.make_policy(Streams.from_seed(0).init)
-    opt = build_optimizer(spec.optim_name, list(policy.parameters()), spec.lr)
+    opt = build_optimizer(spec.optim_name, list(policy.parameters()), **spec.optim_hparams)
     assert len(opt.param_groups) == 2
     assert all(g["lr"] == pytest.approx(1e-3 * math.sqrt(8)) for g in opt.param_groups)
 

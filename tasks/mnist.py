@@ -1,0 +1,168 @@
+"""MNIST contextual bandit (SPEC 3.2), optionally with stale actors.
+
+Each update: B training images drawn uniformly with replacement, one action sampled per
+image from the acting policy, reward 1{action = label}. The learner never sees the label
+(except the CE oracle). How each method meets the bandit (SPEC 3.2):
+
+- "sample" (PG, DG): one action per image, advantage r - b with the label-free
+  baseline b = sum_a pi(a)^2 of the acting policy;
+- "action_group" (TPO, Group PG): the group is all actions; score vector
+  s = A(a) onehot(a), the sampled action marked by `weights`;
+- "sample_group" (GRPO): the minibatch is the group: rewards standardised across it;
+- "label" (CE): the one-hot label over the actions.
+
+Stale actors (task.delay = D, our own design): actions come from the policy of D updates
+ago; that acting policy supplies p_old, the baseline and the surprisal. The last D+1
+parameter vectors are kept as one flat ring buffer (D = 1000: 1001 x 42,310 floats,
+about 170 MB).
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Callable, ClassVar
+
+import torch
+import torch.nn.functional as F
+from torch import nn
+from torch.func import functional_call
+from torch.nn.utils import parameters_to_vector
+
+from bench.batch import Batch, Request, Rollout
+from bench.data import BASE_URL, load_mnist
+from bench.rng import Streams
+from tasks import register
+from tasks._bandit import check_bandit_request
+from tasks._nn import lecun_truncated_
+
+NOT_IDENTITY = {"identity": False}  # where data comes from does not change the science
+
+
+class MLP(nn.Module):
+    """784-50-50-10 ReLU policy, truncated LeCun kernels, zero biases (SPEC 3.2)."""
+
+    def __init__(self, sizes: tuple[int, ...], gen: torch.Generator):
+        super().__init__()
+        self.layers = nn.ModuleList(nn.Linear(a, b) for a, b in zip(sizes[:-1], sizes[1:]))
+        with torch.no_grad():
+            for layer in self.layers:
+                lecun_truncated_(layer.weight, layer.in_features, gen)
+                layer.bias.zero_()
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        for layer in self.layers[:-1]:
+            x = F.relu(layer(x))
+        return self.layers[-1](x)
+
+
+class StalePolicy(nn.Module):
+    """The learner's MLP plus a ring of its last delay+1 parameter vectors (buffers, so
+    they travel with state_dict into checkpoints)."""
+
+    def __init__(self, mlp: MLP, delay: int):
+        super().__init__()
+        self.mlp = mlp
+        self.delay = delay
+        n = sum(p.numel() for p in mlp.parameters())
+        self.register_buffer("ring", torch.zeros(delay + 1 if delay else 0, n))
+        self.register_buffer("pushed", torch.zeros((), dtype=torch.long))
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        return self.mlp(x)
+
+    @torch.no_grad()
+    def acting(self) -> Callable[[torch.Tensor], torch.Tensor]:
+        """Record the current weights, return the policy of `delay` updates ago (the
+        initial one while fewer updates have happened)."""
+        if not self.delay:
+            return self.mlp
+        size = self.delay + 1
+        self.ring[int(self.pushed) % size] = parameters_to_vector(self.mlp.parameters())
+        self.pushed += 1
+        flat = self.ring[int(self.pushed) % size if int(self.pushed) >= size else 0]
+        params, at = {}, 0
+        for name, p in self.mlp.named_parameters():
+            params[name] = flat[at:at + p.numel()].view_as(p)
+            at += p.numel()
+        return lambda x: functional_call(self.mlp, params, (x,))
+
+
+@register("mnist")
+@dataclass(frozen=True)
+class MnistTask:
+    name: str = "mnist"
+    batch_size: int = 100
+    episodes: int = 10_000
+    """updates"""
+    eval_every: int = 200
+    """test error after every this many updates (and before the first)"""
+    num_actions: int = 10
+    hidden: tuple[int, ...] = (50, 50)
+    delay: int = 0
+    """stale actors: act with the policy of this many updates ago"""
+    data_dir: str = field(default="", metadata=NOT_IDENTITY)
+    """folder of the four IDX files; empty: $TPO_BENCH_MNIST_DIR or the user cache"""
+    download: bool = field(default=True, metadata=NOT_IDENTITY)
+    base_url: str = field(default=BASE_URL, metadata=NOT_IDENTITY)
+    steps_per_batch: ClassVar[int] = 1  # one Adam step per batch for every method (SPEC 3.2)
+
+    def __post_init__(self):
+        for key in ("batch_size", "episodes", "eval_every"):
+            if getattr(self, key) < 1:
+                raise ValueError(f"task.{key} must be a positive integer, got {getattr(self, key)}")
+        if self.delay < 0:
+            raise ValueError(f"task.delay must be 0 or more, got {self.delay}")
+        if self.num_actions != 10:
+            raise ValueError(f"task.num_actions must be 10 for MNIST, got {self.num_actions}")
+
+    def check_algorithm(self, req: Request) -> None:
+        check_bandit_request(self, req)
+
+    def data(self):
+        return load_mnist(Path(self.data_dir) if self.data_dir else None,
+                          download=self.download, base_url=self.base_url)
+
+    def make_policy(self, gen: torch.Generator) -> StalePolicy:
+        self.data()  # fail on missing data before any training starts
+        return StalePolicy(MLP((784, *self.hidden, self.num_actions), gen), self.delay)
+
+    def rollout(self, policy: StalePolicy, req: Request, streams: Streams) -> Rollout:
+        d = self.data()
+        idx = torch.randint(0, len(d.train_y), (self.batch_size,), generator=streams.data)
+        x, y = d.train_x[idx], d.train_y[idx]
+        with torch.no_grad():
+            logp = torch.log_softmax(policy.acting()(x), -1)
+        a = torch.multinomial(logp.exp(), 1, generator=streams.action)[:, 0]
+        r = (a == y).float()
+        B, A = self.batch_size, self.num_actions
+        onehot = F.one_hot(a, A).float()
+        adv = r - logp.exp().pow(2).sum(-1)  # label-free baseline, keep it (SPEC 3.2)
+        every = torch.arange(A).expand(B, A)
+        if req.needs == "sample":
+            batch = Batch(logp_old=logp.gather(1, a[:, None]).unsqueeze(-1),
+                          token_rewards=r.view(B, 1, 1), scores=r.view(B, 1),
+                          success=(r > 0).view(B, 1), advantages=adv.view(B, 1, 1),
+                          obs=(x, a[:, None], (B, 1, 1)))
+        elif req.needs == "sample_group":
+            batch = Batch(logp_old=logp.gather(1, a[:, None]).view(1, B, 1),
+                          token_rewards=r.view(1, B, 1), scores=r.view(1, B),
+                          success=(r > 0).view(1, B), obs=(x, a[:, None], (1, B, 1)))
+        elif req.needs == "action_group":
+            batch = Batch(logp_old=logp.unsqueeze(-1), token_rewards=(r[:, None] * onehot).unsqueeze(-1),
+                          scores=adv[:, None] * onehot, success=(r[:, None] * onehot) > 0,
+                          weights=onehot, obs=(x, every, (B, A, 1)))
+        else:  # label
+            label = F.one_hot(y, A).float()
+            batch = Batch(logp_old=logp.unsqueeze(-1), token_rewards=label.unsqueeze(-1),
+                          scores=label, success=label > 0, obs=(x, every, (B, A, 1)))
+        return Rollout(batch, error=1.0 - float(r.mean()), reward_mean=float(r.mean()), rollouts=B)
+
+    def logprobs(self, policy: StalePolicy, batch: Batch) -> torch.Tensor:
+        x, actions, shape = batch.obs
+        return torch.log_softmax(policy(x), -1).gather(1, actions).view(shape)
+
+    @torch.no_grad()
+    def evaluate(self, policy: StalePolicy) -> dict[str, float]:
+        d = self.data()
+        wrong = (policy(d.test_x).argmax(-1) != d.test_y).float().mean()
+        return {"error": float(wrong), "test_error": float(wrong)}

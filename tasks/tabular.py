@@ -1,0 +1,161 @@
+"""Tabular bandits (SPEC 3.3): the logits are the parameters, no network.
+
+Each step moves the logits by the normalised step `logits += alpha g / ||g||`
+(optim=normalised_step), g the method's ascent direction, i.e. minus the gradient of
+its loss. The correct action is 0. How each method meets the bandit:
+
+single context (K = 100 actions, B = 100 sampled actions, baseline 0.5):
+- "sample" (PG, DG): B single samples, A = r - 0.5;
+- "sample_group" (GRPO): the B samples are the group, rewards standardised over it;
+- "action_group" (TPO): one group over the K actions, scored by the mean of the B
+  per-sample score vectors A(a) onehot(a), so the step is along q - pi;
+- "label" (CE): the one-hot correct action.
+Error 1 - pi(correct) before the step; misalignment 1 - cos(g, pi_y (e_y - pi)).
+
+multi context (N = 100 contexts, K = 10 actions, logits N(0, 1), no sampling):
+exact population directions, every action weighted by its probability:
+PG p (e_y - pi), DG p sigmoid(-log p / eta) (e_y - pi), GRPO sqrt(p / (1-p)) (e_y - pi),
+TPO q - pi with u = standardise(onehot(y)), CE e_y - pi. Error after the step (averaged
+over contexts); misalignment to the CE direction over the whole table.
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import ClassVar
+
+import torch
+import torch.nn.functional as F
+from torch import nn
+
+from bench.batch import Batch, Request, Rollout
+from bench.rng import Streams
+from tasks import register
+from tasks._bandit import check_bandit_request
+
+CORRECT = 0
+
+
+class Logits(nn.Module):
+    def __init__(self, init: torch.Tensor):
+        super().__init__()
+        self.logits = nn.Parameter(init)
+
+
+def misalignment(g: torch.Tensor, oracle: torch.Tensor) -> float:
+    """1 - cos(g, oracle) over the flattened tables."""
+    g, oracle = g.reshape(-1), oracle.reshape(-1)
+    cos = (g @ oracle) / (torch.sqrt(g @ g + 1e-12) * torch.sqrt(oracle @ oracle + 1e-12))
+    return float(1 - cos)
+
+
+def _check(task, req: Request) -> None:
+    check_bandit_request(task, req)
+    for key in ("num_actions", "episodes"):
+        if getattr(task, key) < 1:
+            raise ValueError(f"task.{key} must be a positive integer, got {getattr(task, key)}")
+
+
+def _logprobs(policy: Logits, batch: Batch) -> torch.Tensor:
+    rows, actions, shape = batch.obs
+    return torch.log_softmax(policy.logits, -1)[rows, actions].view(shape)
+
+
+@register("tabular_single")
+@dataclass(frozen=True)
+class TabularSingle:
+    name: str = "tabular_single"
+    num_actions: int = 100
+    batch_size: int = 100
+    episodes: int = 150
+    baseline: float = 0.5
+    steps_per_batch: ClassVar[int] = 1
+
+    def check_algorithm(self, req: Request) -> None:
+        _check(self, req)
+        if self.batch_size < 1:
+            raise ValueError(f"task.batch_size must be a positive integer, got {self.batch_size}")
+
+    def make_policy(self, gen: torch.Generator) -> Logits:
+        return Logits(torch.zeros(1, self.num_actions))
+
+    def rollout(self, policy: Logits, req: Request, streams: Streams) -> Rollout:
+        B, K = self.batch_size, self.num_actions
+        logp = torch.log_softmax(policy.logits.detach(), -1)[0]
+        a = torch.multinomial(logp.exp(), B, replacement=True, generator=streams.action)
+        r = (a == CORRECT).float()
+        adv = r - self.baseline
+        zeros = torch.zeros(B, dtype=torch.long)
+        if req.needs == "sample":
+            batch = Batch(logp_old=logp[a].view(B, 1, 1), token_rewards=r.view(B, 1, 1),
+                          scores=r.view(B, 1), success=(r > 0).view(B, 1),
+                          advantages=adv.view(B, 1, 1), obs=(zeros, a, (B, 1, 1)))
+        elif req.needs == "sample_group":
+            batch = Batch(logp_old=logp[a].view(1, B, 1), token_rewards=r.view(1, B, 1),
+                          scores=r.view(1, B), success=(r > 0).view(1, B), obs=(zeros, a, (1, B, 1)))
+        else:
+            every = torch.arange(K)
+            if req.needs == "action_group":
+                scores = (adv[:, None] * F.one_hot(a, K)).mean(0)
+            else:  # label
+                scores = F.one_hot(torch.tensor(CORRECT), K).float()
+            batch = Batch(logp_old=logp.view(1, K, 1), token_rewards=scores.view(1, K, 1),
+                          scores=scores.view(1, K), success=(every == CORRECT).view(1, K),
+                          obs=(torch.zeros(K, dtype=torch.long), every, (1, K, 1)))
+        err = 1.0 - float(logp[CORRECT].exp())
+        return Rollout(batch, error=err, reward_mean=float(r.mean()), rollouts=B)
+
+    logprobs = staticmethod(_logprobs)
+
+    def grad_metrics(self, policy: Logits) -> dict[str, float]:
+        pi = torch.softmax(policy.logits.detach(), -1)
+        e_y = F.one_hot(torch.tensor([CORRECT]), self.num_actions).float()
+        return {"misalignment": misalignment(-policy.logits.grad, pi[:, CORRECT] * (e_y - pi))}
+
+    def evaluate(self, policy: Logits) -> None:
+        return None
+
+
+@register("tabular_multi")
+@dataclass(frozen=True)
+class TabularMulti:
+    name: str = "tabular_multi"
+    num_contexts: int = 100
+    num_actions: int = 10
+    episodes: int = 1000
+    eval_every: int = 1
+    """SPEC 3.3 measures this error after every step"""
+    steps_per_batch: ClassVar[int] = 1
+
+    def check_algorithm(self, req: Request) -> None:
+        _check(self, req)
+        if self.eval_every < 1 or self.num_contexts < 1:
+            raise ValueError("task.eval_every and task.num_contexts must be positive integers")
+
+    def make_policy(self, gen: torch.Generator) -> Logits:
+        return Logits(torch.randn(self.num_contexts, self.num_actions, generator=gen))
+
+    def rollout(self, policy: Logits, req: Request, streams: Streams) -> Rollout:
+        N, K = self.num_contexts, self.num_actions
+        logp = torch.log_softmax(policy.logits.detach(), -1)
+        onehot = F.one_hot(torch.full((N,), CORRECT), K).float()
+        rows, every = torch.arange(N)[:, None].expand(N, K), torch.arange(K).expand(N, K)
+        # Expectations, not samples: every action weighted by its probability, except
+        # for TPO (its target is defined on the action set) and CE (the label).
+        weights = logp.exp() if req.needs in ("sample", "sample_group") else None
+        batch = Batch(logp_old=logp.unsqueeze(-1), token_rewards=onehot.unsqueeze(-1),
+                      scores=onehot, success=onehot > 0, weights=weights,
+                      advantages=onehot.unsqueeze(-1) if req.needs == "sample" else None,
+                      obs=(rows, every, (N, K, 1)))
+        p = logp[:, CORRECT].exp()
+        return Rollout(batch, error=1.0 - float(p.mean()), reward_mean=float(p.mean()), rollouts=0)
+
+    logprobs = staticmethod(_logprobs)
+
+    def grad_metrics(self, policy: Logits) -> dict[str, float]:
+        pi = torch.softmax(policy.logits.detach(), -1)
+        e_y = F.one_hot(torch.full((self.num_contexts,), CORRECT), self.num_actions).float()
+        return {"misalignment": misalignment(-policy.logits.grad, e_y - pi)}
+
+    @torch.no_grad()
+    def evaluate(self, policy: Logits) -> dict[str, float]:
+        return {"error": 1.0 - float(torch.softmax(policy.logits, -1)[:, CORRECT].mean())}
