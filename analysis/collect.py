@@ -10,6 +10,7 @@ import argparse
 import json
 import os
 import sys
+import time
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -17,6 +18,10 @@ import pandas as pd
 
 DEFAULT_ROOT = "outputs"
 DEFAULT_OUT = "outputs/results.parquet"  # where analysis/plot.py looks by default
+# The runner refreshes a running run's heartbeat at least every 30 s and at each
+# checkpoint; silence for longer than this means the process is gone (OOM killer,
+# scancel, a dead node) and the run is only resumable, not running.
+STALE_AFTER_S = 600.0
 
 
 @dataclass
@@ -30,7 +35,7 @@ class RunInfo:
         return self.path / "metrics.parquet"
 
 
-def _classify(run_dir: Path) -> RunInfo:
+def _classify(run_dir: Path, stale_after: float = STALE_AFTER_S) -> RunInfo:
     summary = run_dir / "summary.json"
     if not summary.is_file():
         return RunInfo(run_dir, "incomplete", "incomplete (no summary.json)")
@@ -44,15 +49,22 @@ def _classify(run_dir: Path) -> RunInfo:
     if status == "failed":
         return RunInfo(run_dir, "failed", f"failed: {info.get('reason')}")
     if status == "running":
-        return RunInfo(run_dir, "running", "incomplete (running)")
+        age = time.time() - float(info.get("heartbeat") or info.get("started_at") or 0)
+        if age > stale_after:
+            return RunInfo(run_dir, "incomplete", f"incomplete (heartbeat stale for {age:.0f} s: "
+                                                  "killed from outside? re-run to resume)")
+        return RunInfo(run_dir, "running", f"incomplete (running, heartbeat {age:.0f} s ago)")
+    if status == "interrupted":
+        return RunInfo(run_dir, "incomplete", f"incomplete (interrupted: {info.get('reason')}; "
+                                              "re-run to resume)")
     return RunInfo(run_dir, "unknown", f"unknown status {status!r}")
 
 
-def find_runs(root) -> list[RunInfo]:
+def find_runs(root, stale_after: float = STALE_AFTER_S) -> list[RunInfo]:
     """Every seed=<n> directory under root, classified by its summary.json."""
     root = Path(root)
     run_dirs = sorted(p for p in root.rglob("seed=*") if p.is_dir())
-    return [_classify(d) for d in run_dirs]
+    return [_classify(d, stale_after) for d in run_dirs]
 
 
 def read_metrics(path: Path) -> pd.DataFrame:
@@ -66,9 +78,9 @@ def read_metrics(path: Path) -> pd.DataFrame:
     return df
 
 
-def collect(root) -> tuple[pd.DataFrame, list[RunInfo]]:
+def collect(root, stale_after: float = STALE_AFTER_S) -> tuple[pd.DataFrame, list[RunInfo]]:
     """(rows of all completed runs, skipped runs with their reasons)."""
-    return load_runs(find_runs(root))
+    return load_runs(find_runs(root, stale_after))
 
 
 def load_runs(runs: list[RunInfo]) -> tuple[pd.DataFrame, list[RunInfo]]:
@@ -106,17 +118,25 @@ def main(argv=None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("root", nargs="?", default=DEFAULT_ROOT, help="output root (default: outputs/)")
     parser.add_argument("--out", default=DEFAULT_OUT, help=f"table to write (default: {DEFAULT_OUT})")
+    parser.add_argument("--stale-after", type=float, default=STALE_AFTER_S, metavar="S",
+                        help="a running run silent this long counts as killed (default: %(default)s)")
     args = parser.parse_args(argv)
 
     root = Path(args.root)
     if not root.is_dir():
         print(f"error: output root {root} does not exist", file=sys.stderr)
         return 2
-    runs = find_runs(root)
+    runs = find_runs(root, args.stale_after)
     df, skipped = load_runs(runs)
-    for run in skipped:
-        prefix = "warning: " if run.status == "corrupt" else ""
-        print(f"{prefix}skipped {run.path.relative_to(root)}: {run.reason}")
+    # Failed runs first, then the unfinished ones (resumable), then unreadable files.
+    for kinds, title in ((("failed",), "failed"), (("running", "incomplete", "unknown"), "incomplete"),
+                         (("corrupt",), "corrupt")):
+        group = [r for r in skipped if r.status in kinds]
+        if group:
+            print(f"{title} ({len(group)}):")
+        for run in group:
+            prefix = "warning: " if run.status == "corrupt" else ""
+            print(f"  {prefix}skipped {run.path.relative_to(root)}: {run.reason}")
     if df.empty:
         print(f"error: no completed run found under {root} ({len(skipped)} skipped)", file=sys.stderr)
         return 1

@@ -1,25 +1,45 @@
-"""`python -m bench [overrides] [-m]`: one run per Hydra job."""
+"""`python -m bench [overrides] [-m]`: each Hydra job trains one run (or `seeds_per_job`
+consecutive seeds), failures recorded in the run's summary.json instead of raised."""
 import sys
 
 import hydra
 from omegaconf import DictConfig, OmegaConf
 
 
+def job_specs(cfg: dict, explicit: frozenset):
+    """The RunSpecs of one job: seeds seed .. seed + seeds_per_job - 1."""
+    from bench.runner import ConfigError, build
+
+    n = cfg.get("seeds_per_job", 1)
+    if not isinstance(n, int) or isinstance(n, bool) or n < 1:
+        raise ConfigError(f"seeds_per_job must be a positive integer, got {n!r}")
+    return [build({**cfg, "seed": cfg.get("seed", 0) + i}, explicit) for i in range(n)]
+
+
+def explicit_keys(overrides) -> frozenset:
+    """Keys set on the command line (some tasks refuse an explicit algo.k)."""
+    return frozenset(o.split("=", 1)[0].lstrip("+~") for o in overrides)
+
+
 @hydra.main(version_base="1.3", config_path="../conf", config_name="config")
-def main(cfg: DictConfig) -> float:
+def main(cfg: DictConfig) -> dict:
     from hydra.core.hydra_config import HydraConfig
 
-    from bench.runner import ConfigError, build, run
+    from bench.runner import ConfigError, run
 
-    # Keys set on the command line (some tasks refuse an explicit algo.k).
-    explicit = frozenset(o.split("=", 1)[0].lstrip("+~") for o in HydraConfig.get().overrides.task)
     try:
-        spec = build(OmegaConf.to_container(cfg, resolve=True), explicit)
+        specs = job_specs(OmegaConf.to_container(cfg, resolve=True),
+                          explicit_keys(HydraConfig.get().overrides.task))
     except (ConfigError, ImportError) as e:
         print(f"error: {e}", file=sys.stderr, flush=True)
         sys.exit(2)
-    summary = run(spec)
-    return summary.get("final", {}).get("error", float("nan"))
+    summaries = [run(spec) for spec in specs]
+    failed = [s for s in summaries if s["status"] != "completed"]
+    if failed and HydraConfig.get().mode.name == "RUN":
+        sys.exit(1)  # a single run reports its failure through the exit code
+    # A sweep goes on; the sweeper reports every run at the end.
+    return {"runs": [{k: s.get(k) for k in ("run_dir", "status", "reason")} for s in summaries],
+            "error": summaries[-1].get("final", {}).get("error")}
 
 
 if __name__ == "__main__":

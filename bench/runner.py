@@ -6,7 +6,9 @@ from __future__ import annotations
 
 import dataclasses
 import math
+import os
 import sys
+import tempfile
 import time
 import typing
 from dataclasses import dataclass
@@ -17,7 +19,7 @@ import pandas as pd
 import torch
 
 from algorithms import ALGORITHMS
-from bench import io
+from bench import checkpoint, io
 from bench.batch import GROUP_NEEDS, NEEDS, Batch, Request
 from bench.identity import config_hash, flatten, identity, run_dir
 from bench.optim import build_optimizer, check_optimizer
@@ -35,6 +37,7 @@ METRIC_COLUMNS = (
 )
 ZERO_VAR_STD = 1e-6  # SPEC 6
 MATCH_MODES = ("prompts", "interactions")
+HEARTBEAT_S = 30.0  # summary.json's heartbeat is refreshed at least this often
 
 
 class ConfigError(ValueError):
@@ -53,6 +56,9 @@ class RunSpec:
     threads: int
     log_every: int
     force: bool
+    checkpoint_every: int
+    debug: dict[str, float]
+    """test-only fault injection: nan_at (step), sleep (s/episode), checkpoint_pause (s)"""
     config: dict[str, Any]
     """resolved scientific config (what the hash and the parquet columns carry)"""
     config_hash: str
@@ -163,8 +169,14 @@ def build(cfg: dict[str, Any], explicit: frozenset[str] = frozenset()) -> RunSpe
     except ValueError as e:
         raise ConfigError(str(e)) from None
     seed = cfg.get("seed", 0)
-    if not isinstance(seed, int) or seed < 0:
+    if not isinstance(seed, int) or isinstance(seed, bool) or seed < 0:
         raise ConfigError(f"seed must be a non-negative integer, got {seed!r}")
+    for key in ("log_every", "checkpoint_every"):
+        value = cfg.get(key, 1)
+        if not isinstance(value, int) or isinstance(value, bool) or value < 1:
+            raise ConfigError(f"{key} must be a positive integer, got {value!r}")
+    checkpoint_every = cfg.get("checkpoint_every", 250)
+    _check_writable(cfg.get("output_root", "outputs"))
 
     run_task, hparams, notes = _match(cfg, task, algo, hparams)
 
@@ -181,9 +193,25 @@ def build(cfg: dict[str, Any], explicit: frozenset[str] = frozenset()) -> RunSpe
         task=run_task, algo=algo, algo_name=cfg["algo"]["name"], optim_name=optim["name"],
         optim_hparams=hparams, seed=seed, request=request, effective=effective, notes=notes, device=str(cfg.get("device", "cpu")),
         threads=int(cfg.get("threads", 0)), log_every=int(cfg.get("log_every", 50)),
-        force=bool(cfg.get("force", False)), config=science, config_hash=h,
+        force=bool(cfg.get("force", False)), checkpoint_every=checkpoint_every,
+        debug=dict(cfg.get("debug") or {}), config=science, config_hash=h,
         run_dir=run_dir(cfg.get("output_root", "outputs"), task.name, cfg["algo"]["name"], h, seed),
     )
+
+
+def _check_writable(root: str) -> None:
+    """Refuse an output root we could not write, before anything is created: probe the
+    nearest existing ancestor with a temp file that vanishes on close."""
+    p = Path(root).absolute()
+    while not p.exists():
+        p = p.parent
+    if not p.is_dir():
+        raise ConfigError(f"output_root={root}: {p} is not a directory")
+    try:
+        with tempfile.TemporaryFile(dir=p):
+            pass
+    except OSError as e:
+        raise ConfigError(f"output_root={root}: cannot write under {p} ({e.strerror})") from None
 
 
 def _match(cfg: dict[str, Any], task, algo, hparams: dict[str, float]):
@@ -258,30 +286,47 @@ def train_episode(task, algo, request: Request, policy, opt, streams: Streams) -
     return row
 
 
+def _progress(label: str, done: int, episodes: int, row: dict, last: dict, evaluates: bool,
+              elapsed: float, resumed_at: int) -> None:
+    rate = (done - resumed_at) / max(elapsed, 1e-9)
+    test = f" last test error {last['error']:.4f}" if evaluates else ""
+    print(f"[{label}] step {done}/{episodes} error {row['error']:.4f}{test} "
+          f"reward {row['reward_mean']:.4f} loss {row['loss']:.4f} | "
+          f"{rate:.2f} ep/s | ETA {_fmt_eta((episodes - done) / max(rate, 1e-9))}", flush=True)
+
+
 def run(spec: RunSpec) -> dict[str, Any]:
-    """Train one (config, seed) into spec.run_dir; returns the summary."""
+    """Train one (config, seed) into spec.run_dir and return its summary. A completed run
+    is skipped (unless spec.force); an interrupted one resumes from its checkpoint; a
+    failure is recorded (status, reason, partial metrics) and returned, not raised."""
     summary_path = spec.run_dir / "summary.json"
-    if summary_path.exists() and not spec.force:
-        prev = io.read_json(summary_path)
-        if prev.get("status") == "completed":
-            print(f"[skip] {spec.run_dir} already completed (force=true re-runs it)", flush=True)
-            return prev
+    prev = io.read_json(summary_path) if summary_path.exists() else {}
+    if prev.get("status") == "completed" and not spec.force:
+        print(f"[skip] {spec.run_dir} already completed (force=true re-runs it)", flush=True)
+        return prev
+    spec.run_dir.mkdir(parents=True, exist_ok=True)
+    if spec.force:
+        checkpoint.clear(spec.run_dir)
+    checkpoint.clear_stale_temps(spec.run_dir)
     if spec.threads > 0:
         torch.set_num_threads(spec.threads)
     label = f"{spec.task.name}/{spec.algo_name} {spec.config_hash} seed={spec.seed}"
-    started = time.time()
+    attempts = (0 if spec.force else prev.get("attempts", 0)) + 1
     base = {"config_hash": spec.config_hash, "run_dir": str(spec.run_dir), "seed": spec.seed,
-            "task": spec.task.name, "algo": spec.algo_name, "started_at": started,
+            "task": spec.task.name, "algo": spec.algo_name, "attempts": attempts,
+            "started_at": prev.get("started_at", time.time()) if not spec.force else time.time(),
             "versions": io.package_versions(), "git_commit": io.git_commit(),
-            "threads": torch.get_num_threads(), "device": spec.device, **spec.effective}
-    spec.run_dir.mkdir(parents=True, exist_ok=True)
+            "threads": torch.get_num_threads(), "device": spec.device,
+            "slurm_job_id": os.environ.get("SLURM_JOB_ID"), **spec.effective}
     io.write_json(spec.run_dir / "config.json", {"seed": spec.seed, **spec.config})
-    io.write_json(summary_path, {**base, "status": "running", "reason": None})
 
+    def heartbeat(**extra) -> None:
+        io.write_json(summary_path, {**base, "status": "running", "reason": None,
+                                     "heartbeat": time.time(), **extra})
+
+    heartbeat()
     for note in spec.notes:
         print(f"[{label}] {note}", flush=True)
-    columns = {"config_hash": spec.config_hash, "seed": spec.seed, **flatten(spec.config),
-               **spec.effective}
     rows: list[dict[str, Any]] = []
     status, reason = "completed", None
     try:
@@ -293,14 +338,24 @@ def run(spec: RunSpec) -> dict[str, Any]:
         # (the first before any update); the others one row per episode, step = its
         # 0-based index, error measured on its rollouts before its update (SPEC 3.1).
         eval_every = getattr(spec.task, "eval_every", 0)
-        cumulative = 0
-        t0 = time.perf_counter()
-        if eval_every:
+        start, cumulative, wall_before = 0, 0, 0.0
+        state = checkpoint.load(spec.run_dir)
+        if state is not None:
+            policy.load_state_dict(state["policy"])
+            opt.load_state_dict(state["optimizer"])
+            streams.load_state(state["streams"])
+            rows, start = state["rows"], state["next_step"]
+            cumulative, wall_before = state["cumulative"], state["wall_s"]
+            print(f"[{label}] resumed from checkpoint at step {start} (attempt {attempts})", flush=True)
+        elif eval_every:
             rows.append({"step": 0, "rollouts": 0, "wall_s": 0.0, **spec.task.evaluate(policy)})
-        for step in range(episodes):
+        t0, last_beat = time.perf_counter(), time.time()
+        for step in range(start, episodes):
             row = train_episode(spec.task, spec.algo, spec.request, policy, opt, streams)
+            if step == spec.debug.get("nan_at", -1):
+                row["loss"] = math.nan  # test-only fault injection
             cumulative += row.pop("rollouts")
-            row.update(step=step, rollouts=cumulative, wall_s=time.perf_counter() - t0)
+            row.update(step=step, rollouts=cumulative, wall_s=wall_before + time.perf_counter() - t0)
             if not math.isfinite(row["loss"]):
                 raise FloatingPointError(f"non-finite loss {row['loss']} at step {step}")
             done = step + 1
@@ -310,26 +365,42 @@ def run(spec: RunSpec) -> dict[str, Any]:
                 rows.append({**row, "train_error": row["error"], "step": done,
                              **spec.task.evaluate(policy)})
             if done % spec.log_every == 0 or done == episodes:
-                rate = done / row["wall_s"]
-                test = f" last test error {rows[-1]['error']:.4f}" if eval_every else ""
-                print(f"[{label}] step {done}/{episodes} error {row['error']:.4f}{test} "
-                      f"reward {row['reward_mean']:.4f} loss {row['loss']:.4f} | "
-                      f"{rate:.2f} ep/s | ETA {_fmt_eta((episodes - done) / rate)}", flush=True)
-    except Exception as e:  # recorded, then re-raised so the job exits non-zero
+                _progress(label, done, episodes, row, rows[-1], bool(eval_every),
+                          time.perf_counter() - t0, start)
+            if spec.debug.get("sleep"):
+                time.sleep(spec.debug["sleep"])
+            if done % spec.checkpoint_every == 0 and done < episodes:
+                checkpoint.save(spec.run_dir, {
+                    "next_step": done, "cumulative": cumulative, "wall_s": row["wall_s"],
+                    "policy": policy.state_dict(), "optimizer": opt.state_dict(),
+                    "streams": streams.state(), "rows": rows,
+                }, pause_s=spec.debug.get("checkpoint_pause", 0.0))
+                heartbeat(checkpoint_step=done)
+                last_beat = time.time()
+            elif time.time() - last_beat > HEARTBEAT_S:
+                heartbeat()
+                last_beat = time.time()
+    except Exception as e:
         status, reason = "failed", f"{type(e).__name__}: {e}"
+    except BaseException as e:  # interrupted (Ctrl-C, a signal): resumable from the checkpoint
+        status, reason = "interrupted", type(e).__name__
         raise
     finally:
         extra = [k for r in rows for k in r if k not in METRIC_COLUMNS]
         df = pd.DataFrame(rows, columns=list(dict.fromkeys([*METRIC_COLUMNS, *extra])))
+        columns = {"config_hash": spec.config_hash, "seed": spec.seed,
+                   **flatten(spec.config), **spec.effective}
         for key, value in columns.items():
             df[key] = value
         df["partial"] = status != "completed"
         io.write_parquet(spec.run_dir / "metrics.parquet", df)
         final = {k: v for k, v in (rows[-1] if rows else {}).items() if isinstance(v, (int, float))}
         summary = {**base, "status": status, "reason": reason, "final": final,
-                   "episodes": len(rows), "finished_at": time.time(),
-                   "duration_s": time.time() - started}
-        io.write_json(summary_path, summary)
-        if status != "completed":
-            print(f"[{label}] FAILED: {reason}", file=sys.stderr, flush=True)
+                   "rows": len(rows), "finished_at": time.time(),
+                   "duration_s": time.time() - base["started_at"]}
+        io.write_json(summary_path, summary)  # last: it is what says "completed"
+        if status == "completed":
+            checkpoint.clear(spec.run_dir)
+        else:
+            print(f"[{label}] {status.upper()}: {reason}", file=sys.stderr, flush=True)
     return summary

@@ -1,6 +1,7 @@
 import json
 import subprocess
 import sys
+import time
 from pathlib import Path
 
 import numpy as np
@@ -13,7 +14,7 @@ REPO = Path(__file__).resolve().parents[1]
 
 
 def write_run(root, task, algo, chash, seed, errors, status="completed", reason=None,
-              summary=True, lr=1e-3, steps=None):
+              summary=True, lr=1e-3, steps=None, heartbeat_age=0.0):
     d = Path(root) / task / algo / chash / f"seed={seed}"
     d.mkdir(parents=True)
     n = len(errors)
@@ -32,7 +33,8 @@ def write_run(root, task, algo, chash, seed, errors, status="completed", reason=
     })
     df.to_parquet(d / "metrics.parquet", index=False)
     if summary:
-        (d / "summary.json").write_text(json.dumps({"status": status, "reason": reason}))
+        (d / "summary.json").write_text(json.dumps(
+            {"status": status, "reason": reason, "heartbeat": time.time() - heartbeat_age}))
     return d
 
 
@@ -73,7 +75,7 @@ def test_collect_keeps_exactly_good_rows(tree):
     r = reasons(skipped)
     assert len(r) == 5
     assert r["dddd4444/seed=0"] == "failed: loss is nan"
-    assert r["dddd4444/seed=1"] == "incomplete (running)"
+    assert r["dddd4444/seed=1"].startswith("incomplete (running, heartbeat")
     assert r["dddd4444/seed=2"] == "incomplete (no summary.json)"
     assert r["eeee5555/seed=0"].startswith("corrupt metrics.parquet: ")
     assert r["eeee5555/seed=1"].startswith("corrupt metrics.parquet: ")
@@ -94,7 +96,8 @@ def test_cli_by_path(tree, tmp_path):
     p = subprocess.run(cmd, cwd=REPO, capture_output=True, text=True)
     assert p.returncode == 0, p.stderr
     assert "failed: loss is nan" in p.stdout
-    assert "incomplete (running)" in p.stdout
+    assert "incomplete (running, heartbeat" in p.stdout
+    assert p.stdout.index("failed (1):") < p.stdout.index("incomplete (")  # grouped
     assert "incomplete (no summary.json)" in p.stdout
     assert p.stdout.count("warning: skipped") == 2
     assert "collected 4 runs (13 rows), skipped 5" in p.stdout
@@ -260,3 +263,14 @@ def test_legend_names_algo_knobs_only_within_an_algorithm():
     assert labels[("t", "dg", "C")] == "dg (algo.k=1, n=1)"
     only_across = df[df["config_hash"] != "B"]
     assert plot.legend_labels(only_across)[("t", "dg", "C")] == "dg (n=1)"
+
+
+def test_stale_heartbeat_is_reported_as_killed(tmp_path):
+    write_run(tmp_path, "t", "tpo", "h", 0, [0.5], status="running", heartbeat_age=3600)
+    write_run(tmp_path, "t", "tpo", "h", 1, [0.5], status="running", heartbeat_age=5)
+    write_run(tmp_path, "t", "tpo", "h", 2, [0.5], status="interrupted", reason="KeyboardInterrupt")
+    runs = {r.path.name: r for r in collect.find_runs(tmp_path, stale_after=600)}
+    assert runs["seed=0"].status == "incomplete" and "heartbeat stale" in runs["seed=0"].reason
+    assert runs["seed=1"].status == "running"
+    assert "interrupted: KeyboardInterrupt" in runs["seed=2"].reason
+    assert collect.find_runs(tmp_path, stale_after=1)[1].status == "incomplete"

@@ -22,7 +22,7 @@ def test_multirun_to_parquet_collect_and_plot(out):
     assert len(dirs) == 4
     for d in dirs:
         summary = json.loads((d / "summary.json").read_text())
-        assert summary["status"] == "completed" and summary["episodes"] == 3
+        assert summary["status"] == "completed" and summary["rows"] == 3
         assert summary["versions"]["torch"] and "final" in summary
         df = pd.read_parquet(d / "metrics.parquet")
         assert list(df["step"]) == [0, 1, 2]

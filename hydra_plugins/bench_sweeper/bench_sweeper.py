@@ -1,0 +1,56 @@
+"""Hydra's basic sweeper with two additions a long sweep needs: every job is validated
+before any is launched (a typo in job 40 must not surface after 39 jobs ran, nor leave a
+sweep directory behind), and the sweep ends with a report of what ran, what was skipped
+and what failed -- exiting non-zero when anything failed.
+"""
+from __future__ import annotations
+
+import sys
+from typing import Any, List
+
+from hydra._internal.core_plugins.basic_sweeper import BasicSweeper
+from hydra.core.override_parser.overrides_parser import OverridesParser
+from omegaconf import OmegaConf, open_dict
+
+
+class BenchSweeper(BasicSweeper):
+    def setup(self, *, hydra_context, task_function, config) -> None:
+        try:
+            super().setup(hydra_context=hydra_context, task_function=task_function, config=config)
+        except Exception as e:  # typically a launcher preset whose plugin is not installed
+            target = OmegaConf.select(config, "hydra.launcher._target_")
+            print(f"error: hydra/launcher could not be created ({target}): {e}\n"
+                  f"  install its plugin (hydra-submitit-launcher for slurm_*, "
+                  f"hydra-joblib-launcher for local), or pick another hydra/launcher",
+                  file=sys.stderr, flush=True)
+            sys.exit(2)
+
+    def sweep(self, arguments: List[str]) -> Any:
+        from bench.__main__ import explicit_keys, job_specs
+        from bench.runner import ConfigError
+
+        parser = OverridesParser.create(config_loader=self.hydra_context.config_loader)
+        jobs = [job for batch in self.split_arguments(
+            parser.parse_overrides(self._parse_config() + list(arguments)), self.max_batch_size)
+            for job in batch]
+        try:
+            for job in jobs:
+                cfg = self.hydra_context.config_loader.load_sweep_config(self.config, list(job))
+                with open_dict(cfg):
+                    del cfg["hydra"]
+                job_specs(OmegaConf.to_container(cfg, resolve=True), explicit_keys(job))
+        except (ConfigError, ImportError) as e:
+            print(f"error: {e}\n  (in job: {' '.join(job)}; nothing was launched)",
+                  file=sys.stderr, flush=True)
+            sys.exit(2)
+        returns = super().sweep(arguments)
+        runs = [r for batch in returns for job in batch
+                for r in (job.return_value or {}).get("runs", [])]
+        failed = [r for r in runs if r["status"] != "completed"]
+        print(f"[sweep] {len(jobs)} jobs, {len(runs)} runs: {len(runs) - len(failed)} "
+              f"completed, {len(failed)} failed", flush=True)
+        for r in failed:
+            print(f"[sweep] {r['status']}: {r['run_dir']}: {r['reason']}", file=sys.stderr, flush=True)
+        if failed:
+            sys.exit(1)
+        return returns
