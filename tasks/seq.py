@@ -121,9 +121,12 @@ class SeqTask:
             return logp.reshape(B * H, K, 1)
         prompts, tokens = batch.obs
         B, K, H = tokens.shape
-        seq = torch.cat([prompts.repeat_interleave(K, 0), tokens.reshape(B * K, H)], 1)
-        logits = policy(seq[:, :-1])[:, H - 1:]  # the last answer token predicts nothing
-        logp = torch.log_softmax(logits, -1).gather(-1, tokens.reshape(B * K, H, 1))
+        answers = tokens.reshape(B * K, H)
+        # The K answers of a prompt share it: run the prompt once, not K times. The
+        # last answer token predicts nothing, so it is not fed.
+        first, rest = policy.forward_shared_prefix(prompts, answers[:, :-1], K)
+        logits = torch.cat([first.repeat_interleave(K, 0).unsqueeze(1), rest], 1)
+        logp = torch.log_softmax(logits, -1).gather(-1, answers.unsqueeze(-1))
         return logp.view(B, K, H)
 
     def evaluate(self, policy: Transformer) -> None:

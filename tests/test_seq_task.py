@@ -138,3 +138,31 @@ def test_config_validation_names_key_and_choices():
         SeqTask(batch_size=0)
     with pytest.raises(ValueError, match="task.vocab_size"):
         SeqTask(vocab_size=1)
+
+
+def test_shared_prefix_forward_equals_full_forward_with_gradients():
+    """Training re-scores K answers per prompt with the prompt computed once; logits and
+    gradients must equal those of K full forwards of prompt + answer."""
+    g = torch.Generator().manual_seed(0)
+    m = Transformer(vocab_size=3, max_len=20).init_(g)
+    B, K, P, S = 4, 3, 10, 9
+    prefix = torch.randint(0, 3, (B, P), generator=g)
+    suffix = torch.randint(0, 3, (B * K, S), generator=g)
+    full = m(torch.cat([prefix.repeat_interleave(K, 0), suffix], 1))
+    first, rest = m.forward_shared_prefix(prefix, suffix, K)
+    assert (full[:, P - 1] - first.repeat_interleave(K, 0)).abs().max() < 1e-5
+    assert (full[:, P:] - rest).abs().max() < 1e-5
+    w = torch.randn(full[:, P - 1:].shape, generator=g)
+    grads_full = torch.autograd.grad((full[:, P - 1:] * w).sum(), list(m.parameters()))
+    shared = torch.cat([first.repeat_interleave(K, 0).unsqueeze(1), rest], 1)
+    grads_shared = torch.autograd.grad((shared * w).sum(), list(m.parameters()))
+    for a, b in zip(grads_full, grads_shared):
+        assert torch.allclose(a, b, atol=1e-4, rtol=1e-4)
+
+
+def test_one_token_answers():
+    task = SeqTask(sequence_length=1, batch_size=3)
+    s = Streams.from_seed(0)
+    policy = task.make_policy(s.init)
+    ro = task.rollout(policy, req(4), s)
+    assert (task.logprobs(policy, ro.batch) - ro.batch.logp_old).abs().max() < 1e-5
