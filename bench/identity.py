@@ -14,7 +14,7 @@ from typing import Any
 # Top-level config keys that do not change the science of a run.
 NON_IDENTITY_KEYS = frozenset({
     "seed", "device", "output_root", "threads", "log_every", "plugins", "force", "hydra",
-    "checkpoint_every", "debug", "seeds_per_job",
+    "checkpoint_every", "debug", "seeds_per_job", "seeds", "experiment", "dry_run",
 })
 
 

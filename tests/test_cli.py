@@ -158,3 +158,22 @@ def test_bad_input_is_refused_before_any_run_dir(args, message, out):
     assert proc.returncode != 0
     assert message in proc.stderr + proc.stdout
     assert run_dirs(out) == []
+
+
+@pytest.mark.parametrize("experiment,jobs", [
+    ("hero", 120), ("tabular_single", 20), ("tabular_multi", 20), ("mnist", 120),
+    ("mnist_stale", 160), ("vocab_sweep", 320), ("task_variants", 320),
+    ("terminal_h_sweep", 800), ("ablations", 300), ("k_sweep", 300), ("epoch_sweep", 300),
+    ("zero_variance_masking", 90), ("eta_sweep", 50), ("dg_epochs", 80),
+])
+def test_experiment_presets_compose_and_validate(experiment, jobs, tmp_path):
+    """Every job of every paper preset composes and passes validation (dry run)."""
+    proc = run_bench("-m", f"+experiment={experiment}", "dry_run=true", f"output_root={tmp_path}")
+    assert f"[dry run] {jobs} valid jobs" in proc.stdout
+    assert not any(tmp_path.iterdir())  # nothing launched, nothing written
+
+
+def test_experiment_shrinks_with_one_override(tmp_path):
+    proc = run_bench("-m", "+experiment=terminal_h_sweep", "seeds=2", "dry_run=true",
+                     f"output_root={tmp_path}")
+    assert "[dry run] 80 valid jobs" in proc.stdout and "match=interactions" in proc.stdout

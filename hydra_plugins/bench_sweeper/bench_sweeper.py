@@ -43,6 +43,12 @@ class BenchSweeper(BasicSweeper):
             print(f"error: {e}\n  (in job: {' '.join(job)}; nothing was launched)",
                   file=sys.stderr, flush=True)
             sys.exit(2)
+        if OmegaConf.select(self.config, "dry_run"):
+            per_job = OmegaConf.select(self.config, "seeds_per_job") or 1
+            print(f"[dry run] {len(jobs)} valid jobs ({len(jobs) * per_job} runs); nothing launched")
+            for job in jobs:
+                print("  " + " ".join(job))
+            return []
         returns = super().sweep(arguments)
         runs = [r for batch in returns for job in batch
                 for r in (job.return_value or {}).get("runs", [])]
