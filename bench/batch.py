@@ -106,8 +106,9 @@ class Rollout:
     """A task's answer to one episode: the batch plus what the paper reports about it."""
 
     batch: Batch
-    error: float
-    """SPEC 3.1 training error of this episode's behaviour rollouts, before the update."""
-    reward_mean: float
+    error: float | torch.Tensor
+    """SPEC 3.1 training error of this episode's behaviour rollouts, before the update
+    (a 0-d tensor is fine: the runner reads it once the episode is done)."""
+    reward_mean: float | torch.Tensor
     rollouts: int
     """sampled sequences (or actions) this episode, for the cumulative budget column."""

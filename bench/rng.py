@@ -32,7 +32,9 @@ class Streams:
     def from_seed(cls, seed: int, device: str | torch.device = "cpu") -> "Streams":
         gens = {}
         for name in STREAMS:
-            g = torch.Generator(device=device)
+            # Initialisation draws on the CPU, so a seed gives the same initial weights on
+            # every device; data and actions are drawn where the tensors live.
+            g = torch.Generator(device="cpu" if name == "init" else device)
             g.manual_seed(stream_seed(seed, name))
             gens[name] = g
         return cls(**gens)

@@ -262,10 +262,14 @@ def _fmt_eta(seconds: float) -> str:
         f"{seconds // 60}m{seconds % 60:02d}s"
 
 
-def train_episode(task, algo, request: Request, policy, opt, streams: Streams) -> dict[str, float]:
+def train_episode(task, algo, request: Request, policy, opt, streams: Streams,
+                  clock: dict[str, float] | None = None) -> dict[str, float]:
     """One episode: sample, then algo.epochs full-batch optimizer steps on it (SPEC 2).
-    Loss and gradient norm are the first epoch's (before any update on this batch)."""
+    Loss and gradient norm are the first epoch's (before any update on this batch).
+    `clock`, if given, accumulates seconds per phase (the speed benchmark reads it)."""
+    t0 = time.perf_counter()
     ro = task.rollout(policy, request, streams)
+    t1 = time.perf_counter()
     before = _flat_params(policy)
     row: dict[str, float] = {}
     for epoch in range(algo.epochs):
@@ -280,9 +284,14 @@ def train_episode(task, algo, request: Request, policy, opt, streams: Streams) -
             if hasattr(task, "grad_metrics"):  # e.g. misalignment to an oracle direction
                 row.update(task.grad_metrics(policy))
         opt.step()
+    t2 = time.perf_counter()
     row["param_change"] = float((_flat_params(policy) - before).norm())
-    row.update(error=ro.error, reward_mean=ro.reward_mean, rollouts=ro.rollouts)
+    row.update(error=float(ro.error), reward_mean=float(ro.reward_mean), rollouts=ro.rollouts)
     row.update(_group_diagnostics(ro.batch))
+    if clock is not None:
+        t3 = time.perf_counter()
+        for phase, dt in (("generation", t1 - t0), ("training", t2 - t1), ("bookkeeping", t3 - t2)):
+            clock[phase] = clock.get(phase, 0.0) + dt
     return row
 
 

@@ -18,6 +18,8 @@ about 170 MB).
 """
 from __future__ import annotations
 
+import dataclasses
+import functools
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Callable, ClassVar
@@ -87,6 +89,13 @@ class StalePolicy(nn.Module):
         return lambda x: functional_call(self.mlp, params, (x,))
 
 
+@functools.lru_cache(maxsize=2)
+def _on_device(d, device: torch.device):
+    """The data set copied to an accelerator once per process, not once per batch."""
+    return dataclasses.replace(d, **{k: getattr(d, k).to(device)
+                                     for k in ("train_x", "train_y", "test_x", "test_y")})
+
+
 @register("mnist")
 @dataclass(frozen=True)
 class MnistTask:
@@ -118,17 +127,20 @@ class MnistTask:
     def check_algorithm(self, req: Request) -> None:
         check_bandit_request(self, req)
 
-    def data(self):
-        return load_mnist(Path(self.data_dir) if self.data_dir else None,
-                          download=self.download, base_url=self.base_url)
+    def data(self, device: torch.device | str = "cpu"):
+        d = load_mnist(Path(self.data_dir) if self.data_dir else None,
+                       download=self.download, base_url=self.base_url)
+        return d if torch.device(device).type == "cpu" else _on_device(d, torch.device(device))
 
     def make_policy(self, gen: torch.Generator) -> StalePolicy:
         self.data()  # fail on missing data before any training starts
         return StalePolicy(MLP((784, *self.hidden, self.num_actions), gen), self.delay)
 
     def rollout(self, policy: StalePolicy, req: Request, streams: Streams) -> Rollout:
-        d = self.data()
-        idx = torch.randint(0, len(d.train_y), (self.batch_size,), generator=streams.data)
+        device = streams.data.device
+        d = self.data(device)
+        idx = torch.randint(0, len(d.train_y), (self.batch_size,), generator=streams.data,
+                            device=device)
         x, y = d.train_x[idx], d.train_y[idx]
         with torch.no_grad():
             logp = torch.log_softmax(policy.acting()(x), -1)
@@ -137,7 +149,7 @@ class MnistTask:
         B, A = self.batch_size, self.num_actions
         onehot = F.one_hot(a, A).float()
         adv = r - logp.exp().pow(2).sum(-1)  # label-free baseline, keep it (SPEC 3.2)
-        every = torch.arange(A).expand(B, A)
+        every = torch.arange(A, device=device).expand(B, A)
         if req.needs == "sample":
             batch = Batch(logp_old=logp.gather(1, a[:, None]).unsqueeze(-1),
                           token_rewards=r.view(B, 1, 1), scores=r.view(B, 1),
@@ -163,6 +175,6 @@ class MnistTask:
 
     @torch.no_grad()
     def evaluate(self, policy: StalePolicy) -> dict[str, float]:
-        d = self.data()
+        d = self.data(policy.ring.device)
         wrong = (policy(d.test_x).argmax(-1) != d.test_y).float().mean()
         return {"error": float(wrong), "test_error": float(wrong)}

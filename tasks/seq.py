@@ -77,7 +77,7 @@ class SeqTask:
         """Sequence groups of req.k sampled answers per prompt (every need but "label":
         the answer set is too large to enumerate), or token-level groups."""
         B, H, V, k = self.batch_size, self.sequence_length, self.vocab_size, req.k
-        prompts = torch.randint(0, V, (B, H), generator=streams.data)
+        prompts = torch.randint(0, V, (B, H), generator=streams.data, device=streams.data.device)
         if req.level == "token":
             return self._token_rollout(policy, prompts, k, streams.action)
         tokens, logp = generate(policy, prompts, k, streams.action)
@@ -87,7 +87,8 @@ class SeqTask:
         advantages = rewards - rewards.mean(0, keepdim=True) if k == 1 else None
         batch = Batch(logp_old=logp, token_rewards=rewards, scores=rewards.mean(-1),
                       success=correct.all(-1), advantages=advantages, obs=(prompts, tokens))
-        reward_mean = float(rewards.mean())
+        # Kept on the device: reading them here would sync a GPU every episode.
+        reward_mean = rewards.mean()
         return Rollout(batch, error=1.0 - reward_mean, reward_mean=reward_mean, rollouts=B * k)
 
     def _token_rollout(self, policy: Transformer, prompts: torch.Tensor, k: int,
@@ -100,7 +101,7 @@ class SeqTask:
         correct = cands == target.unsqueeze(-1)  # [B, H, K]
         if self.reward == "sequential":
             # A candidate scores only while the behaviour prefix before it is all correct.
-            alive = torch.cat([torch.ones(B, 1, dtype=torch.bool),
+            alive = torch.cat([torch.ones(B, 1, dtype=torch.bool, device=prompts.device),
                                correct[:, :-1, 0].cumprod(-1).bool()], 1)
             correct = correct & alive.unsqueeze(-1)
         rewards = correct.float()
@@ -109,7 +110,7 @@ class SeqTask:
                       scores=rewards.reshape(B * H, k), success=correct.reshape(B * H, k),
                       obs=(prompts, behaviour.view(B, H), cands))
         # SPEC 3.1: the error of token-level methods is the behaviour rollouts'.
-        reward_mean = float(rewards[..., 0].mean())
+        reward_mean = rewards[..., 0].mean()
         return Rollout(batch, error=1.0 - reward_mean, reward_mean=reward_mean, rollouts=B)
 
     def logprobs(self, policy: Transformer, batch: Batch) -> torch.Tensor:

@@ -79,12 +79,12 @@ class TabularSingle:
         return Logits(torch.zeros(1, self.num_actions))
 
     def rollout(self, policy: Logits, req: Request, streams: Streams) -> Rollout:
-        B, K = self.batch_size, self.num_actions
+        B, K, dev = self.batch_size, self.num_actions, policy.logits.device
         logp = torch.log_softmax(policy.logits.detach(), -1)[0]
         a = torch.multinomial(logp.exp(), B, replacement=True, generator=streams.action)
         r = (a == CORRECT).float()
         adv = r - self.baseline
-        zeros = torch.zeros(B, dtype=torch.long)
+        zeros = torch.zeros(B, dtype=torch.long, device=dev)
         if req.needs == "sample":
             batch = Batch(logp_old=logp[a].view(B, 1, 1), token_rewards=r.view(B, 1, 1),
                           scores=r.view(B, 1), success=(r > 0).view(B, 1),
@@ -93,14 +93,14 @@ class TabularSingle:
             batch = Batch(logp_old=logp[a].view(1, B, 1), token_rewards=r.view(1, B, 1),
                           scores=r.view(1, B), success=(r > 0).view(1, B), obs=(zeros, a, (1, B, 1)))
         else:
-            every = torch.arange(K)
+            every = torch.arange(K, device=dev)
             if req.needs == "action_group":
                 scores = (adv[:, None] * F.one_hot(a, K)).mean(0)
             else:  # label
-                scores = F.one_hot(torch.tensor(CORRECT), K).float()
+                scores = F.one_hot(torch.tensor(CORRECT, device=dev), K).float()
             batch = Batch(logp_old=logp.view(1, K, 1), token_rewards=scores.view(1, K, 1),
                           scores=scores.view(1, K), success=(every == CORRECT).view(1, K),
-                          obs=(torch.zeros(K, dtype=torch.long), every, (1, K, 1)))
+                          obs=(torch.zeros(K, dtype=torch.long, device=dev), every, (1, K, 1)))
         err = 1.0 - float(logp[CORRECT].exp())
         return Rollout(batch, error=err, reward_mean=float(r.mean()), rollouts=B)
 
@@ -108,7 +108,7 @@ class TabularSingle:
 
     def grad_metrics(self, policy: Logits) -> dict[str, float]:
         pi = torch.softmax(policy.logits.detach(), -1)
-        e_y = F.one_hot(torch.tensor([CORRECT]), self.num_actions).float()
+        e_y = F.one_hot(torch.tensor([CORRECT], device=pi.device), self.num_actions).float()
         return {"misalignment": misalignment(-policy.logits.grad, pi[:, CORRECT] * (e_y - pi))}
 
     def evaluate(self, policy: Logits) -> None:
@@ -135,10 +135,11 @@ class TabularMulti:
         return Logits(torch.randn(self.num_contexts, self.num_actions, generator=gen))
 
     def rollout(self, policy: Logits, req: Request, streams: Streams) -> Rollout:
-        N, K = self.num_contexts, self.num_actions
+        N, K, dev = self.num_contexts, self.num_actions, policy.logits.device
         logp = torch.log_softmax(policy.logits.detach(), -1)
-        onehot = F.one_hot(torch.full((N,), CORRECT), K).float()
-        rows, every = torch.arange(N)[:, None].expand(N, K), torch.arange(K).expand(N, K)
+        onehot = F.one_hot(torch.full((N,), CORRECT, device=dev), K).float()
+        rows = torch.arange(N, device=dev)[:, None].expand(N, K)
+        every = torch.arange(K, device=dev).expand(N, K)
         # Expectations, not samples: every action weighted by its probability, except
         # for TPO (its target is defined on the action set) and CE (the label).
         weights = logp.exp() if req.needs in ("sample", "sample_group") else None
@@ -153,7 +154,8 @@ class TabularMulti:
 
     def grad_metrics(self, policy: Logits) -> dict[str, float]:
         pi = torch.softmax(policy.logits.detach(), -1)
-        e_y = F.one_hot(torch.full((self.num_contexts,), CORRECT), self.num_actions).float()
+        e_y = F.one_hot(torch.full((self.num_contexts,), CORRECT, device=pi.device),
+                        self.num_actions).float()
         return {"misalignment": misalignment(-policy.logits.grad, e_y - pi)}
 
     @torch.no_grad()

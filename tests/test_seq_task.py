@@ -166,3 +166,19 @@ def test_one_token_answers():
     policy = task.make_policy(s.init)
     ro = task.rollout(policy, req(4), s)
     assert (task.logprobs(policy, ro.batch) - ro.batch.logp_old).abs().max() < 1e-5
+
+
+@pytest.mark.skipif(not torch.cuda.is_available(), reason="no CUDA device on this machine")
+def test_cuda_generation_has_no_host_sync():
+    """device=cuda: sampling an episode (the per-token loop) never waits for the GPU."""
+    task = SeqTask(sequence_length=10, batch_size=100)
+    streams = Streams.from_seed(0, "cuda")
+    policy = task.make_policy(streams.init).to("cuda")
+    task.rollout(policy, req(8), streams)  # warm-up outside the check
+    torch.cuda.set_sync_debug_mode("error")
+    try:
+        ro = task.rollout(policy, req(8), streams)
+        logp = task.logprobs(policy, ro.batch)
+    finally:
+        torch.cuda.set_sync_debug_mode(0)
+    assert logp.device.type == "cuda" and float(ro.error) <= 1.0
