@@ -33,8 +33,18 @@ class BenchSweeper(BasicSweeper):
         jobs = [job for batch in self.split_arguments(
             parser.parse_overrides(self._parse_config() + list(arguments)), self.max_batch_size)
             for job in batch]
+        # Seeds do not change what is validated: compose one job per config, check the
+        # other seeds' values only (a 20-seed sweep validates at the cost of one).
+        seen = set()
         try:
             for job in jobs:
+                key = tuple(o for o in job if not o.startswith("seed="))
+                seeds = [o.split("=", 1)[1] for o in job if o.startswith("seed=")]
+                if seeds and not (seeds[0].isdigit()):
+                    raise ConfigError(f"seed must be a non-negative integer, got {seeds[0]!r}")
+                if key in seen:
+                    continue
+                seen.add(key)
                 cfg = self.hydra_context.config_loader.load_sweep_config(self.config, list(job))
                 with open_dict(cfg):
                     del cfg["hydra"]
