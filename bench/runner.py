@@ -317,8 +317,10 @@ def run(spec: RunSpec) -> dict[str, Any]:
     if spec.force:
         checkpoint.clear(spec.run_dir)
     checkpoint.clear_stale_temps(spec.run_dir)
-    if spec.threads > 0:
-        torch.set_num_threads(spec.threads)
+    # threads=0: what the scheduler granted (a SLURM job's CPUs), else torch's default.
+    threads = spec.threads or int(os.environ.get("SLURM_CPUS_PER_TASK", "0"))
+    if threads > 0:
+        torch.set_num_threads(threads)
     label = f"{spec.task.name}/{spec.algo_name} {spec.config_hash} seed={spec.seed}"
     attempts = (0 if spec.force else prev.get("attempts", 0)) + 1
     base = {"config_hash": spec.config_hash, "run_dir": str(spec.run_dir), "seed": spec.seed,
@@ -326,7 +328,9 @@ def run(spec: RunSpec) -> dict[str, Any]:
             "started_at": prev.get("started_at", time.time()) if not spec.force else time.time(),
             "versions": io.package_versions(), "git_commit": io.git_commit(),
             "threads": torch.get_num_threads(), "device": spec.device,
-            "slurm_job_id": os.environ.get("SLURM_JOB_ID"), **spec.effective}
+            "slurm_job_id": os.environ.get("SLURM_JOB_ID"),
+            "slurm_array_job_id": os.environ.get("SLURM_ARRAY_JOB_ID"),
+            "slurm_array_task_id": os.environ.get("SLURM_ARRAY_TASK_ID"), **spec.effective}
     io.write_json(spec.run_dir / "config.json", {"seed": spec.seed, **spec.config})
 
     def heartbeat(**extra) -> None:

@@ -135,6 +135,7 @@ def test_seeds_per_job_packs_seeds_into_one_job(tmp_path):
     (["-m", "seed=0,1", "algo=grpo_token", "task=reverse_h7"], "algo.level=token"),
     (["seeds_per_job=0"], "seeds_per_job must be a positive integer"),
     (["checkpoint_every=0"], "checkpoint_every must be a positive integer"),
+    (["-m", "seed=0,1", "seeds_per_job=2"], "would train the same seed twice"),
     (["hydra/launcher=nope"], "hydra/launcher/nope"),
 ])
 def test_bad_sweeps_create_nothing(args, message, tmp_path):

@@ -35,16 +35,24 @@ class BenchSweeper(BasicSweeper):
             for job in batch]
         # Seeds do not change what is validated: compose one job per config, check the
         # other seeds' values only (a 20-seed sweep validates at the cost of one).
-        seen = set()
+        seen: dict[tuple, list[int]] = {}
+        per_job = OmegaConf.select(self.config, "seeds_per_job") or 1
         try:
             for job in jobs:
                 key = tuple(o for o in job if not o.startswith("seed="))
                 seeds = [o.split("=", 1)[1] for o in job if o.startswith("seed=")]
                 if seeds and not (seeds[0].isdigit()):
                     raise ConfigError(f"seed must be a non-negative integer, got {seeds[0]!r}")
-                if key in seen:
+                first = int(seeds[0]) if seeds else int(OmegaConf.select(self.config, "seed") or 0)
+                taken = seen.setdefault(key, [])
+                if isinstance(per_job, int) and any(abs(first - s) < per_job for s in taken):
+                    raise ConfigError(
+                        f"seeds_per_job={per_job}: jobs starting at seeds {sorted(taken + [first])} "
+                        f"would train the same seed twice; step the seeds by {per_job}, "
+                        f"e.g. seed=range(0,100,{per_job})")
+                taken.append(first)
+                if len(taken) > 1:
                     continue
-                seen.add(key)
                 cfg = self.hydra_context.config_loader.load_sweep_config(self.config, list(job))
                 with open_dict(cfg):
                     del cfg["hydra"]
