@@ -1,6 +1,11 @@
 """Plot error vs. step per task from the collected table, and print a summary table.
 
     python analysis/plot.py [--results FILE] [--out DIR] [--yscale {auto,log,linear}]
+    python analysis/plot.py --figure NAME [NAME ...] [--results FILE] [--out DIR]
+    python analysis/plot.py --list
+
+Without --figure: one figure per task. With it: the paper's figures in SPEC 5's layout
+(analysis/figures.py; `all` draws every one that has results).
 
 One line per (algo.name, config_hash): the seed mean with a +-1 standard-error band,
 SE = std(ddof=0) / sqrt(n_seeds) as in the paper. Different config hashes are never pooled.
@@ -19,6 +24,9 @@ import matplotlib.pyplot as plt  # noqa: E402
 import numpy as np  # noqa: E402
 import pandas as pd  # noqa: E402
 
+# The statistics live in stats.py (shared with report.py); re-exported here for callers.
+from analysis.stats import THRESHOLD, mean_se, seed_curves, seed_hits, steps_to_threshold  # noqa: E402,F401
+
 GROUP = ["task.name", "algo.name", "config_hash"]
 REQUIRED = GROUP + ["seed", "step", "error"]
 # Per-step metrics the runner logs; never legend keys even if they happen to be constant.
@@ -28,7 +36,6 @@ METRICS = {
     "absA_success", "absA_fail", "rollouts", "wall_s",
 }
 NOT_LEGEND = METRICS | {"seed", "config_hash", "task.name", "algo.name"}
-THRESHOLD = 0.01
 LOG_FLOOR = 1e-4  # a log axis cannot show the band's lower edge at or below zero
 
 # Fixed colours so an algorithm looks the same in every figure.
@@ -103,25 +110,6 @@ def legend_labels(df: pd.DataFrame) -> dict:
     return labels
 
 
-def seed_curves(g: pd.DataFrame) -> pd.DataFrame:
-    """step x seed error matrix, restricted to steps every seed logged, so the mean at
-    each step averages the same seeds (no jumps where a seed's log ends)."""
-    g = g.dropna(subset=["error"]).drop_duplicates(["seed", "step"], keep="last")
-    wide = g.pivot(index="step", columns="seed", values="error")
-    return wide.dropna().sort_index()
-
-
-def mean_se(wide: pd.DataFrame) -> tuple[pd.Series, pd.Series]:
-    n = wide.shape[1]
-    return wide.mean(axis=1), wide.std(axis=1, ddof=0) / np.sqrt(n)
-
-
-def steps_to_threshold(steps, values, thr=THRESHOLD):
-    """First step whose mean error is below thr, or None if it never gets there."""
-    below = np.flatnonzero(np.asarray(values, dtype=float) < thr)
-    return None if len(below) == 0 else np.asarray(steps)[below[0]].item()
-
-
 def summarise(df: pd.DataFrame, thr: float = THRESHOLD) -> pd.DataFrame:
     """One row per line: final error mean/SE at the last step all seeds logged,
     first step the seed-mean curve is below thr (NA if never), and how many seeds ever were."""
@@ -140,7 +128,7 @@ def summarise(df: pd.DataFrame, thr: float = THRESHOLD) -> pd.DataFrame:
             "final_error_mean": mean.iloc[-1] if len(wide) else np.nan,
             "final_error_se": se.iloc[-1] if len(wide) else np.nan,
             "steps_to_1pct": pd.NA if hit is None else hit,
-            "seeds_below_1pct": int((g.groupby("seed")["error"].min() < thr).sum()),
+            "seeds_below_1pct": seed_hits(seed_curves(g, common=False), thr).n_reached,
         })
     out = pd.DataFrame(rows)
     out["steps_to_1pct"] = out["steps_to_1pct"].astype("Int64")
@@ -208,7 +196,23 @@ def main(argv=None) -> int:
     parser.add_argument("--results", default="outputs/results.parquet", help="table from analysis/collect.py")
     parser.add_argument("--out", default="outputs/plots", help="directory for the figures")
     parser.add_argument("--yscale", choices=["auto", "log", "linear"], default="auto")
+    parser.add_argument("--figure", nargs="+", metavar="NAME",
+                        help="draw these paper figures (see --list; 'all' for every one)")
+    parser.add_argument("--list", action="store_true", help="name the paper figures and exit")
     args = parser.parse_args(argv)
+
+    # Imported here, not at the top: figures.py imports this module for its colours.
+    from analysis import figures
+
+    if args.list:
+        for name, spec in figures.FIGURES.items():
+            print(f"{name:<24} {spec.title} ({len(spec.panels)} panel{'s' * (len(spec.panels) > 1)})")
+        return 0
+    unknown = sorted(set(args.figure or ()) - set(figures.FIGURES) - {"all"})
+    if unknown:
+        print(f"error: unknown figure(s) {', '.join(unknown)}; known: {', '.join(figures.FIGURES)}",
+              file=sys.stderr)
+        return 2
 
     results = Path(args.results)
     if not results.is_file():
@@ -222,10 +226,33 @@ def main(argv=None) -> int:
     if df.empty:
         print(f"error: {results} has no rows", file=sys.stderr)
         return 1
+    if args.figure:
+        return draw_figures(df, args.figure, args.out)
     print(format_summary(summarise(df)))
     for path in plot_results(df, args.out, args.yscale):
         print(f"wrote {path}")
     return 0
+
+
+def draw_figures(df: pd.DataFrame, names, out_dir) -> int:
+    """Draw the named paper figures; exit status 1 if a named one (or, for 'all', every
+    one) has no results."""
+    from analysis import figures
+
+    every = "all" in names
+    names = list(figures.FIGURES) if every else list(dict.fromkeys(names))
+    drawn, missing = 0, 0
+    for name in names:
+        try:
+            paths = figures.draw(name, df, out_dir)
+        except figures.NoData as e:
+            print(f"{'skipped' if every else 'error'}: {e}", file=sys.stderr)
+            missing += 1
+            continue
+        drawn += 1
+        for path in paths:
+            print(f"wrote {path}")
+    return 1 if (missing and not every) or not drawn else 0
 
 
 if __name__ == "__main__":

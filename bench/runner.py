@@ -68,6 +68,8 @@ class RunSpec:
     """what the run really uses after matching: batch size, learning rate"""
     notes: tuple[str, ...] = ()
     """lines printed when the run starts (matching arithmetic)"""
+    labels: dict[str, Any] = dataclasses.field(default_factory=dict)
+    """columns that describe but do not identify the run (the experiment preset)"""
 
     @property
     def lr(self) -> float | None:
@@ -191,7 +193,8 @@ def build(cfg: dict[str, Any], explicit: frozenset[str] = frozenset()) -> RunSpe
                  "lr_effective": hparams.get("lr")}
     return RunSpec(
         task=run_task, algo=algo, algo_name=cfg["algo"]["name"], optim_name=optim["name"],
-        optim_hparams=hparams, seed=seed, request=request, effective=effective, notes=notes, device=str(cfg.get("device", "cpu")),
+        optim_hparams=hparams, seed=seed, request=request, effective=effective, notes=notes,
+        labels={"experiment": cfg.get("experiment")}, device=str(cfg.get("device", "cpu")),
         threads=int(cfg.get("threads", 0)), log_every=int(cfg.get("log_every", 50)),
         force=bool(cfg.get("force", False)), checkpoint_every=checkpoint_every,
         debug=dict(cfg.get("debug") or {}), config=science, config_hash=h,
@@ -402,7 +405,7 @@ def run(spec: RunSpec) -> dict[str, Any]:
         extra = [k for r in rows for k in r if k not in METRIC_COLUMNS]
         df = pd.DataFrame(rows, columns=list(dict.fromkeys([*METRIC_COLUMNS, *extra])))
         columns = {"config_hash": spec.config_hash, "seed": spec.seed,
-                   **flatten(spec.config), **spec.effective}
+                   **flatten(spec.config), **spec.effective, **spec.labels}
         for key, value in columns.items():
             df[key] = value
         df["partial"] = status != "completed"

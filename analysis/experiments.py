@@ -1,0 +1,177 @@
+"""Which rows of the results table belong to which paper result (SPEC 4 and 5).
+
+Each result has a name (the `conf/experiment/<name>.yaml` preset, recorded by runs in an
+`experiment` column) and filter blocks describing its runs. Selection:
+- rows the preset labelled with its name are always used;
+- so are rows matching one of its filter blocks, whatever their label: `experiment` is not
+  part of a run's identity, so a configuration two presets ask for is run once, under the
+  label of the preset that ran first, and the second one skips it as completed (the
+  ablations' TPO at H = 10 is terminal_h_sweep's run). This is also the whole selection
+  for a table without the `experiment` column;
+- a block marked `same_task` (a setting the paper does not pin down, e.g. the H of the DG
+  epoch study) admits other presets' rows only for tasks its own rows ran, unless it has
+  no own rows at all.
+Filters name columns by the short keys of ALIASES; a key whose column is absent, or
+NaN for a run (a knob another algorithm does not have), does not filter.
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass
+from functools import lru_cache
+from pathlib import Path
+
+import pandas as pd
+
+CONF = Path(__file__).resolve().parents[1] / "conf"
+ALIASES = {
+    "task": "task.impl", "H": "task.sequence_length", "V": "task.vocab_size",
+    "B": "task.batch_size", "reward": "task.reward", "target": "task.target",
+    "D": "task.delay", "algo": "algo.name", "K": "algo.k", "epochs": "algo.epochs",
+    "eta": "algo.eta", "match": "match",
+}
+SEQ_HOLD = ("K", "epochs", "eta")  # held at the algorithm's yaml default unless swept
+TARGETS = ("copy", "flip", "reverse_copy", "reverse_flip")
+DENSE = ("tpo_token", "grpo_token", "dg", "ppo")
+TERMINAL = ("tpo", "grpo", "grpo_no_kl", "ppo", "dg")
+
+
+@dataclass(frozen=True)
+class Experiment:
+    name: str
+    title: str
+    # Filter blocks, OR-ed. Special keys: "hold", algo keys kept at their yaml defaults
+    # (a sweep of another preset must not leak in); "same_task", see the module docstring.
+    where: tuple[dict, ...]
+    sources: tuple[str, ...] = ()  # experiment-column values that belong here (default: name)
+    note: str = ""  # for the report, where the paper gives no numbers of its own
+
+    @property
+    def labels(self) -> tuple[str, ...]:
+        return self.sources or (self.name,)
+
+
+def terminal(**kw) -> dict:
+    return {"task": "seq", "reward": "terminal", "target": "reverse_copy", "V": 2,
+            "hold": SEQ_HOLD, **kw}
+
+
+def dense(**kw) -> dict:
+    return {"task": "seq", "H": 10, "V": 2, "B": 100, "hold": SEQ_HOLD, **kw}
+
+
+MNIST = {"task": "mnist", "task.name": "mnist", "D": 0}
+MECH = terminal(H=8, B=256, algo=["tpo", "grpo", "grpo_masked"], hold=("eta",))
+
+EXPERIMENTS = {e.name: e for e in [
+    Experiment("hero", "Hero figure: MNIST bandit and terminal reward at H = 10",
+               (MNIST, terminal(H=10, B=100, match="prompts", algo=list(TERMINAL))),
+               note="Its numbers are checked under `mnist` and `terminal_h_sweep`."),
+    Experiment("tabular_single", "Tabular bandit, single context", ({"task": "tabular_single"},)),
+    Experiment("tabular_multi", "Tabular bandit, multiple contexts", ({"task": "tabular_multi"},)),
+    Experiment("mnist", "MNIST contextual bandit", (MNIST,)),
+    Experiment("mnist_stale", "MNIST with stale actors (our extension)",
+               ({"task": "mnist", "task.name": "mnist_stale"},)),
+    Experiment("vocab_sweep", "Dense token reversal: vocabulary sweep",
+               (dense(reward="bag_of_tokens", target="reverse_copy", V=[2, 4, 8, 16],
+                      algo=list(DENSE)),)),
+    Experiment("task_variants", "Dense task variants",
+               (dense(reward=["bag_of_tokens", "sequential"], target=list(TARGETS),
+                      algo=list(DENSE)),)),
+    Experiment("terminal_h_sweep", "Terminal reward: H sweep, prompt- and interaction-matched",
+               (terminal(H=[7, 8, 9, 10], B=100, algo=list(TERMINAL)),)),
+    Experiment("ablations", "Ablations (terminal reward, prompt-matched)",
+               (terminal(H=[7, 8, 10], B=100, match="prompts",
+                         algo=["tpo", "tpo_no_anchor", "group_pg", "grpo", "grpo_no_kl"]),)),
+    Experiment("k_sweep", "Mechanism study: group size K",
+               ({**MECH, "epochs": 4, "algo": ["tpo", "grpo"]},)),
+    Experiment("epoch_sweep", "Mechanism study: epochs per batch",
+               ({**MECH, "K": 32, "algo": ["tpo", "grpo"]},)),
+    Experiment("zero_variance_masking", "Mechanism study: zero-variance masking",
+               ({**MECH, "K": 32, "epochs": 4},)),
+    Experiment("eta_sweep", "Temperature (eta) sweep, TPO_token",
+               (dense(reward="bag_of_tokens", target="reverse_copy", algo="tpo_token",
+                      hold=("K", "epochs")),)),
+    Experiment("dg_epochs", "DG epoch sensitivity",
+               (terminal(algo="dg", hold=("K", "eta"), same_task=True),
+                dense(reward=["bag_of_tokens", "sequential"], algo="dg", hold=("K", "eta")))),
+    # No preset of its own: the diagnostics are logged by the mechanism-study runs.
+    Experiment("diagnostics", "Mechanism diagnostics (gradient norm, all-fail, target mass, |A|)",
+               ({**MECH, "K": 32, "epochs": 4},),
+               sources=("k_sweep", "epoch_sweep", "zero_variance_masking"),
+               note="SPEC 4 gives no numbers for the diagnostics (K = 32, 4 epochs runs)."),
+]}
+
+
+def how_to_run(name: str) -> str:
+    first, *others = EXPERIMENTS[name].labels
+    return f"`python -m bench -m +experiment={first}`" + (f" (or {', '.join(others)})" if others else "")
+
+
+@lru_cache(maxsize=None)
+def algo_defaults(algo: str) -> dict:
+    """conf/algo/<algo>.yaml's values, the reference for held keys ({} if unknown)."""
+    import yaml  # omegaconf's dependency; only needed here
+
+    path = CONF / "algo" / f"{algo}.yaml"
+    if not path.is_file():
+        return {}
+    return yaml.safe_load(path.read_text()) or {}
+
+
+def _allowed(values) -> list:
+    return list(values) if isinstance(values, (list, tuple, set)) else [values]
+
+
+def matches(df: pd.DataFrame, cond: dict) -> pd.Series:
+    """Boolean mask of rows satisfying every condition of one filter block."""
+    mask = pd.Series(True, index=df.index)
+    for key, values in cond.items():
+        if key in ("hold", "same_task"):
+            continue
+        col = ALIASES.get(key, key)
+        if col in df.columns:
+            mask &= df[col].isna() | df[col].isin(_allowed(values))
+    for key in cond.get("hold", ()):
+        col = ALIASES[key]
+        if col not in df.columns or "algo.name" not in df.columns:
+            continue
+        knob = col.split(".", 1)[1]
+        # One vectorised comparison per distinct algorithm: tables have millions of rows.
+        for algo in df["algo.name"].dropna().unique():
+            default = algo_defaults(str(algo)).get(knob)
+            if default is not None:
+                mask &= ~((df["algo.name"] == algo) & df[col].notna() & (df[col] != default))
+    return mask
+
+
+def task_keys(df: pd.DataFrame) -> pd.Series:
+    """One string per row naming its task and matching mode: runs of the same task."""
+    cols = [c for c in df.columns if c.startswith(("task.", "optim.")) or c in ("match", "match_k")]
+    # Constant within a config hash: build the string once per hash, not per row.
+    per_hash = df.groupby("config_hash")[cols].first().map(str).agg("|".join, axis=1)
+    return df["config_hash"].map(per_hash)
+
+
+def select(df: pd.DataFrame, name: str) -> pd.DataFrame:
+    """The rows of one paper result (see the module docstring for the rule)."""
+    exp = EXPERIMENTS[name]
+    own = df["experiment"].isin(exp.labels) if "experiment" in df.columns \
+        else pd.Series(False, index=df.index)
+    keep = own.copy()
+    for block in exp.where:
+        cand = matches(df, block)
+        if block.get("same_task") and (cand & own).any():
+            cand &= task_keys(df).isin(set(task_keys(df[cand & own])))
+        keep |= cand
+    return df[keep]
+
+
+def pick_config(rows: pd.DataFrame) -> pd.DataFrame:
+    """One config hash out of several that fit (say a shrunk and a full run of the same
+    setting): the one with the most seeds, then the longest log, then the first hash."""
+    if rows.empty or rows["config_hash"].nunique() == 1:
+        return rows
+    g = rows.groupby("config_hash")
+    rank = pd.DataFrame({"seeds": g["seed"].nunique(), "steps": g["step"].max()})
+    best = rank.sort_values(["seeds", "steps"], ascending=False, kind="stable").index[0]
+    return rows[rows["config_hash"] == best]

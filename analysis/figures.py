@@ -1,0 +1,246 @@
+"""The paper's figures (SPEC 5) as a declarative table: figure -> panels.
+
+A panel picks rows of its experiment (analysis/experiments.py) with a filter and draws
+one of three kinds:
+- curve: y against step, seed mean with a +-1 SE band, one line per (algorithm, config
+  hash) as in plot.py (hashes are never pooled); several y columns share a colour and
+  differ by line style (e.g. target mass on successes vs failures);
+- final: the final value (seed mean +- SE) against a swept setting x, one line per
+  algorithm (and per `series` key);
+- steps: the paper's steps-to-threshold (first step the seed-mean curve is below it)
+  against x; a setting whose mean never gets there has no point and is counted in the label.
+Colours come from plot.COLORS, so an algorithm looks the same in every figure.
+"""
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass, field
+from pathlib import Path
+
+import pandas as pd
+
+from analysis import experiments, plot, stats
+from analysis.experiments import ALIASES, EXPERIMENTS, TARGETS
+
+plt = plot.plt  # pyplot with the Agg backend already selected
+
+
+class NoData(Exception):
+    """A figure with nothing to draw; the message says what to run."""
+
+
+@dataclass(frozen=True)
+class Panel:
+    title: str
+    where: dict = field(default_factory=dict)
+    y: tuple = ("error",)
+    kind: str = "curve"  # curve | final | steps
+    x: str = "step"  # the swept setting for final / steps panels
+    scale: str = "log"
+    xscale: str = "linear"
+    smooth: int = 0  # trailing moving average over this many steps (curve panels)
+    xlabel: str = "episode"
+    ylabel: str = "error"
+    hline: float | None = None  # a threshold line (and the threshold of steps panels)
+    series: tuple = ()  # keys that split one algorithm into several lines (final / steps)
+
+
+@dataclass(frozen=True)
+class Figure:
+    name: str
+    panels: tuple
+    ncols: int = 4
+    experiment: str | None = None  # defaults to the figure's name
+
+    @property
+    def title(self) -> str:
+        return EXPERIMENTS[self.experiment or self.name].title
+
+
+BAG, SEQ = "bag_of_tokens", "sequential"
+EXACT = "exact-match error"
+VARIANT = "variant"  # derived column: reward and target in the paper's short words
+CURVES_1PCT = dict(hline=0.01)
+
+
+def _sweep(name, x, xlabel, **kw):
+    return Figure(name, (Panel(f"final error vs {xlabel}", kind="final", x=x, xscale="log",
+                               xlabel=xlabel, ylabel="final error", **kw),))
+
+
+FIGURES = {f.name: f for f in [
+    Figure("hero", (
+        Panel("MNIST bandit", {"task": "mnist"}, xlabel="update", ylabel="test error"),
+        Panel("terminal reward, H = 10 (40-episode mov. avg.)", {"task": "seq"},
+              scale="linear", smooth=40, ylabel=EXACT),
+    ), ncols=2),
+    Figure("tabular_single", (
+        Panel("error", xlabel="step"),
+        Panel("misalignment", y=("misalignment",), xlabel="step", ylabel="1 - cos(g, oracle)"),
+    ), ncols=2),
+    Figure("tabular_multi", (
+        Panel("error", xlabel="step"),
+        Panel("misalignment to CE", y=("misalignment",), xlabel="step", ylabel="1 - cos(g, CE)"),
+    ), ncols=2),
+    Figure("mnist", (Panel("MNIST bandit", xlabel="update", ylabel="test error"),), ncols=1),
+    Figure("mnist_stale", tuple(
+        Panel(f"D = {d}", {"D": d}, xlabel="update", ylabel="test error")
+        for d in (0, 10, 100, 1000))),
+    Figure("vocab_sweep", tuple(
+        Panel(f"V = {v}", {"V": v}, scale="linear", **CURVES_1PCT) for v in (2, 4, 8, 16))),
+    Figure("task_variants", tuple(
+        Panel(f"{'bag' if r == BAG else 'seq'} {t.replace('reverse_', 'rev-')}",
+              {"reward": r, "target": t}, **CURVES_1PCT)
+        for r in (BAG, SEQ) for t in TARGETS)),
+    Figure("terminal_h_sweep", tuple(
+        Panel(f"{m[:-1]}-matched, H = {h}", {"match": m, "H": h}, scale="linear", ylabel=EXACT)
+        for m in ("prompts", "interactions") for h in (7, 8, 9, 10))),
+    Figure("ablations", tuple(
+        Panel(f"H = {h}", {"H": h}, scale="linear", ylabel=EXACT) for h in (7, 8, 10)), ncols=3),
+    _sweep("k_sweep", "K", "K"),
+    _sweep("epoch_sweep", "epochs", "epochs"),
+    Figure("zero_variance_masking", (Panel("K = 32, 4 epochs", {"K": 32, "epochs": 4},
+                                           ylabel=EXACT),), ncols=1),
+    Figure("eta_sweep", (
+        Panel("steps to 1 % error", kind="steps", x="eta", xscale="log", scale="linear",
+              xlabel="eta", ylabel="steps to 1 %", hline=0.01),
+        Panel("final error", kind="final", x="eta", xscale="log", xlabel="eta",
+              ylabel="final error"),
+    ), ncols=2),
+    Figure("dg_epochs", (
+        Panel("terminal reward", {"reward": "terminal"}, scale="linear", ylabel=EXACT),
+        Panel("dense variants", {"reward": [BAG, SEQ]}, kind="final", x=VARIANT,
+              series=("epochs",), xlabel="variant", ylabel="final error"),
+    ), ncols=2),
+    Figure("diagnostics", tuple(
+        Panel(title, {"K": 32, "epochs": 4}, y=y, ylabel=label) for title, y, label in [
+            ("error", ("error",), EXACT),
+            ("gradient norm (first epoch)", ("grad_norm",), "||g||"),
+            ("all-fail fraction", ("all_fail_frac",), "fraction of groups"),
+            ("target mass (TPO): success -, fail --", ("q_success", "q_fail"), "mean q"),
+            ("|A| (GRPO): success -, fail --", ("absA_success", "absA_fail"), "mean |A|"),
+        ]), ncols=3),
+]}
+
+
+def with_variant(df: pd.DataFrame) -> pd.DataFrame:
+    """Add the derived `variant` column ("bag rev-copy", ...) where reward/target exist."""
+    if not {"task.reward", "task.target"} <= set(df.columns):
+        return df
+    reward = df["task.reward"].map({BAG: "bag", SEQ: "seq"}).fillna(df["task.reward"])
+    target = df["task.target"].astype(str).str.replace("reverse_", "rev-").str.replace("_", "-")
+    return df.assign(**{VARIANT: reward.astype(str) + " " + target})
+
+
+def _curve(ax, p: Panel, d: pd.DataFrame) -> int:
+    # Which preset ran a line is not a config key: keep it out of the legend.
+    labels = plot.legend_labels(d.drop(columns=["experiment"], errors="ignore"))
+    drawn, seen = 0, {}
+    for key, g in d.groupby(plot.GROUP, sort=True):
+        algo = key[1]
+        n_line = seen.get(algo, 0)
+        seen[algo] = n_line + 1
+        for j, y in enumerate(p.y):
+            if y not in g.columns:
+                continue
+            wide = stats.moving_average(stats.seed_curves(g, y), p.smooth)
+            if wide.empty:
+                continue
+            mean, se = stats.mean_se(wide)
+            lo, hi = mean - se, mean + se
+            if p.scale == "log":  # a log axis cannot show a band edge at or below zero
+                floor = min(plot.LOG_FLOOR, mean[mean > 0].min()) if (mean > 0).any() else plot.LOG_FLOOR
+                lo, hi = lo.clip(lower=floor), hi.clip(lower=floor)
+            style = plot.LINESTYLES[(j if len(p.y) > 1 else n_line) % len(plot.LINESTYLES)]
+            label = labels[key] + (f" {y}" if len(p.y) > 1 else "")
+            ax.plot(mean.index, mean.values, color=plot.color_for(algo), ls=style, lw=1.3, label=label)
+            ax.fill_between(mean.index, lo.values, hi.values, color=plot.color_for(algo), alpha=0.2, lw=0)
+            drawn += 1
+    return drawn
+
+
+def _points(ax, p: Panel, d: pd.DataFrame) -> int:
+    """final / steps panels: one marker line per algorithm (and series) over x."""
+    if p.x == VARIANT:
+        d = with_variant(d)
+    xcol = ALIASES.get(p.x, p.x)
+    series = [ALIASES.get(s, s) for s in p.series]
+    categorical = not pd.api.types.is_numeric_dtype(d[xcol])
+    ticks = sorted(d[xcol].dropna().unique())
+    drawn, seen = 0, {}
+    for key, g in d.groupby(["algo.name", *series], sort=True):
+        key = key if isinstance(key, tuple) else (key,)
+        xs, ys, es, never = [], [], [], 0
+        for xv, gx in g.groupby(xcol, sort=True):
+            wide = stats.seed_curves(experiments.pick_config(gx), p.y[0])
+            if wide.empty:
+                continue
+            if p.kind == "steps":
+                hit = stats.mean_steps_to_threshold(wide, p.hline or stats.THRESHOLD)
+                if hit is None:
+                    never += 1
+                    continue
+                value, err = hit, 0.0
+            else:
+                last = wide.iloc[-1]
+                value, err = last.mean(), stats.standard_error(last)
+            xs.append(ticks.index(xv) if categorical else xv)
+            ys.append(value)
+            es.append(err)
+        if not xs and not never:
+            continue
+        n_line = seen.get(key[0], 0)
+        seen[key[0]] = n_line + 1
+        label = key[0] + "".join(f", {s}={plot._fmt(v)}" for s, v in zip(p.series, key[1:]))
+        label += f" ({never} never)" if never else ""
+        ax.errorbar(xs, ys, yerr=es, color=plot.color_for(key[0]), marker="o", ms=4, capsize=2,
+                    ls=plot.LINESTYLES[n_line % len(plot.LINESTYLES)], label=label)
+        drawn += 1
+    if categorical:
+        ax.set_xticks(range(len(ticks)), ticks, rotation=45, ha="right", fontsize=7)
+    return drawn
+
+
+def render(name: str, df: pd.DataFrame):
+    """The matplotlib figure of one paper figure; NoData if nothing in df belongs to it."""
+    spec = FIGURES[name]
+    rows = experiments.select(df, spec.experiment or name)
+    panels = [(p, rows[experiments.matches(rows, p.where)]) for p in spec.panels]
+    if all(d.empty for _, d in panels):
+        raise NoData(f"no results for figure {name!r}: run "
+                     f"{experiments.how_to_run(spec.experiment or name)}, then analysis/collect.py")
+    ncols = min(spec.ncols, len(panels))
+    nrows = math.ceil(len(panels) / ncols)
+    fig, axes = plt.subplots(nrows, ncols, figsize=(3.8 * ncols, 3.0 * nrows), squeeze=False)
+    for ax, (p, d) in zip(axes.flat, panels):
+        drawn = 0 if d.empty else (_curve if p.kind == "curve" else _points)(ax, p, d)
+        if not drawn:
+            ax.text(0.5, 0.5, "no data", ha="center", va="center", transform=ax.transAxes)
+        else:
+            ax.set_yscale(p.scale)
+            if p.xscale == "log":
+                ax.set_xscale("log", base=2)
+            ax.legend(fontsize=6, loc="best")
+        if p.hline is not None and p.kind == "curve":
+            ax.axhline(p.hline, color="k", lw=0.6, ls=":")
+        ax.set(title=p.title, xlabel=p.xlabel, ylabel=p.ylabel)
+        ax.title.set_fontsize(9)
+        ax.grid(True, which="major", alpha=0.3)
+    for ax in axes.flat[len(panels):]:
+        ax.remove()
+    fig.suptitle(spec.title, fontsize=10)
+    fig.tight_layout()
+    return fig
+
+
+def draw(name: str, df: pd.DataFrame, out_dir, dpi: int = 150) -> list[Path]:
+    """Draw one figure as PNG and PDF into out_dir; returns the paths (PNG first)."""
+    fig = render(name, df)
+    out_dir = Path(out_dir)
+    out_dir.mkdir(parents=True, exist_ok=True)
+    paths = []
+    for ext in ("png", "pdf"):
+        paths.append(out_dir / f"{name}.{ext}")
+        fig.savefig(paths[-1], dpi=dpi)
+    plt.close(fig)
+    return paths

@@ -1,0 +1,300 @@
+"""Write REPRODUCTION.md: every paper number beside ours, with a computed verdict.
+
+    python analysis/report.py [--results FILE] [--out REPRODUCTION.md] [--figures DIR]
+                              [--runs ROOT] [--hardware TEXT]
+
+For each paper result (analysis/experiments.py) it draws the figure (analysis/figures.py),
+and for each row of analysis/paper_numbers.csv computes our statistic from whatever runs
+exist (analysis/stats.py) and a verdict (analysis/verdicts.py, whose rules head the report).
+Sections without results say "not run yet". Seeds come from the table; hardware from each
+run's summary.json under --runs (default: the results file's folder) and/or --hardware.
+"""
+from __future__ import annotations
+
+import argparse
+import json
+import math
+import os
+import sys
+from dataclasses import dataclass
+from pathlib import Path
+
+import numpy as np
+import pandas as pd
+
+from analysis import experiments, figures, stats
+from analysis.plot import _fmt
+from analysis import verdicts as V
+from analysis.experiments import ALIASES, EXPERIMENTS
+
+PAPER = Path(__file__).with_name("paper_numbers.csv")
+SETTINGS = ["H", "V", "K", "B", "epochs", "eta", "match", "D", "reward", "target"]
+VERDICT_ORDER = [V.REPRODUCED, V.WITHIN_NOISE, V.DIFFERS, V.TOO_SHORT, V.HOLDS, V.FAILS, V.NOT_RUN]
+
+
+def load_paper(path=PAPER) -> pd.DataFrame:
+    # Strings throughout: ">95", "—" and "0.05" must reach the verdict rules as printed.
+    return pd.read_csv(path, dtype=str, keep_default_na=False)
+
+
+def _value(text: str):
+    for cast in (int, float):
+        try:
+            return cast(text)
+        except ValueError:
+            pass
+    return text
+
+
+def settings(row, quals: dict | None = None) -> dict:
+    """Filter block for experiments.matches from a paper row (';' separates alternatives)."""
+    cond = {k: [_value(v) for v in row[k].split(";")] for k in SETTINGS if row.get(k, "")}
+    cond.update({k: [_value(v)] for k, v in (quals or {}).items()})
+    return cond
+
+
+@dataclass(frozen=True)
+class Ours:
+    value: float | None  # None: a steps metric whose seed-mean curve never crossed
+    se: float | None
+    lo: float | None
+    hi: float | None
+    n_seeds: int
+    last_step: int | None = None
+    hits: stats.SeedHits | None = None
+    source: str = ""
+
+
+def analytic_weight(algo: str, p: float = 0.1, k: int = 10, eta: float = 1.0) -> float:
+    """Per-context weight w of the multi-context update w (e_y - pi) at pi_y = p, the other
+    actions sharing 1 - p equally (SPEC 3.3's formulas)."""
+    if algo == "pg":
+        return p
+    if algo == "dg":
+        return p / (1 + math.exp(math.log(p) / eta))  # p * sigmoid(-log p / eta)
+    if algo == "grpo":
+        return math.sqrt(p / (1 - p))
+    if algo == "tpo":  # u = standardise(onehot(y)); q = pi exp(u) / Z; q - pi = w (e_y - pi)
+        sd = math.sqrt((1 / k) * (1 - 1 / k))
+        up, un = (1 - 1 / k) / sd, -(1 / k) / sd
+        q = p * math.exp(up) / (p * math.exp(up) + (1 - p) * math.exp(un))
+        return (q - p) / (1 - p)
+    raise ValueError(f"no weight formula for {algo!r}")
+
+
+def measure(rows: pd.DataFrame, metric: str) -> Ours | None:
+    """Our statistic for one metric on the rows of one configuration."""
+    if rows.empty:
+        return None
+    if metric.startswith("steps_to_"):
+        thr = float(metric.removeprefix("steps_to_").removesuffix("pct")) / 100
+        wide = stats.seed_curves(rows)
+        if wide.empty:
+            return None
+        lo, hi = stats.steps_interval(wide, thr)
+        hits = stats.seed_hits(stats.seed_curves(rows, common=False), thr)
+        return Ours(stats.mean_steps_to_threshold(wide, thr), hits.se, lo, hi, wide.shape[1],
+                    int(wide.index[-1]), hits)
+    y, scale = {"final_error_pct": ("error", 100), "auc_error": ("error", 100),
+                "mean_misalignment": ("misalignment", 1)}[metric]
+    if y not in rows.columns:
+        return None
+    wide = stats.seed_curves(rows, y)
+    if metric == "final_error_pct":
+        f = stats.final_stats(wide)
+        return f and Ours(f.mean * scale, f.se * scale, f.lo * scale, f.hi * scale, f.n_seeds, f.step)
+    c = stats.curve_mean(wide)
+    return c and Ours(c.mean * scale, c.se * scale, None, None, c.n_seeds, int(wide.index[-1]))
+
+
+def ours_for(sel: pd.DataFrame, row, algo: str, quals=None) -> Ours | None:
+    if row["metric"] == "weight_p0.1":
+        w = analytic_weight(algo)
+        return Ours(w, 0.0, w, w, 0, source="SPEC 3.3 formula")
+    rows = sel[experiments.matches(sel, {**settings(row, quals), "algo": algo})]
+    return measure(experiments.pick_config(rows), row["metric"])
+
+
+def _num(v, digits: int = 3) -> str:
+    """Steps as integers, everything else to a few significant digits."""
+    if v is None:
+        return "never"
+    if isinstance(v, (int, np.integer)) or abs(v) >= 10 ** digits:
+        return f"{int(round(v))}"
+    return f"{v:.{digits}g}"
+
+
+def number_verdict(row, ours: Ours) -> str:
+    paper = V.parse_paper(row["value"])
+    spread = float(row["replicate_spread"]) if row["replicate_spread"] else 0.0
+    if paper.kind == "never":
+        return V.never_verdict(ours.value, ours.hi)
+    if paper.kind == "bound":
+        return V.bound_verdict(paper, ours.value, ours.se, ours.lo, ours.hi)
+    if row["offset"]:  # the paper's x axis is offset from ours (MNIST: see the note)
+        paper = V.Paper("number", paper.value + float(row["offset"]), paper.r, approx=paper.approx)
+    if row["metric"].startswith("steps_to_"):
+        return V.steps_verdict(paper, ours.value, ours.lo, ours.hi, ours.se, spread, ours.last_step)
+    return V.number_verdict(paper, ours.value, ours.se, ours.lo, ours.hi, spread)
+
+
+def number_line(row, sel) -> dict:
+    ours = ours_for(sel, row, row["algo"])
+    paper = row["value"] + (f" (+{row['offset']})" if row["offset"] else "")
+    setting = ", ".join(f"{k}={row[k]}" for k in SETTINGS if row[k])
+    out = {"citation": row["citation"], "setting": setting, "algorithm": row["algo"],
+           "metric": row["metric"], "paper": paper}
+    if ours is None:
+        return {**out, "ours": "", "95 % interval": "", "seeds": "", "verdict": V.NOT_RUN,
+                "notes": row["note"]}
+    notes = [row["note"]] if row["note"] else []
+    if ours.hits is not None:
+        notes.append(ours.hits.describe())
+    if ours.source:
+        notes.append(ours.source)
+    if row["episodes"] and ours.last_step is not None and ours.last_step < int(row["episodes"]) - 1:
+        notes.append(f"our runs stop at step {ours.last_step} (the paper ran {row['episodes']})")
+    se = f" ± {_num(ours.se, 2)}" if ours.se is not None and ours.value is not None and not ours.source else ""
+    interval = "" if ours.source else f"[{_num(ours.lo)}, {_num(ours.hi)}]"
+    return {**out, "ours": _num(ours.value) + se, "95 % interval": interval,
+            "seeds": str(ours.n_seeds or ""), "verdict": number_verdict(row, ours),
+            "notes": "; ".join(notes)}
+
+
+def _claim_once(sel, row, left, op, right, cond_extra=None):
+    """Evaluate one claim on one setting; None if some item has no results."""
+    def get(items):
+        return [ours_for(sel, row, algo, {**(cond_extra or {}), **quals}) for algo, quals in items]
+    a, b = get(left), get(right)
+    if any(o is None for o in a + b):
+        return None, ""
+    name = lambda it: it[0] + "".join(f"[{k}={v}]" for k, v in it[1].items())  # noqa: E731
+    text = ", ".join(f"{name(it)} {_num(o.value)}" for it, o in zip(left + right, a + b))
+    if op == "~":
+        return V.close_verdict(a[0].value, a[0].se, b[0].value, b[0].se), text
+    return V.ordering_verdict([o.value for o in a], [o.value for o in b], op), text
+
+
+def ordering_line(row, sel) -> dict:
+    left, op, right = V.parse_claim(row["value"])
+    out = {"citation": row["citation"], "claim": row["value"], "metric": row["metric"]}
+    if not row["over"]:
+        verdict, text = _claim_once(sel, row, left, op, right)
+        return {**out, "ours": text, "verdict": verdict or V.NOT_RUN, "notes": row["note"]}
+    keys = row["over"].split(",")
+    cols = [ALIASES.get(k, k) for k in keys]
+    algos = [a for a, _ in left + right]
+    scope = sel[experiments.matches(sel, {**settings(row), "algo": algos})]
+    results = []
+    for values, _ in scope.groupby(cols, sort=True) if all(c in scope for c in cols) else []:
+        values = values if isinstance(values, tuple) else (values,)
+        extra = {k: v.item() if hasattr(v, "item") else v for k, v in zip(keys, values)}
+        verdict, _ = _claim_once(sel, row, left, op, right, extra)
+        if verdict is not None:
+            results.append((", ".join(f"{k}={_fmt(v)}" for k, v in extra.items()), verdict))
+    need = int(row["at_least"])
+    held = sum(v == V.HOLDS for _, v in results)
+    failed = [s for s, v in results if v != V.HOLDS]
+    text = f"holds in {held} of {len(results)}" + (f"; fails at {'; '.join(failed)}" if failed else "")
+    verdict = V.NOT_RUN if len(results) < need else V.count_verdict(held, need)
+    notes = row["note"] + (f" (needs {need})" if row["note"] else f"needs {need}")
+    return {**out, "ours": text if results else "", "verdict": verdict, "notes": notes}
+
+
+def hardware(sel: pd.DataFrame, runs_root: Path | None, given: str | None) -> str:
+    """Device, threads and torch version from the runs' summary.json files."""
+    found = []
+    if runs_root is not None and runs_root.is_dir():
+        runs = sel[["task.name", "algo.name", "config_hash", "seed"]].drop_duplicates()
+        for t, a, h, s in runs.itertuples(index=False):
+            path = runs_root / str(t) / str(a) / str(h) / f"seed={s}" / "summary.json"
+            try:
+                found.append(json.loads(path.read_text()))
+            except (OSError, ValueError):
+                pass
+    parts = [given] if given else []
+    if found:
+        kinds = sorted({f"{s.get('device', '?')}, {s.get('threads', '?')} threads, torch "
+                        f"{(s.get('versions') or {}).get('torch', '?')}" for s in found})
+        hours = sum(float(s.get("duration_s") or 0) for s in found) / 3600
+        parts.append(f"{'; '.join(kinds)} ({len(found)} summary.json, {hours:.2f} h of run time)")
+    return "; ".join(parts) or "see each run's summary.json"
+
+
+def md_table(lines: list[dict]) -> str:
+    cols = list(lines[0])
+    esc = lambda v: str(v).replace("|", "\\|").replace("\n", " ")  # noqa: E731
+    rows = ["| " + " | ".join(cols) + " |", "|" + "---|" * len(cols)]
+    rows += ["| " + " | ".join(esc(l[c]) for c in cols) + " |" for l in lines]
+    return "\n".join(rows)
+
+
+def build(df: pd.DataFrame, out: Path, fig_dir: Path, runs_root: Path | None = None,
+          given_hw: str | None = None, source: str = "", paper: pd.DataFrame | None = None) -> str:
+    paper = load_paper() if paper is None else paper
+    sections, summary = [], []
+    for name, exp in EXPERIMENTS.items():
+        sel = experiments.select(df, name) if not df.empty else df
+        rows = paper[paper["experiment"] == name]
+        numbers = [number_line(r, sel) for _, r in rows[rows["kind"] == "number"].iterrows()]
+        claims = [ordering_line(r, sel) for _, r in rows[rows["kind"] == "ordering"].iterrows()]
+        text = [f"## {exp.title} (`{name}`)", ""]
+        if sel.empty:
+            text += [f"Not run yet: no results for this experiment ({experiments.how_to_run(name)}).", ""]
+        else:
+            n_runs = len(sel[["config_hash", "seed"]].drop_duplicates())
+            seeds = sel.groupby("config_hash")["seed"].nunique()
+            span = f"{seeds.min()}" if seeds.min() == seeds.max() else f"{seeds.min()}–{seeds.max()}"
+            text += [f"Runs: {n_runs} ({len(seeds)} configurations, {span} seeds each). "
+                     f"Hardware: {hardware(sel, runs_root, given_hw)}.", ""]
+            if name in figures.FIGURES:
+                try:
+                    png = figures.draw(name, df, fig_dir)[0]
+                    text += [f"![{name}]({Path(os.path.relpath(png, out.parent)).as_posix()})", ""]
+                except figures.NoData as e:
+                    text += [f"(No figure: {e}.)", ""]
+        if numbers:
+            text += [md_table(numbers), ""]
+        if claims:
+            text += ["Claims:", "", md_table(claims), ""]
+        if not numbers and not claims:
+            text += [exp.note or "The paper gives no numbers of its own for this figure.", ""]
+        sections.append("\n".join(text))
+        counts = pd.Series([l["verdict"] for l in numbers + claims], dtype=object).value_counts()
+        summary.append({"result": f"`{name}`", "runs": "—" if sel.empty else str(n_runs),
+                        **{v: str(counts.get(v, 0)) for v in VERDICT_ORDER}})
+    head = ["# Reproduction report: Target Policy Optimization (Kaddour 2026)", "",
+            f"Generated by `python analysis/report.py` from {source or 'the results table'} "
+            f"({len(df)} rows). Do not edit by hand: regenerate it.", "",
+            "## How the verdicts are computed", "", V.RULES, "## Summary", "", md_table(summary), ""]
+    return "\n".join(head + sections)
+
+
+def main(argv=None) -> int:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--results", default="outputs/results.parquet", help="table from analysis/collect.py")
+    parser.add_argument("--out", default="REPRODUCTION.md", help="the report to write")
+    parser.add_argument("--figures", default=None, help="figure folder (default: <out folder>/figures)")
+    parser.add_argument("--runs", default=None, help="output root holding the runs' summary.json "
+                                                     "(default: the results file's folder)")
+    parser.add_argument("--hardware", default=None, help="hardware description to print beside the seeds")
+    args = parser.parse_args(argv)
+
+    results, out = Path(args.results), Path(args.out)
+    if results.is_file():
+        df = pd.read_parquet(results)
+    else:  # still a useful report: every section "not run yet"
+        print(f"warning: results file {results} not found; every section will say not run yet",
+              file=sys.stderr)
+        df = pd.DataFrame()
+    fig_dir = Path(args.figures) if args.figures else out.parent / "figures"
+    runs = Path(args.runs) if args.runs else results.parent
+    text = build(df, out, fig_dir, runs, args.hardware, f"`{results}`")
+    out.parent.mkdir(parents=True, exist_ok=True)
+    out.write_text(text)
+    print(f"wrote {out}")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

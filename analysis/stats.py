@@ -1,0 +1,189 @@
+"""Statistics over seeds: what the paper computes (SPEC 4) and what a reviewer also wants.
+
+Paper: final error = seed mean at the last step, SE = std(ddof=0) / sqrt(n), steps to a
+threshold = first step where the *seed-mean* curve is below it. Added here: a percentile
+bootstrap interval over seeds (seeded, so reports are reproducible) and steps-to-threshold
+per seed with censoring (seeds that never got there are counted, never given a step).
+All functions are pure: tables in, numbers out.
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import numpy as np
+import pandas as pd
+
+THRESHOLD = 0.01
+N_RESAMPLES = 10_000
+BOOT_SEED = 0
+LEVEL = 0.95
+
+
+def seed_curves(g: pd.DataFrame, y: str = "error", common: bool = True) -> pd.DataFrame:
+    """step x seed matrix of column y. With common=True only the steps every seed logged,
+    so the mean at each step averages the same seeds (no jumps where a seed's log ends)."""
+    g = g.dropna(subset=[y]).drop_duplicates(["seed", "step"], keep="last")
+    wide = g.pivot(index="step", columns="seed", values=y).sort_index()
+    return wide.dropna() if common else wide
+
+
+def mean_se(wide: pd.DataFrame) -> tuple[pd.Series, pd.Series]:
+    """Seed mean and SE per step (SE with ddof=0, as the paper)."""
+    n = wide.shape[1]
+    return wide.mean(axis=1), wide.std(axis=1, ddof=0) / np.sqrt(n)
+
+
+def standard_error(values) -> float:
+    v = np.asarray(values, dtype=float)
+    return float(v.std(ddof=0) / np.sqrt(len(v))) if len(v) else float("nan")
+
+
+def moving_average(x, window: int):
+    """Trailing mean over the last `window` steps (fewer at the start), per column of a
+    step x seed table. Smoothing each seed before averaging leaves the mean as if smoothed
+    afterwards (it is linear) and gives the band of the smoothed curves."""
+    x = x if isinstance(x, (pd.Series, pd.DataFrame)) else pd.Series(x, dtype=float)
+    return x if window <= 1 else x.rolling(window, min_periods=1).mean()
+
+
+def bootstrap_ci(values, level: float = LEVEL, n_resamples: int = N_RESAMPLES,
+                 seed: int = BOOT_SEED) -> tuple[float, float]:
+    """Percentile bootstrap interval of the mean over seeds; deterministic for a seed."""
+    v = np.asarray(values, dtype=float)
+    if len(v) == 0:
+        return float("nan"), float("nan")
+    rng = np.random.default_rng(seed)
+    means = v[rng.integers(0, len(v), size=(n_resamples, len(v)))].mean(axis=1)
+    a = (1 - level) / 2
+    return float(np.quantile(means, a)), float(np.quantile(means, 1 - a))
+
+
+@dataclass(frozen=True)
+class Final:
+    """The seed mean of the last step every seed logged, its SE and bootstrap interval."""
+    mean: float
+    se: float
+    lo: float
+    hi: float
+    n_seeds: int
+    step: int
+
+
+def final_stats(wide: pd.DataFrame, **boot) -> Final | None:
+    if wide.empty:
+        return None
+    last = wide.iloc[-1].to_numpy(dtype=float)
+    lo, hi = bootstrap_ci(last, **boot)
+    return Final(float(last.mean()), standard_error(last), lo, hi, len(last), int(wide.index[-1]))
+
+
+def steps_to_threshold(steps, values, thr: float = THRESHOLD):
+    """First step whose value is strictly below thr, or None if it never gets there."""
+    below = np.flatnonzero(np.asarray(values, dtype=float) < thr)
+    return None if len(below) == 0 else np.asarray(steps)[below[0]].item()
+
+
+def mean_steps_to_threshold(wide: pd.DataFrame, thr: float = THRESHOLD):
+    """The paper's number: first step where the seed-mean curve is below thr (None: never)."""
+    return steps_to_threshold(wide.index, wide.mean(axis=1).to_numpy(), thr)
+
+
+@dataclass(frozen=True)
+class SeedHits:
+    """Per-seed steps to a threshold, censored: seeds that never got below it within
+    their log are counted in n_seeds but have no step (we never invent one)."""
+    threshold: float
+    n_seeds: int
+    seeds: tuple  # the seeds that reached it ...
+    steps: tuple  # ... and their first step below the threshold, in the same order
+    last_step: int | None  # end of the observation window (censoring point)
+
+    @property
+    def n_reached(self) -> int:
+        return len(self.steps)
+
+    @property
+    def all_reached(self) -> bool:
+        return self.n_seeds > 0 and self.n_reached == self.n_seeds
+
+    @property
+    def median(self) -> float | None:
+        """Median over all seeds: defined only when every seed reached the threshold."""
+        return float(np.median(self.steps)) if self.all_reached else None
+
+    @property
+    def median_reached(self) -> float | None:
+        """Median over the seeds that reached it only (biased early: say so when shown)."""
+        return float(np.median(self.steps)) if self.steps else None
+
+    @property
+    def se(self) -> float | None:
+        """SE of the per-seed steps; None unless every seed reached the threshold."""
+        return standard_error(self.steps) if self.all_reached else None
+
+    def describe(self) -> str:
+        if self.n_seeds == 0:
+            return "no seeds"
+        head = f"{self.n_reached}/{self.n_seeds} seeds reached"
+        if self.all_reached:
+            return f"{head}, median {self.median:g}"
+        if self.steps:
+            return f"{head} (median of those {self.n_reached}: {self.median_reached:g}; " \
+                   f"the rest not by step {self.last_step})"
+        return f"{head} (by step {self.last_step})"
+
+
+def seed_hits(wide: pd.DataFrame, thr: float = THRESHOLD) -> SeedHits:
+    """wide may hold NaN where a seed's log ended (seed_curves(common=False))."""
+    seeds, steps = [], []
+    for seed in wide.columns:
+        col = wide[seed].dropna()
+        hit = steps_to_threshold(col.index, col.to_numpy(), thr)
+        if hit is not None:
+            seeds.append(seed.item() if hasattr(seed, "item") else seed)
+            steps.append(hit)
+    last = int(wide.index[-1]) if len(wide) else None
+    return SeedHits(thr, wide.shape[1], tuple(seeds), tuple(steps), last)
+
+
+def steps_interval(wide: pd.DataFrame, thr: float = THRESHOLD, level: float = LEVEL,
+                   n_resamples: int = N_RESAMPLES, seed: int = BOOT_SEED):
+    """Bootstrap interval of the paper's statistic: resample seeds (whole curves, so each
+    keeps its censoring), recompute the seed-mean curve and its first crossing. A resample
+    whose mean never crosses counts as later than any step; an end of the interval that
+    falls there is None ("never"). Conservative quantiles ('lower'/'higher'), no
+    interpolation across "never"."""
+    if wide.empty:
+        return None, None
+    w = wide.to_numpy(dtype=float)  # steps x seeds
+    steps = wide.index.to_numpy()
+    n = w.shape[1]
+    rng = np.random.default_rng(seed)
+    counts = rng.multinomial(n, np.full(n, 1 / n), size=n_resamples)  # resample x seed
+    firsts = []
+    for chunk in np.array_split(counts, max(1, n_resamples // 1000)):
+        below = (w @ chunk.T) / n < thr  # steps x resamples: each resample's mean curve
+        hit = below.any(axis=0)
+        firsts.append(np.where(hit, steps[below.argmax(axis=0)], np.inf))
+    firsts = np.concatenate(firsts)
+    a = (1 - level) / 2
+    lo = np.quantile(firsts, a, method="lower")
+    hi = np.quantile(firsts, 1 - a, method="higher")
+    as_step = lambda v: None if np.isinf(v) else int(v)  # noqa: E731
+    return as_step(lo), as_step(hi)
+
+
+@dataclass(frozen=True)
+class CurveMean:
+    """Mean over steps of each seed's curve (an area under the curve: smaller = faster
+    for an error), its seed mean and SE."""
+    mean: float
+    se: float
+    n_seeds: int
+
+
+def curve_mean(wide: pd.DataFrame) -> CurveMean | None:
+    if wide.empty:
+        return None
+    per_seed = wide.mean(axis=0).to_numpy(dtype=float)
+    return CurveMean(float(per_seed.mean()), standard_error(per_seed), len(per_seed))

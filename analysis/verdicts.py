@@ -1,0 +1,149 @@
+"""The verdict rules of REPRODUCTION.md: one function per rule, and RULES, their wording
+for the report (kept beside the code so the two cannot drift apart).
+
+Inputs are our statistics (seed mean, SE, 95 % bootstrap interval over seeds) and the
+paper's value as printed in analysis/paper_numbers.csv. No verdict is ever typed by hand.
+"""
+from __future__ import annotations
+
+import math
+import re
+from dataclasses import dataclass
+
+REPRODUCED, WITHIN_NOISE, DIFFERS = "reproduced", "within noise", "differs"
+HOLDS, FAILS = "holds", "fails"
+TOO_SHORT, NOT_RUN = "run too short", "not run yet"
+NEVER = ("—", "-", "never")
+
+RULES = """\
+Verdicts are computed by `analysis/verdicts.py` from the rows of `analysis/paper_numbers.csv`
+and our runs; none is typed by hand. Our statistics are over seeds: the seed mean, its
+standard error SE = std(ddof = 0) / sqrt(n) (as the paper), and a 95 % percentile bootstrap
+interval (10,000 resamples of the seeds, fixed generator seed, so the report is reproducible).
+A paper value printed as 6.9 stands for [6.85, 6.95] (half a unit of its last digit, r).
+
+- **Number** (final error %, steps): *reproduced* when the paper's value (± r) lies in our
+  95 % interval; *within noise* when |ours − paper| − r ≤ 2 × max(our SE, the paper's
+  replicate spread), the spread being the range of the values the paper reports for the
+  same configuration in different tables (e.g. TPO at K = 32, 4 epochs: 2.6 vs 0.05 %);
+  *differs* otherwise.
+- **Bound** (">95", ">99", "<2.3"): *reproduced* when our mean is beyond the bound or our
+  interval reaches beyond it; *within noise* when our mean is within 2 SE of it; else *differs*.
+- **Steps to a threshold** (the paper's statistic: first step where the seed-mean curve is
+  below it). The interval resamples whole seed curves, each keeping its censoring (a seed
+  that never got below is never given a step); a resample whose mean never crosses counts as
+  later than every step ("never"). Rules as for a number, with our SE taken from the per-seed
+  first crossings only when every seed crossed (otherwise only the paper's spread counts).
+  *Run too short* when our mean never crossed and our runs end before the paper's value.
+- **"—" (never reached)**: *reproduced* when our seed-mean curve never crosses; *within noise*
+  when it does but our interval reaches "never"; *differs* otherwise.
+- **Ordering claims** ("TPO lowest", "PPO later than DG or never"): *holds* when every
+  stated inequality holds between our seed means ("never" counts as later than any step),
+  *fails* otherwise; "a ~ b" (barely moves) holds when |a − b| ≤ 2 × max(SE_a, SE_b);
+  a claim over several settings ("in 7 of 8 variants") holds when it holds in at least
+  that many.
+- *Not run yet*: no results for that row.
+"""
+
+
+@dataclass(frozen=True)
+class Paper:
+    """A paper value: kind 'number' (value, r), 'bound' (op, value) or 'never'."""
+    kind: str
+    value: float = math.nan
+    r: float = 0.0  # half a unit of the last printed digit
+    op: str = ""
+    approx: bool = False
+
+
+def parse_paper(text: str) -> Paper:
+    text = str(text).strip().replace(",", "")
+    if text in NEVER:
+        return Paper("never")
+    if text[0] in "<>":
+        return Paper("bound", float(text[1:]), op=text[0])
+    approx = text.startswith("~")
+    digits = text.lstrip("~")
+    if "." in digits:
+        r = 0.5 * 10.0 ** -len(digits.split(".")[1])
+    else:  # an integer: "~1600" is rounded to its last non-zero digit, "1600" is exact
+        zeros = len(digits) - len(digits.rstrip("0")) if approx else 0
+        r = 0.5 * 10.0 ** zeros
+    return Paper("number", float(digits), r=r, approx=approx)
+
+
+def _inf(v):
+    return math.inf if v is None else v
+
+
+def number_verdict(paper: Paper, mean, se, lo, hi, spread=0.0) -> str:
+    """A printed number against our mean / SE / interval (None ends mean "never")."""
+    if paper.value + paper.r >= _inf(lo) and paper.value - paper.r <= _inf(hi):
+        return REPRODUCED
+    noise = 2 * max(se or 0.0, 0.0 if spread is None or math.isnan(spread) else spread)
+    if mean is not None and max(0.0, abs(mean - paper.value) - paper.r) <= noise:
+        return WITHIN_NOISE
+    return DIFFERS
+
+
+def bound_verdict(paper: Paper, mean, se, lo, hi) -> str:
+    beyond = (lambda v: v > paper.value) if paper.op == ">" else (lambda v: v < paper.value)
+    if beyond(mean) or beyond(hi if paper.op == ">" else lo):
+        return REPRODUCED
+    if abs(mean - paper.value) <= 2 * se:
+        return WITHIN_NOISE
+    return DIFFERS
+
+
+def steps_verdict(paper: Paper, ours, lo, hi, seed_se, spread, last_step) -> str:
+    """ours / lo / hi are steps or None (never); seed_se None unless every seed crossed."""
+    if ours is None and last_step is not None and last_step < paper.value - paper.r:
+        return TOO_SHORT
+    return number_verdict(paper, ours, seed_se, lo, hi, spread)
+
+
+def never_verdict(ours, hi) -> str:
+    """Paper: never reached. ours: our seed-mean crossing (None = never); hi: upper end of
+    our interval (None = it reaches never)."""
+    if ours is None:
+        return REPRODUCED
+    return WITHIN_NOISE if hi is None else DIFFERS
+
+
+def ordering_verdict(left: list, right: list, op: str) -> str:
+    """Every left value op every right value; None (never reached) is +infinity."""
+    pairs = [(_inf(a), _inf(b)) for a in left for b in right]
+    ok = all(a < b if op == "<" else a > b for a, b in pairs)
+    return HOLDS if pairs and ok else FAILS
+
+
+def close_verdict(a, se_a, b, se_b) -> str:
+    return HOLDS if abs(a - b) <= 2 * max(se_a, se_b) else FAILS
+
+
+def count_verdict(n_holding: int, at_least: int) -> str:
+    return HOLDS if n_holding >= at_least else FAILS
+
+
+CLAIM = re.compile(r"^\s*(.+?)\s*([<>~])\s*(.+?)\s*$")
+ITEM = re.compile(r"^(\w+)(?:\[(.*)\])?$")
+
+
+def parse_claim(text: str):
+    """'tpo,dg < pg,grpo' or 'tpo[D=1000] ~ tpo[D=0]' -> (left items, op, right items);
+    an item is (algo, {setting: value})."""
+    m = CLAIM.match(text)
+    if not m:
+        raise ValueError(f"not a claim: {text!r}")
+
+    def items(side):
+        out = []
+        for part in side.split(","):
+            im = ITEM.match(part.strip())
+            if not im:
+                raise ValueError(f"bad item {part!r} in claim {text!r}")
+            quals = dict(q.split("=", 1) for q in (im.group(2) or "").split(";") if q)
+            out.append((im.group(1), quals))
+        return out
+
+    return items(m.group(1)), m.group(2), items(m.group(3))

@@ -1,0 +1,183 @@
+import math
+import re
+
+import pandas as pd
+import pytest
+
+from analysis import report
+from analysis import verdicts as V
+from analysis.experiments import ALIASES, EXPERIMENTS
+from synthetic import STEPS, results_table
+
+P = V.parse_paper
+
+
+# ---- the rules, one branch at a time ----
+
+def test_parse_paper():
+    assert P("6.9") == V.Paper("number", 6.9, r=0.05)
+    assert P("0.36").r == pytest.approx(0.005) and P("58").r == 0.5
+    assert P("~1,600") == V.Paper("number", 1600, r=50, approx=True)
+    assert P(">95") == V.Paper("bound", 95, op=">") and P("<2.3").op == "<"
+    assert P("—").kind == P("-").kind == "never"
+
+
+def test_number_verdict():
+    assert V.number_verdict(P("6.9"), 7.2, 0.5, 6.0, 8.1) == V.REPRODUCED
+    assert V.number_verdict(P("6.9"), 7.0, 0.1, 6.93, 7.2) == V.REPRODUCED  # 6.9 stands for 6.85..6.95
+    assert V.number_verdict(P("6.9"), 7.5, 0.3, 7.0, 8.0) == V.WITHIN_NOISE  # 0.55 <= 2 * 0.3
+    assert V.number_verdict(P("6.9"), 9.0, 0.3, 8.5, 9.5) == V.DIFFERS
+    # The paper's own replicate spread widens "within noise" (TPO K = 32: 2.6 vs 0.05 %).
+    assert V.number_verdict(P("0.05"), 2.0, 0.1, 1.8, 2.2, spread=2.55) == V.WITHIN_NOISE
+    assert V.number_verdict(P("0.05"), 2.0, 0.1, 1.8, 2.2, spread=0.0) == V.DIFFERS
+    assert V.number_verdict(P("0.05"), 2.0, 0.1, 1.8, 2.2, spread=float("nan")) == V.DIFFERS
+
+
+def test_bound_verdict():
+    assert V.bound_verdict(P(">95"), 97.0, 1.0, 95.5, 98.0) == V.REPRODUCED
+    assert V.bound_verdict(P(">95"), 93.0, 1.5, 90.0, 96.0) == V.REPRODUCED  # interval reaches above
+    assert V.bound_verdict(P(">95"), 93.0, 1.5, 90.0, 94.5) == V.WITHIN_NOISE
+    assert V.bound_verdict(P(">95"), 50.0, 2.0, 46.0, 54.0) == V.DIFFERS
+    assert V.bound_verdict(P("<2.3"), 1.0, 0.2, 0.7, 1.4) == V.REPRODUCED
+    assert V.bound_verdict(P("<2.3"), 5.0, 0.2, 4.6, 5.4) == V.DIFFERS
+
+
+def test_steps_and_never_verdicts():
+    assert V.steps_verdict(P("58"), 60, 52, 66, 3.0, 0, 999) == V.REPRODUCED
+    assert V.steps_verdict(P("58"), 70, 66, 75, 6.0, 0, 999) == V.WITHIN_NOISE  # 11.5 <= 12
+    assert V.steps_verdict(P("58"), 70, 66, 75, None, 0, 999) == V.DIFFERS  # censored: no SE
+    assert V.steps_verdict(P("58"), 70, 66, 75, None, 41, 999) == V.WITHIN_NOISE  # 96 vs 58 vs 55
+    assert V.steps_verdict(P("904"), None, None, None, None, 0, 500) == V.TOO_SHORT
+    assert V.steps_verdict(P("58"), None, 900, None, None, 0, 999) == V.DIFFERS
+    assert V.steps_verdict(P("904"), 950, 800, None, None, 0, 999) == V.REPRODUCED  # open above
+    assert V.never_verdict(None, None) == V.REPRODUCED
+    assert V.never_verdict(700, None) == V.WITHIN_NOISE  # some resamples never cross
+    assert V.never_verdict(300, 400) == V.DIFFERS
+
+
+def test_ordering_verdicts():
+    assert V.ordering_verdict([6.9], [14.5, 66.6, 12.0], "<") == V.HOLDS
+    assert V.ordering_verdict([6.9, 13.0], [12.0], "<") == V.FAILS
+    assert V.ordering_verdict([None], [200], ">") == V.HOLDS  # PPO never, DG at 200
+    assert V.ordering_verdict([None], [None], ">") == V.FAILS
+    assert V.ordering_verdict([], [1.0], "<") == V.FAILS
+    assert V.close_verdict(3.0, 0.2, 3.3, 0.1) == V.HOLDS
+    assert V.close_verdict(3.0, 0.2, 4.0, 0.1) == V.FAILS
+    assert V.count_verdict(7, 7) == V.HOLDS and V.count_verdict(6, 7) == V.FAILS
+    left, op, right = V.parse_claim("tpo[D=1000] ~ tpo[D=0]")
+    assert left == [("tpo", {"D": "1000"})] and op == "~" and right == [("tpo", {"D": "0"})]
+    assert V.parse_claim("tpo,dg < pg,grpo")[2] == [("pg", {}), ("grpo", {})]
+    with pytest.raises(ValueError):
+        V.parse_claim("tpo is best")
+
+
+# ---- the paper's numbers ----
+
+def test_paper_numbers_file():
+    p = report.load_paper()
+    assert set(p["experiment"]) <= set(EXPERIMENTS)
+    assert set(p["metric"]) <= {"final_error_pct", "steps_to_1pct", "steps_to_5pct", "auc_error",
+                                "mean_misalignment", "weight_p0.1"}
+    assert (p["citation"] != "").all()
+    for _, r in p.iterrows():
+        if r["kind"] == "ordering":
+            V.parse_claim(r["value"])
+        else:
+            assert r["kind"] == "number"
+            P(r["value"])
+            assert r["algo"]
+        assert set(k for k in report.SETTINGS if r[k]) <= set(ALIASES)
+    # The special entries are kept as printed.
+    assert (p["value"] == ">95").sum() >= 10 and (p["value"] == "—").sum() == 9
+    # Replicate spread = the range of the paper's values for one configuration.
+    for group, g in p[p["replicate_group"] != ""].groupby("replicate_group"):
+        values = [P(v) for v in g["value"]]
+        if all(v.kind == "number" for v in values):
+            nums = [v.value for v in values]
+            assert float(g["replicate_spread"].iloc[0]) == pytest.approx(max(nums) - min(nums)), group
+    tok = p[p["replicate_group"] == "dense-V2-bag-revcopy-tpo_token"]
+    assert sorted(tok["value"].astype(int)) == [55, 58, 96] and tok["replicate_spread"].eq("41").all()
+    k32 = p[p["replicate_group"] == "mech-tpo-K32-e4"]
+    assert sorted(k32["value"]) == ["0.05", "0.05", "2.6"]
+    h7 = p[p["replicate_group"] == "terminal-tpo-H7"]
+    assert set(h7["match"]) == {"prompts", "interactions"} and set(h7["value"]) == {"6.9", "1.8"}
+
+
+def test_analytic_weights_match_the_paper():
+    assert report.analytic_weight("tpo") == pytest.approx(0.73, abs=0.005)
+    assert report.analytic_weight("grpo") == pytest.approx(0.33, abs=0.005)
+    assert report.analytic_weight("dg") == pytest.approx(0.09, abs=0.005)
+
+
+def test_measure_on_a_hand_table():
+    rows = pd.DataFrame({"seed": [0, 0, 0, 1, 1, 1], "step": [0, 1, 2] * 2,
+                         "error": [0.5, 0.04, 0.0, 0.5, 0.2, 0.02]})
+    f = report.measure(rows, "final_error_pct")
+    assert f.value == pytest.approx(1.0) and f.se == pytest.approx(1.0 / math.sqrt(2))
+    assert f.n_seeds == 2 and f.lo <= f.value <= f.hi
+    s = report.measure(rows, "steps_to_5pct")
+    assert s.value == 2  # seed-mean: 0.5, 0.12, 0.01
+    assert s.hits.steps == (1, 2) and s.se == pytest.approx(0.5 / math.sqrt(2))
+    one = report.measure(rows, "steps_to_1pct")
+    assert one.value is None and one.hits.n_reached == 1 and one.se is None
+    assert report.measure(rows.iloc[:0], "final_error_pct") is None
+
+
+# ---- the report CLI on a synthetic table ----
+
+def test_report_cli(tmp_path):
+    df = results_table()
+    keep = df["experiment"].isin(["terminal_h_sweep", "tabular_single", "mnist_stale"])
+    df = df[keep].copy()
+    # Make TPO at H = 7, prompt-matched, end exactly at the paper's 6.9 %: "reproduced".
+    tpo7 = ((df["algo.name"] == "tpo") & (df["task.sequence_length"] == 7)
+            & (df["match"] == "prompts") & (df["step"] == STEPS - 1))
+    df.loc[tpo7, "error"] = 0.069
+    res = tmp_path / "outputs" / "results.parquet"
+    res.parent.mkdir()
+    df.to_parquet(res)
+    out = tmp_path / "REPRODUCTION.md"
+    assert report.main(["--results", str(res), "--out", str(out), "--hardware", "2-core test VM"]) == 0
+    text = out.read_text()
+
+    assert "## How the verdicts are computed" in text and "within noise" in text
+    row = next(l for l in text.splitlines()
+               if l.startswith("| Table: terminal reward, prompt-matched |") and "H=7," in l
+               and "| tpo |" in l)
+    assert "| 6.9 |" in row and "| reproduced |" in row and "| 3 |" in row
+    for word in (V.DIFFERS, V.HOLDS, V.NOT_RUN):
+        assert f"| {word} |" in text
+    # Sections without results say so; those with results link their figure.
+    vocab = text.split("(`vocab_sweep`)")[1].split("\n## ")[0]
+    assert "Not run yet" in vocab and "| not run yet |" in vocab
+    assert "2-core test VM" in text
+    links = re.findall(r"!\[[^\]]*\]\(([^)]+)\)", text)
+    assert "figures/terminal_h_sweep.png" in links and "figures/tabular_single.png" in links
+    for link in links:
+        assert (out.parent / link).is_file()
+        assert (out.parent / link).with_suffix(".pdf").is_file()
+    # The summary counts every verdict of a section.
+    summary = next(l for l in text.splitlines() if l.startswith("| `terminal_h_sweep` |"))
+    cells = [c.strip() for c in summary.strip("|").split("|")]
+    assert sum(int(c) for c in cells[2:]) == 42
+
+
+def test_report_without_results(tmp_path, capsys):
+    out = tmp_path / "R.md"
+    assert report.main(["--results", str(tmp_path / "missing.parquet"), "--out", str(out)]) == 0
+    text = out.read_text()
+    assert text.count("Not run yet: no results") == len(EXPERIMENTS)
+    assert "not found" in capsys.readouterr().err
+
+
+def test_hardware_from_summary_json(tmp_path):
+    sel = pd.DataFrame({"task.name": ["reverse_h7"] * 2, "algo.name": ["tpo"] * 2,
+                        "config_hash": ["abc"] * 2, "seed": [0, 1], "step": [0, 0]})
+    run = tmp_path / "reverse_h7" / "tpo" / "abc" / "seed=0"
+    run.mkdir(parents=True)
+    (run / "summary.json").write_text(
+        '{"device": "cpu", "threads": 2, "versions": {"torch": "2.13.0+cpu"}, "duration_s": 7200}')
+    line = report.hardware(sel, tmp_path, None)
+    assert line == "cpu, 2 threads, torch 2.13.0+cpu (1 summary.json, 2.00 h of run time)"
+    assert report.hardware(sel, tmp_path, "H200").startswith("H200; cpu, 2 threads")
+    assert report.hardware(sel, tmp_path / "nope", None) == "see each run's summary.json"

@@ -1,0 +1,121 @@
+import math
+
+import numpy as np
+import pandas as pd
+import pytest
+
+from analysis import plot, stats
+
+
+def long(curves: dict, steps=None) -> pd.DataFrame:
+    """{seed: [errors]} -> long rows like the results table."""
+    rows = []
+    for seed, errs in curves.items():
+        for i, e in enumerate(errs):
+            rows.append({"seed": seed, "step": (steps or range(len(errs)))[i], "error": e})
+    return pd.DataFrame(rows)
+
+
+def test_standard_error_uses_ddof_0():
+    assert stats.standard_error([0.0, 1.0]) == pytest.approx(0.5 / math.sqrt(2))
+    assert stats.standard_error([0.3]) == 0.0
+    assert math.isnan(stats.standard_error([]))
+    wide = stats.seed_curves(long({0: [0.0, 0.2], 1: [1.0, 0.4]}))
+    mean, se = stats.mean_se(wide)
+    assert mean.tolist() == pytest.approx([0.5, 0.3])
+    assert se.tolist() == pytest.approx([0.5 / math.sqrt(2), 0.1 / math.sqrt(2)])
+
+
+def test_plot_uses_the_same_functions():
+    assert plot.seed_curves is stats.seed_curves and plot.mean_se is stats.mean_se
+    assert plot.steps_to_threshold is stats.steps_to_threshold
+
+
+def test_bootstrap_deterministic_and_contains_the_mean():
+    v = np.array([0.05, 0.07, 0.06, 0.12, 0.02, 0.09])
+    a, b = stats.bootstrap_ci(v), stats.bootstrap_ci(v)
+    assert a == b  # seeded: the report is reproducible
+    lo, hi = a
+    assert lo < v.mean() < hi
+    assert v.min() <= lo and hi <= v.max()
+    assert stats.bootstrap_ci([0.3]) == (0.3, 0.3)
+    assert all(math.isnan(x) for x in stats.bootstrap_ci([]))
+    wide90 = stats.bootstrap_ci(v, level=0.9)
+    assert wide90[0] >= lo and wide90[1] <= hi
+
+
+def test_final_stats_at_last_common_step():
+    # Seed 1 logged one step more: the final value comes from step 2, which both logged.
+    f = stats.final_stats(stats.seed_curves(long({0: [0.5, 0.2, 0.1], 1: [0.5, 0.3, 0.3, 0.9]})))
+    assert f.step == 2 and f.n_seeds == 2
+    assert f.mean == pytest.approx(0.2) and f.se == pytest.approx(0.1 / math.sqrt(2))
+    assert f.lo <= f.mean <= f.hi
+    assert stats.final_stats(pd.DataFrame()) is None
+
+
+def test_steps_to_threshold_paper_definition():
+    assert stats.steps_to_threshold([0, 10, 20], [0.5, 0.005, 0.001], 0.01) == 10
+    assert stats.steps_to_threshold([0, 10], [0.5, 0.01], 0.01) is None  # strictly below
+    assert stats.steps_to_threshold([], [], 0.01) is None
+    # The seed-mean curve, not single seeds: seed 0 dips at step 1, the mean only at 2.
+    wide = stats.seed_curves(long({0: [0.5, 0.0, 0.0], 1: [0.5, 0.1, 0.01]}))
+    assert stats.mean_steps_to_threshold(wide, 0.01) == 2
+    never = stats.seed_curves(long({0: [0.5, 0.2], 1: [0.5, 0.3]}))
+    assert stats.mean_steps_to_threshold(never, 0.01) is None
+
+
+def test_seed_hits_censoring():
+    wide = stats.seed_curves(long({0: [0.5, 0.005, 0.0], 1: [0.5, 0.2, 0.001], 2: [0.5, 0.4, 0.3]}))
+    h = stats.seed_hits(wide, 0.01)
+    assert (h.n_seeds, h.n_reached) == (3, 2)
+    assert h.seeds == (0, 1) and h.steps == (1, 2)
+    assert not h.all_reached
+    assert h.median is None and h.se is None  # never a value for seed 2
+    assert h.median_reached == 1.5
+    assert h.last_step == 2
+    assert "2/3 seeds reached" in h.describe() and "not by step 2" in h.describe()
+
+    everyone = stats.seed_hits(wide[[0, 1]], 0.01)
+    assert everyone.all_reached and everyone.median == 1.5
+    assert everyone.se == pytest.approx(0.5 / math.sqrt(2))
+    assert "2/2 seeds reached, median 1.5" == everyone.describe()
+
+    nobody = stats.seed_hits(wide[[2]], 0.01)
+    assert nobody.n_reached == 0 and nobody.median_reached is None
+    assert nobody.describe() == "0/1 seeds reached (by step 2)"
+
+
+def test_seed_hits_with_uneven_logs():
+    # Seed 1's log is longer and crosses after seed 0's log ended: with common=False it counts.
+    wide = stats.seed_curves(long({0: [0.5, 0.3], 1: [0.5, 0.3, 0.2, 0.0]}), common=False)
+    h = stats.seed_hits(wide, 0.01)
+    assert h.n_reached == 1 and h.steps == (3,)
+
+
+def test_steps_interval():
+    same = stats.seed_curves(long({s: [0.5, 0.2, 0.0, 0.0] for s in range(4)}))
+    assert stats.steps_interval(same, 0.01) == (2, 2)
+    never = stats.seed_curves(long({s: [0.5, 0.3] for s in range(3)}))
+    assert stats.steps_interval(never, 0.01) == (None, None)
+    # One seed of two never crosses: a resample of it twice never crosses -> upper end "never".
+    mixed = stats.seed_curves(long({0: [0.5, 0.0, 0.0], 1: [0.5, 0.5, 0.5]}))
+    lo, hi = stats.steps_interval(mixed, 0.01)
+    assert lo == 1 and hi is None
+    assert stats.steps_interval(mixed, 0.01) == (lo, hi)  # deterministic
+    assert stats.steps_interval(pd.DataFrame(), 0.01) == (None, None)
+
+
+def test_moving_average_trailing():
+    assert stats.moving_average(pd.Series([0.0, 3, 6, 9]), 2).tolist() == [0, 1.5, 4.5, 7.5]
+    assert stats.moving_average([0.0, 3, 6, 9], 3).tolist() == [0, 1.5, 3, 6]
+    wide = pd.DataFrame({0: [0.0, 2.0, 4.0], 1: [2.0, 2.0, 2.0]})
+    sm = stats.moving_average(wide, 40)  # longer than the run: a running mean
+    assert sm[0].tolist() == [0, 1, 2] and sm[1].tolist() == [2, 2, 2]
+    assert stats.moving_average(wide, 1) is wide
+
+
+def test_curve_mean():
+    c = stats.curve_mean(stats.seed_curves(long({0: [0.4, 0.2], 1: [0.2, 0.0]})))
+    assert c.mean == pytest.approx(0.2) and c.n_seeds == 2
+    assert c.se == pytest.approx(0.1 / math.sqrt(2))
+    assert stats.curve_mean(pd.DataFrame()) is None
