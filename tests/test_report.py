@@ -181,3 +181,18 @@ def test_hardware_from_summary_json(tmp_path):
     assert line == "cpu, 2 threads, torch 2.13.0+cpu (1 summary.json, 2.00 h of run time)"
     assert report.hardware(sel, tmp_path, "H200").startswith("H200; cpu, 2 threads")
     assert report.hardware(sel, tmp_path / "nope", None) == "see each run's summary.json"
+
+
+def test_tuning_trials_and_other_learning_rates_are_not_borrowed():
+    from analysis.experiments import select
+
+    df = results_table()
+    base = df[(df["experiment"] == "terminal_h_sweep") & (df["algo.name"] == "ppo")]
+    h7 = base[base["config_hash"] == base["config_hash"].iloc[0]]
+    same = h7.assign(experiment="other", config_hash="same")  # paper settings: borrowed
+    trial = h7.assign(experiment="tuned_terminal", config_hash="trial1")
+    other_lr = h7.assign(experiment="other", config_hash="lr2", **{"optim.lr": 2e-3})
+    rest = df[df["experiment"] != "terminal_h_sweep"]
+    picked = select(pd.concat([rest, same, trial, other_lr], ignore_index=True), "terminal_h_sweep")
+    assert "same" in set(picked["config_hash"])
+    assert not picked["config_hash"].isin(["trial1", "lr2"]).any()

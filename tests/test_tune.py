@@ -1,0 +1,154 @@
+"""hydra/sweeper=optuna (issue 9), end to end through real Hydra subprocesses."""
+import json
+
+import pandas as pd
+import pytest
+import yaml
+
+from conftest import REPO, run_bench, run_dirs, run_script
+
+optuna = pytest.importorskip("optuna")  # the `tune` extra (CI installs it with `test`)
+from optuna.trial import TrialState  # noqa: E402
+
+from hydra_plugins.bench_optuna import _space as S  # noqa: E402
+
+TINY = ["task=demo", "task.episodes=2", "task.batch_size=4", "task.sequence_length=3",
+        "threads=1", "log_every=100"]
+
+
+def sweep(out, *args, check=True):
+    return run_bench("-m", "hydra/sweeper=optuna", *TINY, f"output_root={out}",
+                     "hydra.sweeper.seeds=2", *args, check=check)
+
+
+def load(out, name="demo-tpo"):
+    return optuna.load_study(study_name=name, storage=f"sqlite:///{out}/.optuna/{name}.db")
+
+
+def counted(study):
+    skip = set(study.user_attrs.get("interrupted", []))
+    return [t for t in study.trials if t.state.is_finished() and t.number not in skip]
+
+
+def last_error(run_dir):
+    return pd.read_parquet(f"{run_dir}/metrics.parquet")["error"].iloc[-1]
+
+
+def test_study_resumes_without_rerunning_and_best_config_runs(out, tmp_path):
+    first = sweep(out, "hydra.sweeper.n_trials=2")
+    assert "2 trials x 2 seeds x 2 episodes = 8 episodes" in first.stdout  # the budget, printed
+    study = load(out)
+    assert [t.state for t in study.trials] == [TrialState.COMPLETE] * 2
+    dirs = run_dirs(out)
+    assert len(dirs) == 4  # every seed of every trial is an ordinary run directory
+    for t in study.trials:  # the value is the seed mean of the final error
+        assert {d.rsplit("/", 1)[1] for d in t.user_attrs["run_dirs"]} == {"seed=0", "seed=1"}
+        assert t.value == pytest.approx(sum(map(last_error, t.user_attrs["run_dirs"])) / 2)
+
+    # A sweep killed mid-trial leaves it RUNNING: the next invocation records it as
+    # interrupted (not counted) and runs its parameters again; its runs are complete, so
+    # the runner skips them and nothing new appears.
+    study.enqueue_trial(study.trials[0].params)
+    stale = study.ask()
+    S.suggest(stale, yaml.safe_load((REPO / "conf" / "tune" / "tpo.yaml").read_text()))
+    assert stale.params == study.trials[0].params
+    again = sweep(out, "hydra.sweeper.n_trials=3")
+    study = load(out)
+    assert study.user_attrs["interrupted"] == [stale.number]
+    assert len(counted(study)) == 3 and again.stdout.count("[skip]") == 2
+    assert run_dirs(out) == dirs
+
+    # Same budget again: nothing to do, nothing runs.
+    idle = sweep(out, "hydra.sweeper.n_trials=3")
+    assert "(3/3)" not in idle.stdout and "[skip]" not in idle.stdout
+    assert len(load(out).trials) == len(study.trials) and run_dirs(out) == dirs
+
+    # A bigger budget adds exactly the missing trial, at new parameters (the resumed sampler
+    # does not redraw the first points).
+    sweep(out, "hydra.sweeper.n_trials=4")
+    study = load(out)
+    assert len(counted(study)) == 4 and len(run_dirs(out)) == len(dirs) + 2
+    assert study.trials[-1].params != study.trials[0].params
+
+    # A changed setup is refused instead of mixing incomparable trials.
+    refused = sweep(out, "hydra.sweeper.n_trials=4", "hydra.sweeper.objective=auc", check=False)
+    assert refused.returncode == 2 and "study_key" in refused.stderr
+
+    # The best configuration is a ready-to-use conf/algo file: it runs as algo=tpo_tuned and
+    # reproduces the best trial's seed-0 run.
+    best = study.best_trial
+    tuned = out / "tuned" / "algo" / "tpo_tuned.yaml"
+    assert "# @package _global_" in tuned.read_text()
+    other = tmp_path / "rerun"
+    run_bench("algo=tpo_tuned", f"hydra.searchpath=[file://{out / 'tuned'}]", *TINY, "seed=0",
+              f"output_root={other}")
+    [rerun] = run_dirs(other)
+    config = json.loads((rerun / "config.json").read_text())
+    assert config["algo"]["name"] == "tpo_tuned" and config["algo"]["impl"] == "tpo"
+    assert config["optim"]["lr"] == best.params["optim.lr"]
+    assert config["algo"]["k"] == best.params["algo.k"]
+    seed0 = next(d for d in best.user_attrs["run_dirs"] if d.endswith("seed=0"))
+    assert last_error(rerun) == last_error(seed0)
+
+
+def test_diverged_trial_is_pruned_and_failed_trials_fail(out, tmp_path):
+    space = tmp_path / "space.yaml"
+    space.write_text("optim.lr: {type: float, low: 1.0e-4, high: 1.0e-2, log: true}\n"
+                     "algo.epochs: {type: categorical, choices: [1, 0]}\n"
+                     "debug.nan_at: {type: categorical, choices: [-1, 0]}\n"
+                     "debug.sleep: {type: categorical, choices: [0.0, -1.0]}\n")
+    # Enqueued trials (distinct learning rates, so distinct run directories): NaN loss at
+    # step 0; an exception inside the run (time.sleep(-1)); a config the runner refuses
+    # (epochs 0: nothing launched); a healthy one.
+    trials = [(0.001, 1, 0, 0.0), (0.002, 1, -1, -1.0), (0.003, 0, -1, 0.0), (0.004, 1, -1, 0.0)]
+    enqueue = ",".join(f"{{optim.lr:{lr},algo.epochs:{ep},debug.nan_at:{nan},debug.sleep:{sl}}}"
+                       for lr, ep, nan, sl in trials)
+    proc = sweep(out, "hydra.sweeper.n_trials=4", f"hydra.sweeper.space_file={space}",
+                 f"hydra.sweeper.enqueue=[{enqueue}]")
+    study = load(out)
+    assert [t.state for t in study.trials] == [TrialState.PRUNED, TrialState.FAIL,
+                                                TrialState.FAIL, TrialState.COMPLETE]
+    assert [t.user_attrs["outcome"] for t in study.trials] == ["diverged", "failed", "invalid", "complete"]
+    assert "FloatingPointError" in study.trials[0].user_attrs["reasons"][0]
+    assert "ValueError" in study.trials[1].user_attrs["reasons"][0]
+    assert len(run_dirs(out)) == 6  # the refused trial launched nothing
+    assert "PRUNED (diverged" in proc.stdout and "FAIL (invalid" in proc.stdout
+    assert study.best_trial.number == 3 and (out / "tuned" / "algo" / "tpo_tuned.yaml").is_file()
+
+    # Study analysis: history plot always; importance refused politely with too few trials.
+    shown = run_script("analysis/tune_report.py", "--storage", str(out / ".optuna"),
+                       "--out", str(tmp_path / "plots"))
+    assert "1 diverged, 1 failed, 1 invalid, 1 complete" in shown.stdout
+    assert "needs 5 complete trials" in shown.stdout
+    assert (tmp_path / "plots" / "demo-tpo_history.png").stat().st_size > 1000
+    assert not (tmp_path / "plots" / "demo-tpo_importance.png").exists()
+
+
+def test_experiment_budgets_and_refusals(out):
+    dry = run_bench("-m", "+experiment=tuned_terminal", f"output_root={out}", "dry_run=true")
+    lines = [l for l in dry.stdout.splitlines() if l.startswith("[tune] study")]
+    assert [l.split()[2].rstrip(":") for l in lines] == [f"reverse_h7-{a}-tuned_terminal" for a in ("tpo", "grpo", "ppo", "dg")]
+    assert "the same budget each: 20 trials x 3 seeds x 300 episodes" in dry.stdout
+    assert not out.exists()  # nothing created
+    for args, message in ((["algo=grpo_no_kl"], "no search space for algo 'grpo_no_kl'"),
+                          (["seed=0,1"], "do not sweep them"),
+                          (["hydra.sweeper.objective=best"], "objective='best'")):
+        proc = run_bench("-m", "hydra/sweeper=optuna", *TINY, *args, f"output_root={out}", check=False)
+        assert proc.returncode == 2 and message in proc.stderr, proc.stderr
+    assert not out.exists()
+
+
+def test_space_schema():
+    good = {"optim.lr": {"type": "float", "low": 1e-4, "high": 1e-2, "log": True},
+            "algo.k": {"type": "categorical", "choices": [4, 8]}}
+    assert S.check_space(good, "x") == good
+    for bad in ({"a": {"type": "float", "low": 1, "high": 1}},
+                {"a": {"type": "int", "low": 0.5, "high": 2}},
+                {"a": {"type": "float", "low": 0, "high": 1, "log": True}},
+                {"a": {"type": "categorical", "choices": []}},
+                {"a": {"type": "uniform", "low": 0, "high": 1}},
+                {"a": {"type": "float", "low": 0, "high": 1, "lgo": True}}, {}):
+        with pytest.raises(S.SpaceError):
+            S.check_space(bad, "x")
+    assert S.as_override("optim.lr", 1e-05) == "optim.lr=1e-05"
+    assert S.as_override("algo.anchor", False) == "algo.anchor=false"
