@@ -29,11 +29,6 @@ def standardise(s: torch.Tensor) -> torch.Tensor:
     return torch.where(std > STD_FLOOR, centred / std.clamp_min(STD_FLOOR), centred)
 
 
-def group_std(s: torch.Tensor) -> torch.Tensor:
-    """Population std of the scores of each group, [N]."""
-    return s.std(-1, correction=0)
-
-
 def mean_where(x: torch.Tensor, where: torch.Tensor) -> float:
     """Mean of x over the selected entries; NaN when none (a diagnostic, not a loss)."""
     n = int(where.sum())

@@ -37,13 +37,6 @@ def write_json(path: Path, obj: Any) -> None:
     _atomic(path, w)
 
 
-def write_text(path: Path, text: str) -> None:
-    def w(tmp):
-        with open(tmp, "w") as f:
-            f.write(text)
-    _atomic(path, w)
-
-
 def write_parquet(path: Path, df: pd.DataFrame) -> None:
     _atomic(path, lambda tmp: df.to_parquet(tmp, index=False))
 
