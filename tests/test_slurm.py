@@ -14,6 +14,7 @@ import os
 import shutil
 import subprocess
 import sys
+import tempfile
 import time
 import uuid
 from pathlib import Path
@@ -101,7 +102,17 @@ def test_script_refuses_other_systems_and_non_root(tmp_path):
                               env={**os.environ, "SLURM_LOCAL_OS_RELEASE": str(os_release)})
         assert proc.returncode != 0 and "Debian/Ubuntu" in proc.stderr and "fedora" in proc.stderr
     if os.geteuid() == 0 and shutil.which("runuser") and Path("/etc/debian_version").exists():
-        proc = _cmd("runuser", "-u", "nobody", "--", "bash", str(SCRIPT), "start")
+        # The checkout may sit in a folder only root can enter (mktemp -d is 0700): run a
+        # copy from a world-readable place so the check is about the user, not the path.
+        public = Path(tempfile.mkdtemp(prefix="slurm-local-", dir="/tmp"))
+        try:
+            public.chmod(0o755)
+            copy = public / SCRIPT.name
+            shutil.copy(SCRIPT, copy)
+            copy.chmod(0o755)
+            proc = _cmd("runuser", "-u", "nobody", "--", "bash", str(copy), "start")
+        finally:
+            shutil.rmtree(public, ignore_errors=True)
         assert proc.returncode != 0 and "root" in proc.stderr, proc.stderr
 
 
