@@ -130,7 +130,10 @@ def matches(df: pd.DataFrame, cond: dict) -> pd.Series:
             continue
         col = ALIASES.get(key, key)
         if col in df.columns:
-            mask &= df[col].isna() | df[col].isin(_allowed(values))
+            ok = df[col].isna() | df[col].isin(_allowed(values))
+            if key == "match" and "interactions" in _allowed(values):
+                ok |= already_interaction_matched(df)
+            mask &= ok
     for key in cond.get("hold", ()):
         col = ALIASES[key]
         if col not in df.columns or "algo.name" not in df.columns:
@@ -142,6 +145,15 @@ def matches(df: pd.DataFrame, cond: dict) -> pd.Series:
             if default is not None:
                 mask &= ~((df["algo.name"] == algo) & df[col].notna() & (df[col] != default))
     return mask
+
+
+def already_interaction_matched(df: pd.DataFrame) -> pd.Series:
+    """Prompt-matched runs of methods drawing match_k candidates per prompt: they already
+    use B*K interactions per episode, and the runner records their match=interactions
+    runs under match=prompts (one configuration, one run)."""
+    if not {"match", "algo.k", "match_k"} <= set(df.columns):
+        return pd.Series(False, index=df.index)
+    return df["match"].eq("prompts") & df["algo.k"].eq(df["match_k"])
 
 
 def task_keys(df: pd.DataFrame) -> pd.Series:

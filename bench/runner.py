@@ -180,10 +180,13 @@ def build(cfg: dict[str, Any], explicit: frozenset[str] = frozenset()) -> RunSpe
     checkpoint_every = cfg.get("checkpoint_every", 250)
     _check_writable(cfg.get("output_root", "outputs"))
 
-    run_task, hparams, notes = _match(cfg, task, algo, hparams)
+    run_task, hparams, notes, match = _match(cfg, task, algo, hparams)
 
     # Hash what actually runs: the dataclasses' full field values, defaults included.
     science = {k: v for k, v in cfg.items() if k not in ("task", "algo", "optim")}
+    # Interaction matching is the identity for a method that already draws K candidates per
+    # prompt: the run is the prompt-matched one, stored (and skipped) under one hash.
+    science["match"] = match
     science["task"] = {"impl": task_impl, **identity_fields(task)}
     science["algo"] = {"name": cfg["algo"]["name"], "impl": algo_impl, **dataclasses.asdict(algo)}
     science["optim"] = optim
@@ -220,7 +223,8 @@ def _check_writable(root: str) -> None:
 def _match(cfg: dict[str, Any], task, algo, hparams: dict[str, float]):
     """SPEC 3.1 matching modes. Interaction matching gives single-sample methods B*K
     prompts and lr * sqrt(K) on both optimizer branches; grouped and token-level
-    methods run unchanged (they already see K candidates per prompt)."""
+    methods run unchanged (they already see K candidates per prompt), so for them the
+    effective mode is "prompts". Returns (task, hparams, notes, effective mode)."""
     mode, K = cfg.get("match", "prompts"), cfg.get("match_k", 8)
     if mode not in MATCH_MODES:
         raise ConfigError(f"match={mode!r} is not one of {', '.join(MATCH_MODES)}")
@@ -228,10 +232,11 @@ def _match(cfg: dict[str, Any], task, algo, hparams: dict[str, float]):
         raise ConfigError(f"match_k must be a positive integer, got {K!r}")
     name = cfg["algo"]["name"]
     if mode == "prompts":
-        return task, hparams, ()
+        return task, hparams, (), mode
     if is_grouped(algo) or getattr(algo, "level", "sequence") == "token":
         return task, hparams, (f"match=interactions: {name} is grouped or token-level; batch "
-                               f"size and learning rate unchanged ({hparams})",)
+                               f"size and learning rate unchanged ({hparams}): this is the "
+                               f"prompt-matched run, recorded as match=prompts",), "prompts"
     if not hasattr(task, "batch_size") or "lr" not in hparams:
         raise ConfigError(f"match=interactions scales task.batch_size and optim.lr; task "
                           f"{task.name!r} with optim={cfg['optim']['name']} lacks one of them")
@@ -239,7 +244,7 @@ def _match(cfg: dict[str, Any], task, algo, hparams: dict[str, float]):
     matched = dataclasses.replace(task, batch_size=B * K)
     return matched, {**hparams, "lr": lr * math.sqrt(K)}, (
         f"match=interactions: {name} gets B*K = {B}*{K} = {B * K} prompts per episode and "
-        f"lr {lr:g} * sqrt({K}) = {lr * math.sqrt(K):g} on both optimizer branches",)
+        f"lr {lr:g} * sqrt({K}) = {lr * math.sqrt(K):g} on both optimizer branches",), mode
 
 
 # ---------------------------------------------------------------- running it

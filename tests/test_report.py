@@ -196,3 +196,20 @@ def test_tuning_trials_and_other_learning_rates_are_not_borrowed():
     picked = select(pd.concat([rest, same, trial, other_lr], ignore_index=True), "terminal_h_sweep")
     assert "same" in set(picked["config_hash"])
     assert not picked["config_hash"].isin(["trial1", "lr2"]).any()
+
+
+def test_grouped_prompt_runs_serve_the_interaction_matched_rows():
+    """The runner records a grouped method's match=interactions run as its prompt-matched
+    run (one hash); the interaction-matched table must find it there, and must not take
+    a single-sample method's prompt-matched run for its interaction-matched one."""
+    from analysis.experiments import matches
+
+    df = results_table().assign(match_k=8)
+    df = df[~((df["match"] == "interactions") & (df["algo.k"] == 8))]
+    block = {"task": "seq", "H": 7, "match": "interactions"}
+    for algo, want in (("tpo", {"prompts"}), ("grpo", {"prompts"}), ("ppo", {"interactions"})):
+        got = df[matches(df, {**block, "algo": algo})]
+        assert set(got["match"]) == want, algo
+    # with match_k = 4 a K = 8 method's prompt run is not interaction-matched
+    df4 = df.assign(match_k=4)
+    assert df4[matches(df4, {**block, "algo": "tpo"})].empty

@@ -209,6 +209,10 @@ def test_interaction_matching_leaves_grouped_and_token_methods(algo):
     spec = build(compose(f"algo={algo}", "task=reversal_v4", "match=interactions", "match_k=4"))
     assert spec.task.batch_size == 100 and spec.lr == 1e-3
     assert "unchanged" in spec.notes[0]
+    # the same run as the prompt-matched one: one hash, one directory, recorded as prompts
+    prompts = build(compose(f"algo={algo}", "task=reversal_v4", "match_k=4"))
+    assert spec.config["match"] == "prompts"
+    assert (spec.config_hash, spec.run_dir) == (prompts.config_hash, prompts.run_dir)
 
 
 def test_matching_optimizer_gets_scaled_lr_on_both_branches():
