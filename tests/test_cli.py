@@ -163,7 +163,7 @@ def test_bad_input_is_refused_before_any_run_dir(args, message, out):
 @pytest.mark.parametrize("experiment,jobs", [
     ("hero", 120), ("tabular_single", 20), ("tabular_multi", 20), ("mnist", 120),
     ("mnist_stale", 160), ("vocab_sweep", 320), ("task_variants", 320),
-    ("terminal_h_sweep", 800), ("ablations", 300), ("k_sweep", 300), ("epoch_sweep", 300),
+    ("terminal_h_sweep", 560), ("ablations", 300), ("k_sweep", 300), ("epoch_sweep", 300),
     ("zero_variance_masking", 90), ("eta_sweep", 50), ("dg_epochs", 80),
 ])
 def test_experiment_presets_compose_and_validate(experiment, jobs, tmp_path):
@@ -176,4 +176,17 @@ def test_experiment_presets_compose_and_validate(experiment, jobs, tmp_path):
 def test_experiment_shrinks_with_one_override(tmp_path):
     proc = run_bench("-m", "+experiment=terminal_h_sweep", "seeds=2", "dry_run=true",
                      f"output_root={tmp_path}")
-    assert "[dry run] 80 valid jobs" in proc.stdout and "match=interactions" in proc.stdout
+    # 4 H x 2 seeds x (3 grouped methods once + PPO and DG under both matchings)
+    assert "[dry run] 56 valid jobs" in proc.stdout and "match=interactions" in proc.stdout
+    assert "24 job(s) are the same run as another job" in proc.stdout
+
+
+def test_jobs_resolving_to_one_run_are_launched_once(tmp_path):
+    """match=interactions of a grouped method is its prompt-matched run: a sweep over both
+    trains it once (two processes must never share a run directory) and still runs the
+    single-sample method under both matchings."""
+    proc = run_bench("-m", "task=demo", "algo=tpo,dg", "match=prompts,interactions", "seed=0",
+                     "task.episodes=3", f"output_root={tmp_path}")
+    assert "[sweep] 3 jobs, 3 runs: 3 completed, 0 failed" in proc.stdout
+    dirs = run_dirs(tmp_path)
+    assert len(dirs) == 3 and sum("/tpo/" in str(d) for d in dirs) == 1

@@ -25,6 +25,12 @@ class BenchSweeper(BasicSweeper):
                   file=sys.stderr, flush=True)
             sys.exit(2)
 
+    def split_arguments(self, overrides, max_batch_size):
+        batches = BasicSweeper.split_arguments(overrides, max_batch_size)
+        drop = getattr(self, "_duplicates", set())
+        return [kept for batch in batches
+                if (kept := [job for job in batch if tuple(job) not in drop])]
+
     def sweep(self, arguments: List[str]) -> Any:
         from bench.__main__ import explicit_keys, job_specs
         from bench.runner import ConfigError
@@ -34,9 +40,13 @@ class BenchSweeper(BasicSweeper):
             parser.parse_overrides(self._parse_config() + list(arguments)), self.max_batch_size)
             for job in batch]
         # Seeds do not change what is validated: compose one job per config, check the
-        # other seeds' values only (a 20-seed sweep validates at the cost of one).
-        seen: dict[tuple, list[int]] = {}
+        # other seeds' values only (a 20-seed sweep validates at the cost of one). Jobs that
+        # resolve to the same run (match=interactions of a grouped method is its
+        # prompt-matched run) are launched once: two processes must not train one directory.
+        home: dict[tuple, str] = {}  # config overrides (no seed) -> run directory minus seed
+        seen: dict[str, dict[int, list[str]]] = {}
         per_job = OmegaConf.select(self.config, "seeds_per_job") or 1
+        self._duplicates: set[tuple] = set()
         try:
             for job in jobs:
                 key = tuple(o for o in job if not o.startswith("seed="))
@@ -44,25 +54,33 @@ class BenchSweeper(BasicSweeper):
                 if seeds and not (seeds[0].isdigit()):
                     raise ConfigError(f"seed must be a non-negative integer, got {seeds[0]!r}")
                 first = int(seeds[0]) if seeds else int(OmegaConf.select(self.config, "seed") or 0)
-                taken = seen.setdefault(key, [])
+                if key not in home:
+                    cfg = self.hydra_context.config_loader.load_sweep_config(self.config, list(job))
+                    with open_dict(cfg):
+                        del cfg["hydra"]
+                    specs = job_specs(OmegaConf.to_container(cfg, resolve=True), explicit_keys(job))
+                    home[key] = str(specs[0].run_dir.parent)
+                taken = seen.setdefault(home[key], {})
+                if first in taken:
+                    if not self._duplicates:
+                        example = f"{' '.join(job)} = {' '.join(taken[first])}"
+                    self._duplicates.add(tuple(job))
+                    continue
                 if isinstance(per_job, int) and any(abs(first - s) < per_job for s in taken):
                     raise ConfigError(
-                        f"seeds_per_job={per_job}: jobs starting at seeds {sorted(taken + [first])} "
+                        f"seeds_per_job={per_job}: jobs starting at seeds {sorted([*taken, first])} "
                         f"would train the same seed twice; step the seeds by {per_job}, "
                         f"e.g. seed=range(0,100,{per_job})")
-                taken.append(first)
-                if len(taken) > 1:
-                    continue
-                cfg = self.hydra_context.config_loader.load_sweep_config(self.config, list(job))
-                with open_dict(cfg):
-                    del cfg["hydra"]
-                job_specs(OmegaConf.to_container(cfg, resolve=True), explicit_keys(job))
+                taken[first] = list(job)
         except (ConfigError, ImportError) as e:
             print(f"error: {e}\n  (in job: {' '.join(job)}; nothing was launched)",
                   file=sys.stderr, flush=True)
             sys.exit(2)
+        if self._duplicates:
+            print(f"[sweep] {len(self._duplicates)} job(s) are the same run as another job and "
+                  f"are launched once, e.g. {example}", flush=True)
+        jobs = [job for job in jobs if tuple(job) not in self._duplicates]
         if OmegaConf.select(self.config, "dry_run"):
-            per_job = OmegaConf.select(self.config, "seeds_per_job") or 1
             print(f"[dry run] {len(jobs)} valid jobs ({len(jobs) * per_job} runs); nothing launched")
             for job in jobs:
                 print("  " + " ".join(job))
