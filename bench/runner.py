@@ -114,9 +114,15 @@ def _instantiate(registry, section: dict[str, Any], key: str):
 
 def identity_fields(obj) -> dict[str, Any]:
     """Dataclass fields that define the science (a field marked
-    metadata={"identity": False}, such as a data folder, does not)."""
-    return {f.name: getattr(obj, f.name) for f in dataclasses.fields(obj)
-            if f.metadata.get("identity", True)}
+    metadata={"identity": False}, such as a data folder, does not). A field marked
+    {"identity": "if_set"} counts only away from its default: a knob added later leaves
+    the hashes, and so the completed runs, of every configuration that does not use it."""
+    out = {}
+    for f in dataclasses.fields(obj):
+        mode, value = f.metadata.get("identity", True), getattr(obj, f.name)
+        if mode is True or (mode == "if_set" and value != f.default):
+            out[f.name] = value
+    return out
 
 
 def needs(algo) -> str:

@@ -38,6 +38,7 @@ from tasks._bandit import check_bandit_request
 from tasks._nn import lecun_truncated_
 
 NOT_IDENTITY = {"identity": False}  # where data comes from does not change the science
+IF_SET = {"identity": "if_set"}  # added after runs existed: hashed only when used
 
 
 class MLP(nn.Module):
@@ -109,6 +110,9 @@ class MnistTask:
     hidden: tuple[int, ...] = (50, 50)
     delay: int = 0
     """stale actors: act with the policy of this many updates ago"""
+    holdout: int = field(default=0, metadata=IF_SET)
+    """train on all but the last `holdout` training images and report `error` on those
+    (a validation split: tune on it, not on the test set); test_error stays the test set"""
     data_dir: str = field(default="", metadata=NOT_IDENTITY)
     """folder of the four IDX files; empty: $TPO_BENCH_MNIST_DIR or the user cache"""
     download: bool = field(default=True, metadata=NOT_IDENTITY)
@@ -121,6 +125,8 @@ class MnistTask:
                 raise ValueError(f"task.{key} must be a positive integer, got {getattr(self, key)}")
         if self.delay < 0:
             raise ValueError(f"task.delay must be 0 or more, got {self.delay}")
+        if self.holdout < 0:
+            raise ValueError(f"task.holdout must be 0 or more, got {self.holdout}")
         if self.num_actions != 10:
             raise ValueError(f"task.num_actions must be 10 for MNIST, got {self.num_actions}")
 
@@ -130,6 +136,9 @@ class MnistTask:
     def data(self, device: torch.device | str = "cpu"):
         d = load_mnist(Path(self.data_dir) if self.data_dir else None,
                        download=self.download, base_url=self.base_url)
+        if self.holdout >= len(d.train_y):
+            raise ValueError(f"task.holdout={self.holdout} leaves no training images "
+                             f"(the training set has {len(d.train_y)})")
         return d if torch.device(device).type == "cpu" else _on_device(d, torch.device(device))
 
     def make_policy(self, gen: torch.Generator) -> StalePolicy:
@@ -139,8 +148,8 @@ class MnistTask:
     def rollout(self, policy: StalePolicy, req: Request, streams: Streams) -> Rollout:
         device = streams.data.device
         d = self.data(device)
-        idx = torch.randint(0, len(d.train_y), (self.batch_size,), generator=streams.data,
-                            device=device)
+        idx = torch.randint(0, len(d.train_y) - self.holdout, (self.batch_size,),
+                            generator=streams.data, device=device)
         x, y = d.train_x[idx], d.train_y[idx]
         with torch.no_grad():
             logp = torch.log_softmax(policy.acting()(x), -1)
@@ -176,5 +185,8 @@ class MnistTask:
     @torch.no_grad()
     def evaluate(self, policy: StalePolicy) -> dict[str, float]:
         d = self.data(policy.ring.device)
-        wrong = (policy(d.test_x).argmax(-1) != d.test_y).float().mean()
-        return {"error": float(wrong), "test_error": float(wrong)}
+        test = float((policy(d.test_x).argmax(-1) != d.test_y).float().mean())
+        if not self.holdout:
+            return {"error": test, "test_error": test}
+        x, y = d.train_x[-self.holdout:], d.train_y[-self.holdout:]
+        return {"error": float((policy(x).argmax(-1) != y).float().mean()), "test_error": test}

@@ -212,6 +212,35 @@ def test_mnist_rows_per_evaluation(mnist_dir, tmp_path):
         assert json.loads((d / "summary.json").read_text())["status"] == "completed"
 
 
+def test_mnist_holdout_trains_without_and_scores_on_the_last_images(mnist_dir):
+    """task.holdout=N: batches never draw the last N training images, `error` is measured
+    on exactly those, `test_error` stays the test set's."""
+    task = MnistTask(data_dir=str(mnist_dir), batch_size=64, holdout=6)
+    policy = task.make_policy(torch.Generator().manual_seed(0))
+    d = task.data()
+    n = len(d.train_y)
+    streams = Streams.from_seed(3)
+    for _ in range(20):
+        x = task.rollout(policy, Request("x", 1, needs="sample"), streams).batch.obs[0]
+        drawn = [int(torch.nonzero((d.train_x == row).all(-1))[0]) for row in x]
+        assert max(drawn) < n - 6
+    with torch.no_grad():
+        held = (policy(d.train_x[-6:]).argmax(-1) != d.train_y[-6:]).float().mean().item()
+        test = (policy(d.test_x).argmax(-1) != d.test_y).float().mean().item()
+    assert task.evaluate(policy) == {"error": pytest.approx(held), "test_error": pytest.approx(test)}
+
+
+def test_mnist_holdout_hashes_only_when_set(mnist_dir):
+    """A knob added after runs existed leaves the hashes of runs that do not use it."""
+    plain = build(compose("task=mnist", "algo=tpo"))
+    zero = build(compose("task=mnist", "algo=tpo", "task.holdout=0"))
+    held = build(compose("task=mnist", "algo=tpo", "task.holdout=10000"))
+    assert "holdout" not in plain.config["task"] and zero.config_hash == plain.config_hash
+    assert held.config["task"]["holdout"] == 10000 and held.config_hash != plain.config_hash
+    with pytest.raises(ValueError, match="task.holdout=20 leaves no training images"):
+        MnistTask(data_dir=str(mnist_dir), holdout=20).data()
+
+
 @pytest.mark.parametrize("args,message", [
     (["task=mnist", "algo=tpo", "algo.k=4"], "algo.k: on task 'mnist' the group of tpo is fixed"),
     (["task=mnist", "algo=tpo_token"], "tpo_token (algo.level=token) has no meaning on task 'mnist'"),
