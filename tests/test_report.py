@@ -213,3 +213,18 @@ def test_grouped_prompt_runs_serve_the_interaction_matched_rows():
     # with match_k = 4 a K = 8 method's prompt run is not interaction-matched
     df4 = df.assign(match_k=4)
     assert df4[matches(df4, {**block, "algo": "tpo"})].empty
+
+
+def test_mnist_validation_split_runs_stay_apart_from_the_test_set_runs():
+    from analysis.experiments import select
+
+    df = results_table()
+    mn = df[df["experiment"] == "mnist"]
+    held = mn.assign(experiment="mnist_holdout", config_hash=mn["config_hash"] + "h",
+                     **{"task.holdout": 10000})
+    both = pd.concat([df, held], ignore_index=True)
+    assert set(select(both, "mnist")["config_hash"]) == set(mn["config_hash"])
+    assert set(select(both, "mnist_holdout")["config_hash"]) == set(held["config_hash"])
+    # unlabelled holdout runs are not borrowed into the test-set comparison either
+    stray = held.assign(experiment="other")
+    assert set(select(pd.concat([df, stray]), "mnist")["config_hash"]) == set(mn["config_hash"])
