@@ -63,6 +63,7 @@ class Ours:
     last_step: int | None = None
     hits: stats.SeedHits | None = None
     source: str = ""
+    by_seeds: tuple = ()  # steps metrics: the statistic on 1 .. n of our seeds
 
 
 def analytic_weight(algo: str, p: float = 0.1, k: int = 10, eta: float = 1.0) -> float:
@@ -94,7 +95,7 @@ def measure(rows: pd.DataFrame, metric: str) -> Ours | None:
         lo, hi = stats.steps_interval(wide, thr)
         hits = stats.seed_hits(stats.seed_curves(rows, common=False), thr)
         return Ours(stats.mean_steps_to_threshold(wide, thr), hits.se, lo, hi, wide.shape[1],
-                    int(wide.index[-1]), hits)
+                    int(wide.index[-1]), hits, by_seeds=stats.steps_by_seed_count(wide, thr))
     y, scale = {"final_error_pct": ("error", 100), "auc_error": ("error", 100),
                 "mean_misalignment": ("misalignment", 1)}[metric]
     if y not in rows.columns:
@@ -152,6 +153,10 @@ def number_line(row, sel) -> dict:
         notes.append(ours.hits.describe())
     if ours.source:
         notes.append(ours.source)
+    if len(ours.by_seeds) >= 3 and row["seeds"] and ours.n_seeds < int(row["seeds"]):
+        trend = "/".join(_num(v) for v in ours.by_seeds)
+        notes.append(f"seed-mean crossing on 1..{ours.n_seeds} of our seeds (median over "
+                     f"subsets): {trend}; the paper used {row['seeds']}")
     if row["episodes"] and ours.last_step is not None and ours.last_step < int(row["episodes"]) - 1:
         notes.append(f"our runs stop at step {ours.last_step} (the paper ran {row['episodes']})")
     se = f" ± {_num(ours.se, 2)}" if ours.se is not None and ours.value is not None and not ours.source else ""

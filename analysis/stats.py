@@ -146,6 +146,35 @@ def seed_hits(wide: pd.DataFrame, thr: float = THRESHOLD) -> SeedHits:
     return SeedHits(thr, wide.shape[1], tuple(seeds), tuple(steps), last)
 
 
+def steps_by_seed_count(wide: pd.DataFrame, thr: float = THRESHOLD, max_subsets: int = 200,
+                        seed: int = BOOT_SEED) -> tuple:
+    """The paper's statistic on subsets of k seeds, for k = 1 .. n: the median over subsets
+    (all of them when few, else max_subsets drawn without repetition) of the seed-mean
+    curve's first crossing; None where most subsets never cross. The seed-mean crossing
+    waits for the slowest seeds, so it grows with the seed count: this says how much,
+    before a few-seed number is set beside a 20-seed one."""
+    from itertools import combinations
+    from math import comb
+
+    w, steps = wide.to_numpy(dtype=float), wide.index.to_numpy()
+    n = w.shape[1]
+    rng = np.random.default_rng(seed)
+    out = []
+    for k in range(1, n + 1):
+        if comb(n, k) <= max_subsets:
+            subsets = [list(c) for c in combinations(range(n), k)]
+        else:
+            subsets = {tuple(sorted(rng.choice(n, k, replace=False))) for _ in range(4 * max_subsets)}
+            subsets = [list(c) for c in sorted(subsets)[:max_subsets]]
+        firsts = []
+        for cols in subsets:
+            below = np.flatnonzero(w[:, cols].mean(axis=1) < thr)
+            firsts.append(steps[below[0]] if len(below) else np.inf)
+        med = np.quantile(firsts, 0.5, method="higher")
+        out.append(None if np.isinf(med) else int(med))
+    return tuple(out)
+
+
 def steps_interval(wide: pd.DataFrame, thr: float = THRESHOLD, level: float = LEVEL,
                    n_resamples: int = N_RESAMPLES, seed: int = BOOT_SEED):
     """Bootstrap interval of the paper's statistic: resample seeds (whole curves, so each

@@ -119,3 +119,19 @@ def test_curve_mean():
     assert c.mean == pytest.approx(0.2) and c.n_seeds == 2
     assert c.se == pytest.approx(0.1 / math.sqrt(2))
     assert stats.curve_mean(pd.DataFrame()) is None
+
+
+def test_steps_by_seed_count_grows_with_a_slow_seed():
+    """Seeds crossing at steps 1, 2 and 8: alone they cross at their own step (median 2);
+    any pair holding the slow seed crosses only when the mean does."""
+    steps = np.arange(10)
+    curve = lambda hit: np.where(steps >= hit, 0.0, 0.05)  # noqa: E731
+    wide = pd.DataFrame({0: curve(1), 1: curve(2), 2: curve(8)}, index=steps)
+    # pairs: {0,1} -> 2, {0,2} -> 8, {1,2} -> 8 (mean 0.025 until the slow seed drops)
+    assert stats.steps_by_seed_count(wide, 0.01) == (2, 8, 8)
+    assert stats.steps_by_seed_count(wide.iloc[:5], 0.01) == (2, None, None)
+    # many seeds: a bounded, reproducible sample of subsets
+    big = pd.DataFrame({i: curve(1 + i % 7) for i in range(14)}, index=steps)
+    a = stats.steps_by_seed_count(big, 0.01, max_subsets=50)
+    assert len(a) == 14 and a == stats.steps_by_seed_count(big, 0.01, max_subsets=50)
+    assert a[0] <= a[6] <= a[-1] == 6  # all 14: the two step-7 seeds alone keep the mean at 0.007
