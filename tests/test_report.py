@@ -228,3 +228,24 @@ def test_mnist_validation_split_runs_stay_apart_from_the_test_set_runs():
     # unlabelled holdout runs are not borrowed into the test-set comparison either
     stray = held.assign(experiment="other")
     assert set(select(pd.concat([df, stray]), "mnist")["config_hash"]) == set(mn["config_hash"])
+
+
+def test_report_validation_split_table_and_findings(tmp_path):
+    df = results_table()
+    mn = df[df["experiment"] == "mnist"]
+    held = mn.assign(experiment="mnist_holdout", config_hash=mn["config_hash"] + "h",
+                     **{"task.holdout": 10000, "test_error": mn["error"] + 0.01})
+    res = tmp_path / "results.parquet"
+    pd.concat([held], ignore_index=True).to_parquet(res)
+    (tmp_path / "reproduction").mkdir()
+    (tmp_path / "reproduction" / "findings.md").write_text("## What we found\n\nThe test file is harder.\n")
+    out = tmp_path / "REPRODUCTION.md"
+    assert report.main(["--results", str(res), "--out", str(out)]) == 0
+    text = out.read_text()
+    assert "The test file is harder." in text.split("(`hero`)")[0]  # after the summary, before the sections
+    section = text.split("(`mnist_holdout`)")[1].split("\n## ")[0]
+    tpo = next(l for l in section.splitlines() if l.startswith("| tpo |"))
+    assert "| +1.00 ± 0.00 |" in tpo and "| 3 |" in tpo
+    assert "validation split" in section and "test file" in section
+    assert report.main(["--results", str(res), "--out", str(out),
+                        "--findings", str(tmp_path / "none.md")]) == 2
