@@ -77,7 +77,8 @@ def test_paper_numbers_file():
     p = report.load_paper()
     assert set(p["experiment"]) <= set(EXPERIMENTS)
     assert set(p["metric"]) <= {"final_error_pct", "steps_to_1pct", "steps_to_5pct", "auc_error",
-                                "mean_misalignment", "weight_p0.1"}
+                                "mean_misalignment", "mean_log10_error",
+                                "mean_log10_misalignment", "weight_p0.1"}
     assert (p["citation"] != "").all()
     for _, r in p.iterrows():
         if r["kind"] == "ordering":
