@@ -83,6 +83,12 @@ FIGURES = {f.name: f for f in [
         Panel("misalignment to CE", y=("misalignment",), xlabel="step", ylabel="1 - cos(g, CE)"),
     ), ncols=2),
     Figure("mnist", (Panel("MNIST bandit", xlabel="update", ylabel="test error"),), ncols=1),
+    Figure("mnist_holdout", (
+        Panel("validation split (10k held-out training images)", xlabel="update",
+              ylabel="validation error", hline=0.05),
+        Panel("test file (first 3,000 test images), same networks", y=("test_error",),
+              xlabel="update", ylabel="test error", hline=0.05),
+    ), ncols=2),
     Figure("mnist_stale", tuple(
         Panel(f"D = {d}", {"D": d}, xlabel="update", ylabel="test error")
         for d in (0, 10, 100, 1000))),

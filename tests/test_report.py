@@ -220,6 +220,7 @@ def test_mnist_validation_split_runs_stay_apart_from_the_test_set_runs():
     from analysis.experiments import select
 
     df = results_table()
+    df = df[df["experiment"] != "mnist_holdout"]
     mn = df[df["experiment"] == "mnist"]
     held = mn.assign(experiment="mnist_holdout", config_hash=mn["config_hash"] + "h",
                      **{"task.holdout": 10000})
