@@ -64,6 +64,7 @@ class Ours:
     hits: stats.SeedHits | None = None
     source: str = ""
     by_seeds: tuple = ()  # steps metrics: the statistic on 1 .. n of our seeds
+    per_seed: tuple = ()  # final error: each seed's value
 
 
 def analytic_weight(algo: str, p: float = 0.1, k: int = 10, eta: float = 1.0) -> float:
@@ -83,6 +84,7 @@ def analytic_weight(algo: str, p: float = 0.1, k: int = 10, eta: float = 1.0) ->
     raise ValueError(f"no weight formula for {algo!r}")
 
 
+PER_SEED_SHOWN = 10  # with few seeds a mean hides a bimodal outcome; list them
 LOG_FLOOR = 1e-8  # float32 resolution near 1 is ~1e-7
 
 
@@ -111,7 +113,8 @@ def measure(rows: pd.DataFrame, metric: str) -> Ours | None:
         wide = np.log10(wide.clip(lower=LOG_FLOOR))
     if metric == "final_error_pct":
         f = stats.final_stats(wide)
-        return f and Ours(f.mean * scale, f.se * scale, f.lo * scale, f.hi * scale, f.n_seeds, f.step)
+        return f and Ours(f.mean * scale, f.se * scale, f.lo * scale, f.hi * scale, f.n_seeds, f.step,
+                          per_seed=tuple(v * scale for v in f.values))
     c = stats.curve_mean(wide)
     return c and Ours(c.mean * scale, c.se * scale, None, None, c.n_seeds, int(wide.index[-1]))
 
@@ -161,6 +164,8 @@ def number_line(row, sel) -> dict:
         notes.append(ours.hits.describe())
     if ours.source:
         notes.append(ours.source)
+    if 0 < len(ours.per_seed) <= PER_SEED_SHOWN:
+        notes.append("per seed: " + ", ".join(_num(v, 2) for v in sorted(ours.per_seed)))
     if len(ours.by_seeds) >= 3 and row["seeds"] and ours.n_seeds < int(row["seeds"]):
         trend = "/".join(_num(v) for v in ours.by_seeds)
         notes.append(f"seed-mean crossing on 1..{ours.n_seeds} of our seeds (median over "

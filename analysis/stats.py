@@ -67,6 +67,7 @@ class Final:
     hi: float
     n_seeds: int
     step: int
+    values: tuple = ()  # per seed, in column order: a heavy tail shows here, not in the SE
 
 
 def final_stats(wide: pd.DataFrame, **boot) -> Final | None:
@@ -74,7 +75,8 @@ def final_stats(wide: pd.DataFrame, **boot) -> Final | None:
         return None
     last = wide.iloc[-1].to_numpy(dtype=float)
     lo, hi = bootstrap_ci(last, **boot)
-    return Final(float(last.mean()), standard_error(last), lo, hi, len(last), int(wide.index[-1]))
+    return Final(float(last.mean()), standard_error(last), lo, hi, len(last), int(wide.index[-1]),
+                 tuple(float(v) for v in last))
 
 
 def steps_to_threshold(steps, values, thr: float = THRESHOLD):

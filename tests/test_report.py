@@ -146,6 +146,7 @@ def test_report_cli(tmp_path):
                if l.startswith("| Table: terminal reward, prompt-matched |") and "H=7," in l
                and "| tpo |" in l)
     assert "| 6.9 |" in row and "| reproduced |" in row and "| 3 |" in row
+    assert "per seed: 6.9, 6.9, 6.9" in row  # few seeds: each one listed, sorted
     for word in (V.DIFFERS, V.HOLDS, V.NOT_RUN):
         assert f"| {word} |" in text
     # Sections without results say so; those with results link their figure.
