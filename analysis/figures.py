@@ -247,6 +247,7 @@ def draw(name: str, df: pd.DataFrame, out_dir, dpi: int = 150) -> list[Path]:
     paths = []
     for ext in ("png", "pdf"):
         paths.append(out_dir / f"{name}.{ext}")
-        fig.savefig(paths[-1], dpi=dpi)
+        # No creation date in the PDF: a regenerated report changes only where data did.
+        fig.savefig(paths[-1], dpi=dpi, metadata={"CreationDate": None} if ext == "pdf" else None)
     plt.close(fig)
     return paths

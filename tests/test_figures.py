@@ -122,3 +122,14 @@ def test_plot_cli(table, tmp_path, capsys):
     assert plot.main(["--figure", "bogus", "--results", str(res)]) == 2
     assert "unknown figure" in capsys.readouterr().err
     assert not (out / "mnist.png").exists()
+
+
+def test_redrawn_figures_are_byte_identical(table, tmp_path, monkeypatch):
+    """A regenerated report must change only where the data did: no timestamps in files.
+    (Two draws a day apart, as matplotlib's clock sees it.)"""
+    monkeypatch.setenv("SOURCE_DATE_EPOCH", "0")
+    a = figures.draw("mnist", table, tmp_path / "a")
+    monkeypatch.setenv("SOURCE_DATE_EPOCH", "86400")
+    b = figures.draw("mnist", table, tmp_path / "b")
+    for x, y in zip(a, b):
+        assert x.read_bytes() == y.read_bytes(), x.name
