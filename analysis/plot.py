@@ -85,6 +85,9 @@ def config_values(df: pd.DataFrame) -> pd.DataFrame:
     return groups[keys].first().map(_fmt)
 
 
+PER_ALGORITHM = ("match", "batch_size_effective", "lr_effective")
+
+
 def legend_labels(df: pd.DataFrame) -> dict:
     """Label per GROUP key: algo name, the config keys that differ between lines of the
     same task (ignoring lines where a key is absent, e.g. another algorithm's knob), n=seeds."""
@@ -92,11 +95,12 @@ def legend_labels(df: pd.DataFrame) -> dict:
     n_seeds = df.groupby(GROUP)["seed"].nunique()
     labels = {}
     for _, t in cfg.groupby(level="task.name"):
-        # An algorithm's own knobs (algo.*) differ across algorithms by nature; name
-        # them only where they tell lines of the same algorithm apart.
+        # An algorithm's own knobs (algo.*) differ across algorithms by nature, and so do
+        # the matching columns (under match=interactions only single-sample methods are
+        # scaled); name them only where they tell lines of the same algorithm apart.
         algos = t.index.get_level_values("algo.name")
         differing = [c for c in t.columns if c != "algo.impl" and (
-            t[c].dropna().nunique() > 1 if not c.startswith("algo.")
+            t[c].dropna().nunique() > 1 if not (c.startswith("algo.") or c in PER_ALGORITHM)
             else (t[c].groupby(algos).nunique() > 1).any())]
         task_labels = {}
         for key, row in t.iterrows():

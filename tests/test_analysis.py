@@ -263,6 +263,10 @@ def test_legend_names_algo_knobs_only_within_an_algorithm():
     assert labels[("t", "dg", "C")] == "dg (algo.k=1, n=1)"
     only_across = df[df["config_hash"] != "B"]
     assert plot.legend_labels(only_across)[("t", "dg", "C")] == "dg (n=1)"
+    # interaction matching scales only the single-sample method: no label for that alone
+    matched = only_across.assign(match="prompts", batch_size_effective=100)
+    matched.loc[matched["algo.name"] == "dg", ["match", "batch_size_effective"]] = ["interactions", 800]
+    assert plot.legend_labels(matched)[("t", "dg", "C")] == "dg (n=1)"
 
 
 def test_stale_heartbeat_is_reported_as_killed(tmp_path):
