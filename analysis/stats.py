@@ -166,8 +166,11 @@ def steps_by_seed_count(wide: pd.DataFrame, thr: float = THRESHOLD, max_subsets:
         if comb(n, k) <= max_subsets:
             subsets = [list(c) for c in combinations(range(n), k)]
         else:
-            subsets = {tuple(sorted(rng.choice(n, k, replace=False))) for _ in range(4 * max_subsets)}
-            subsets = [list(c) for c in sorted(subsets)[:max_subsets]]
+            # distinct subsets in the order drawn: sorting them first would keep only
+            # those holding the lowest-numbered seeds
+            drawn = dict.fromkeys(tuple(sorted(rng.choice(n, k, replace=False)))
+                                  for _ in range(4 * max_subsets))
+            subsets = [list(c) for c in list(drawn)[:max_subsets]]
         firsts = []
         for cols in subsets:
             below = np.flatnonzero(w[:, cols].mean(axis=1) < thr)
