@@ -102,7 +102,9 @@ EXPERIMENTS = {e.name: e for e in [
                (dense(reward="bag_of_tokens", target="reverse_copy", algo="tpo_token",
                       hold=("K", "epochs")),)),
     Experiment("dg_epochs", "DG epoch sensitivity",
-               (terminal(algo="dg", hold=("K", "eta"), same_task=True),
+               # Appendix E's runs are prompt-matched (the preset's are): never borrow the
+               # interaction-matched DG of the H sweep, which sees K times the prompts.
+               (terminal(algo="dg", match="prompts", hold=("K", "eta"), same_task=True),
                 dense(reward=["bag_of_tokens", "sequential"], algo="dg", hold=("K", "eta")))),
     # No preset of its own: the diagnostics are logged by the mechanism-study runs.
     Experiment("diagnostics", "Mechanism diagnostics (gradient norm, all-fail, target mass, |A|)",

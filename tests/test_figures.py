@@ -88,6 +88,10 @@ def test_select_shared_runs_and_fallback(table):
     term = dg[dg["task.reward"] == "terminal"]
     assert set(term["task.sequence_length"]) == {10} and set(term["match"]) == {"prompts"}
     assert set(term["algo.epochs"]) == {1, 4}
+    # Before the study's own runs exist it borrows any H, but only prompt-matched DG.
+    borrowed = experiments.select(table[table["experiment"] != "dg_epochs"], "dg_epochs")
+    term = borrowed[borrowed["task.reward"] == "terminal"]
+    assert set(term["task.sequence_length"]) == {7, 8, 9, 10} and set(term["match"]) == {"prompts"}
 
     # Held defaults: the eta sweep's TPO_token runs do not leak into the vocabulary sweep.
     vocab = experiments.select(table, "vocab_sweep")
