@@ -10,6 +10,7 @@ import torch.nn.functional as F
 
 from algorithms import ALGORITHMS
 from algorithms._common import standardise
+from algorithms.pg import PG
 from bench.batch import Request
 from bench.optim import NormalisedStep
 from bench.rng import Streams
@@ -183,6 +184,25 @@ def test_mnist_scoring_per_need(mnist_dir):
             assert torch.allclose(b.scores, (r - (pi ** 2).sum(-1))[:, None] * b.weights, atol=1e-6)
         else:
             assert torch.equal(b.scores.argmax(-1), y)
+
+
+def test_mnist_group_pg_weights_only_the_sampled_action(mnist_dir):
+    """SPEC 3.2: Group PG has TPO's s and u over the 10 classes but REINFORCEs only the
+    sampled action, with weight u_a / eta; the other nine classes get no direct push."""
+    task = MnistTask(data_dir=str(mnist_dir), batch_size=8)
+    policy = task.make_policy(Streams.from_seed(0).init)
+    b = task.rollout(policy, Request("x", 1, needs="action_group"), Streams.from_seed(2)).batch
+    logp = b.logp_old.clone().requires_grad_(True)
+    out = PG(k=10, advantage="group", eta=0.5).loss(b, logp)
+    out.loss.backward()
+    s = b.scores
+    u = (s - s.mean(-1, keepdim=True)) / (s - s.mean(-1, keepdim=True)).pow(2).mean(-1, keepdim=True).sqrt()
+    a = b.weights.argmax(-1)
+    grad = logp.grad[..., 0]
+    expect = torch.zeros_like(grad)
+    expect[torch.arange(8), a] = -(u[torch.arange(8), a] / 0.5) / 8  # mean over 8 images
+    assert torch.allclose(grad, expect, atol=1e-6)
+    assert grad[b.weights == 0].abs().max() == 0
 
 
 def test_mnist_stale_actor_is_the_policy_of_d_updates_ago(mnist_dir):
