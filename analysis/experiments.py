@@ -105,7 +105,8 @@ EXPERIMENTS = {e.name: e for e in [
                # Appendix E's runs are prompt-matched (the preset's are): never borrow the
                # interaction-matched DG of the H sweep, which sees K times the prompts.
                (terminal(algo="dg", match="prompts", hold=("K", "eta"), same_task=True),
-                dense(reward=["bag_of_tokens", "sequential"], algo="dg", hold=("K", "eta")))),
+                dense(reward=["bag_of_tokens", "sequential"], algo="dg", hold=("K", "eta"))),
+               sources=("dg_epochs", "dg_epochs_dense")),
     # No preset of its own: the diagnostics are logged by the mechanism-study runs.
     Experiment("diagnostics", "Mechanism diagnostics (gradient norm, all-fail, target mass, |A|)",
                ({**MECH, "K": 32, "epochs": 4},),

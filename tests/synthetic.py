@@ -89,8 +89,8 @@ def results_table() -> pd.DataFrame:
                 continue  # the same configuration as vocab_sweep's V = 2: shared
             for algo in DENSE:
                 add("task_variants", algo, seq(reward, target))
-            add("dg_epochs", "dg", seq(reward, target), epochs=4)
-    add("dg_epochs", "dg", seq("bag_of_tokens"), epochs=4)
+            add("dg_epochs_dense", "dg", seq(reward, target), epochs=4)
+    add("dg_epochs_dense", "dg", seq("bag_of_tokens"), epochs=4)
     add("dg_epochs", "dg", seq("terminal"), epochs=4)
     for K in (4, 8, 16, 32, 64):
         for algo in ("tpo", "grpo"):

@@ -88,6 +88,9 @@ def test_select_shared_runs_and_fallback(table):
     term = dg[dg["task.reward"] == "terminal"]
     assert set(term["task.sequence_length"]) == {10} and set(term["match"]) == {"prompts"}
     assert set(term["algo.epochs"]) == {1, 4}
+    # The dense half comes from its own preset (dg_epochs_dense): 8 variants x 1 and 4 epochs.
+    dense = dg[dg["task.reward"] != "terminal"]
+    assert dense.groupby(["task.reward", "task.target"])["algo.epochs"].unique().map(set).eq({1, 4}).sum() == 8
     # Before the study's own runs exist it borrows any H, but only prompt-matched DG.
     borrowed = experiments.select(table[table["experiment"] != "dg_epochs"], "dg_epochs")
     term = borrowed[borrowed["task.reward"] == "terminal"]
