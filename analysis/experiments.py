@@ -186,16 +186,17 @@ PAPER_LR = 1e-3  # SPEC 3.1 / 3.2: Muon + NAdam and Adam, every method
 def select(df: pd.DataFrame, name: str) -> pd.DataFrame:
     """The rows of one paper result (see the module docstring for the rule)."""
     exp = EXPERIMENTS[name]
-    own = df["experiment"].isin(exp.labels) if "experiment" in df.columns \
-        else pd.Series(False, index=df.index)
+    # Every run compared with the paper uses its learning rate: a preset launched with
+    # optim.lr=... (a probe) keeps its label but is not the paper's experiment.
+    paper_lr = pd.Series(True, index=df.index)
+    if "optim.lr" in df.columns:
+        paper_lr = df["optim.lr"].isna() | ((df["optim.lr"] - PAPER_LR).abs() < 1e-12)
+    own = paper_lr & (df["experiment"].isin(exp.labels) if "experiment" in df.columns else False)
     keep = own.copy()
-    # Runs borrowed from other presets must use the paper's settings: not tuning trials
-    # (labelled tuned_terminal, their learning rates sampled), and the paper's learning rate.
-    paper = pd.Series(True, index=df.index)
+    # Nor are tuning trials (labelled tuned_terminal, their learning rates sampled) borrowed.
+    paper = paper_lr.copy()
     if "experiment" in df.columns:
         paper &= df["experiment"].ne("tuned_terminal") | df["experiment"].isna()
-    if "optim.lr" in df.columns:
-        paper &= df["optim.lr"].isna() | ((df["optim.lr"] - PAPER_LR).abs() < 1e-12)
     for block in exp.where:
         cand = matches(df, block) & (paper | own)
         if block.get("same_task") and (cand & own).any():

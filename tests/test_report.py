@@ -198,6 +198,10 @@ def test_tuning_trials_and_other_learning_rates_are_not_borrowed():
     picked = select(pd.concat([rest, same, trial, other_lr], ignore_index=True), "terminal_h_sweep")
     assert "same" in set(picked["config_hash"])
     assert not picked["config_hash"].isin(["trial1", "lr2"]).any()
+    # Nor a preset's own runs launched at another learning rate (a probe, not the paper's).
+    probe = h7.assign(config_hash="probe", seed=h7["seed"] + 10, **{"optim.lr": 1e-2})
+    picked = select(pd.concat([df, probe], ignore_index=True), "terminal_h_sweep")
+    assert "probe" not in set(picked["config_hash"]) and h7["config_hash"].iloc[0] in set(picked["config_hash"])
 
 
 def test_grouped_prompt_runs_serve_the_interaction_matched_rows():
