@@ -98,8 +98,8 @@ EXPERIMENTS = {e.name: e for e in [
                ({**MECH, "K": 32, "algo": ["tpo", "grpo"]},)),
     Experiment("zero_variance_masking", "Mechanism study: zero-variance masking",
                ({**MECH, "K": 32, "epochs": 4},)),
-    Experiment("eta_sweep", "Temperature (eta) sweep, TPO_token",
-               (dense(reward="bag_of_tokens", target="reverse_copy", algo="tpo_token",
+    Experiment("eta_sweep", "Temperature (eta) sweep, TPO_token and sequence-level TPO",
+               (dense(reward="bag_of_tokens", target="reverse_copy", algo=["tpo_token", "tpo"],
                       hold=("K", "epochs")),)),
     Experiment("dg_epochs", "DG epoch sensitivity",
                # Appendix E's runs are prompt-matched (the preset's are): never borrow the

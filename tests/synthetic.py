@@ -101,4 +101,6 @@ def results_table() -> pd.DataFrame:
     add("zero_variance_masking", "grpo_masked", seq("terminal", H=8, B=256), k=32)
     for eta in (0.25, 0.5, 2.0, 4.0):
         add("eta_sweep", "tpo_token", seq("bag_of_tokens"), eta=eta)
+    for eta in (0.25, 0.5, 1.0, 2.0, 4.0):
+        add("eta_sweep", "tpo", seq("bag_of_tokens"), eta=eta)
     return pd.concat(parts, ignore_index=True)

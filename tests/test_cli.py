@@ -164,7 +164,7 @@ def test_bad_input_is_refused_before_any_run_dir(args, message, out):
     ("hero", 120), ("tabular_single", 20), ("tabular_multi", 20), ("mnist", 120),
     ("mnist_stale", 160), ("vocab_sweep", 320), ("task_variants", 320),
     ("terminal_h_sweep", 560), ("ablations", 300), ("k_sweep", 300), ("epoch_sweep", 300),
-    ("zero_variance_masking", 90), ("eta_sweep", 50), ("dg_epochs", 80),
+    ("zero_variance_masking", 90), ("eta_sweep", 100), ("dg_epochs", 80),
     ("dg_epochs_dense", 160),
 ])
 def test_experiment_presets_compose_and_validate(experiment, jobs, tmp_path):

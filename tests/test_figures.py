@@ -100,6 +100,8 @@ def test_select_shared_runs_and_fallback(table):
     vocab = experiments.select(table, "vocab_sweep")
     assert set(vocab.loc[vocab["algo.name"] == "tpo_token", "algo.eta"]) == {1.0}
     assert set(experiments.select(table, "eta_sweep")["algo.eta"]) == {0.25, 0.5, 1.0, 2.0, 4.0}
+    # ...and the sweep holds both readings of the paper's "TPO" (token-level and sequence-level)
+    assert set(experiments.select(table, "eta_sweep")["algo.name"]) == {"tpo_token", "tpo"}
 
     # Without the experiment column, the filters alone.
     bare = table.drop(columns=["experiment"])
