@@ -29,11 +29,14 @@ ALIASES = {
     "B": "task.batch_size", "reward": "task.reward", "target": "task.target",
     "D": "task.delay", "algo": "algo.name", "K": "algo.k", "epochs": "algo.epochs",
     "eta": "algo.eta", "match": "match", "holdout": "task.holdout",
+    "surprisal": "algo.surprisal",
 }
 # Knobs added after runs existed (hashed only when set): a run without the column, or
 # with NaN there, used the default.
 LATER_KNOBS = {"holdout": 0}
-SEQ_HOLD = ("K", "epochs", "eta")  # held at the algorithm's yaml default unless swept
+# Held at the algorithm's yaml default unless swept (DG's surprisal: the epoch study's
+# recomputed gate must not stand in for the H sweep's DG).
+SEQ_HOLD = ("K", "epochs", "eta", "surprisal")
 TARGETS = ("copy", "flip", "reverse_copy", "reverse_flip")
 DENSE = ("tpo_token", "grpo_token", "dg", "ppo")
 TERMINAL = ("tpo", "grpo", "grpo_no_kl", "ppo", "dg")

@@ -204,6 +204,19 @@ def test_tuning_trials_and_other_learning_rates_are_not_borrowed():
     assert "probe" not in set(picked["config_hash"]) and h7["config_hash"].iloc[0] in set(picked["config_hash"])
 
 
+def test_the_dg_epoch_studys_gate_does_not_stand_in_for_the_h_sweeps_dg():
+    from analysis.experiments import select
+
+    df = results_table().assign(**{"algo.surprisal": None})
+    dg = df[(df["experiment"] == "terminal_h_sweep") & (df["algo.name"] == "dg")]
+    dg = dg[dg["config_hash"] == dg["config_hash"].iloc[0]]
+    df.loc[df["algo.name"] == "dg", "algo.surprisal"] = "behaviour"
+    current = dg.assign(experiment="dg_epochs", config_hash="current", **{"algo.surprisal": "current"})
+    both = pd.concat([df, current], ignore_index=True)
+    assert "current" not in set(select(both, "terminal_h_sweep")["config_hash"])
+    assert "current" in set(select(both, "dg_epochs")["config_hash"])
+
+
 def test_grouped_prompt_runs_serve_the_interaction_matched_rows():
     """The runner records a grouped method's match=interactions run as its prompt-matched
     run (one hash); the interaction-matched table must find it there, and must not take
