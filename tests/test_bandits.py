@@ -195,8 +195,7 @@ def test_mnist_group_pg_weights_only_the_sampled_action(mnist_dir):
     logp = b.logp_old.clone().requires_grad_(True)
     out = PG(k=10, advantage="group", eta=0.5).loss(b, logp)
     out.loss.backward()
-    s = b.scores
-    u = (s - s.mean(-1, keepdim=True)) / (s - s.mean(-1, keepdim=True)).pow(2).mean(-1, keepdim=True).sqrt()
+    u = standardise(b.scores)
     a = b.weights.argmax(-1)
     grad = logp.grad[..., 0]
     expect = torch.zeros_like(grad)
