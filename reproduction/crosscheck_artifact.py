@@ -1,0 +1,148 @@
+"""Numerical cross-check of tpo-bench's transformer stack against the paper's JAX artifact.
+
+The artifact (github.com/JeanKaddour/tpo) is imported from a path you give, never copied
+here. With the same initial weights this checks, on the dense-task transformer:
+  1. the forward pass (log-probabilities),
+  2. the optimizer (optax.contrib.muon vs bench.optim's Muon/NAdam) over 8 steps,
+  3. TPO_token's loss and gradient on one sequential-reward batch drawn by tasks/seq.py,
+     against SPEC 2's formula with the artifact's own `tpo_target`.
+Needs jax, flax and optax (0.2.8) next to this project's requirements; not run by CI:
+
+    python reproduction/crosscheck_artifact.py --artifact-src /path/to/tpo/src
+
+Exits non-zero if any check is outside its tolerance.
+"""
+from __future__ import annotations
+
+import argparse
+import sys
+from pathlib import Path
+
+import numpy as np
+import torch
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+
+H, V = 10, 2
+
+
+def load(model, P) -> None:
+    """Copy flax parameters into our Transformer (both keep the (in, out) layout)."""
+    t = lambda a: torch.tensor(np.asarray(a))  # noqa: E731
+    with torch.no_grad():
+        model.tok_emb.copy_(t(P["Embed_0"]["embedding"]))
+        model.pos_emb.copy_(t(P["pos_emb"]))
+        for i, blk in enumerate(model.blocks):
+            att, d1, d2 = P[f"SelfAttention_{i}"], P[f"Dense_{2 * i}"], P[f"Dense_{2 * i + 1}"]
+            for ln, j in (("ln1", 2 * i), ("ln2", 2 * i + 1)):
+                getattr(blk, f"{ln}_scale").copy_(t(P[f"LayerNorm_{j}"]["scale"]))
+                getattr(blk, f"{ln}_bias").copy_(t(P[f"LayerNorm_{j}"]["bias"]))
+            for ours, theirs in (("q", "query"), ("k", "key"), ("v", "value"), ("o", "out")):
+                getattr(blk, f"w{ours}").copy_(t(att[theirs]["kernel"]))
+                getattr(blk, f"b{ours}").copy_(t(att[theirs]["bias"]))
+            blk.w1.copy_(t(d1["kernel"])); blk.b1.copy_(t(d1["bias"]))
+            blk.w2.copy_(t(d2["kernel"])); blk.b2.copy_(t(d2["bias"]))
+        model.lnf_scale.copy_(t(P["LayerNorm_4"]["scale"]))
+        model.lnf_bias.copy_(t(P["LayerNorm_4"]["bias"]))
+        model.head_w.copy_(t(P["Dense_4"]["kernel"]))
+        model.head_b.copy_(t(P["Dense_4"]["bias"]))
+
+
+def param_gap(model, ref) -> tuple[float, str]:
+    # The key biases shift every score of a query equally, so softmax ignores them: their
+    # gradient is float noise, which Muon normalises to a full-size step in both codes.
+    gaps = {n: (a - b).abs().max().item() for (n, a), (_, b)
+            in zip(model.named_parameters(), ref.named_parameters()) if not n.endswith(".bk")}
+    worst = max(gaps, key=gaps.get)
+    return gaps[worst], worst
+
+
+def main() -> int:
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("--artifact-src", required=True, help="the artifact's src/ folder")
+    args = ap.parse_args()
+    sys.path.insert(0, args.artifact_src)
+    import jax
+    import jax.numpy as jnp
+    import optax
+    from optax.contrib import muon
+    from tpo.algorithms import tpo_target
+    from tpo.models import CausalTransformer
+
+    from algorithms.tpo import TPO
+    from bench.batch import Request
+    from bench.optim import build_optimizer
+    from bench.rng import Streams
+    from tasks.seq import SeqTask
+    from tasks.transformer import Transformer
+
+    fm = CausalTransformer(vocab_size=V, max_seq_len=2 * H, d_model=64, num_heads=2,
+                           num_layers=2, ffn_mult=4)
+    params = fm.init(jax.random.PRNGKey(0), jnp.zeros((1, 2 * H), jnp.int32))
+    ours = Transformer(V, 2 * H)
+    load(ours, params["params"])
+    rng = np.random.default_rng(0)
+    toks = rng.integers(0, V, (100, 2 * H))
+    results = []
+
+    fwd = np.abs(np.asarray(fm.apply(params, jnp.asarray(toks)))
+                 - torch.log_softmax(ours(torch.tensor(toks)), -1).detach().numpy()).max()
+    results.append(("forward log-probs, max |diff|", fwd, 1e-5))
+
+    tgt = rng.integers(0, V, (100, 2 * H))
+    jloss = lambda p: -jnp.take_along_axis(  # noqa: E731
+        fm.apply(p, jnp.asarray(toks)), jnp.asarray(tgt)[..., None], -1).mean()
+    opt, p = muon(learning_rate=1e-3), params
+    state = opt.init(p)
+    topt = build_optimizer("muon_nadam", ours.parameters(), lr=1e-3)
+    for _ in range(8):
+        up, state = opt.update(jax.grad(jloss)(p), state, p)
+        p = optax.apply_updates(p, up)
+        topt.zero_grad()
+        lp = torch.log_softmax(ours(torch.tensor(toks)), -1)
+        (-lp.gather(-1, torch.tensor(tgt)[..., None]).mean()).backward()
+        topt.step()
+    ref = Transformer(V, 2 * H)
+    load(ref, p["params"])
+    gap, where = param_gap(ours, ref)
+    results.append((f"8 optimizer steps, max param |diff| ({where})", gap, 1e-5))
+
+    load(ours, params["params"])
+    task = SeqTask(reward="sequential", target="reverse_copy", episodes=1)
+    batch = task.rollout(ours, Request(name="tpo_token", k=8, level="token",
+                                       needs="action_group"), Streams.from_seed(0)).batch
+    out = TPO(level="token").loss(batch, task.logprobs(ours, batch))
+    ours.zero_grad()
+    out.loss.backward()
+    prompts, beh, cands = (x.numpy() for x in batch.obs)
+    B, _, K = cands.shape
+    states = np.zeros((B, H, 2 * H), np.int64)  # prefix state t: prompt + behaviour[:t]
+    for t in range(H):
+        states[:, t, :H], states[:, t, H:H + t] = prompts, beh[:, :t]
+    step = np.tile(np.arange(H), B)
+    q = tpo_target(jnp.asarray(batch.logp_old.numpy().reshape(B * H, K)),
+                   jnp.asarray(batch.scores.numpy()), eta=1.0)
+
+    def jtpo(p):  # SPEC 2 TPO_token: -sum_i q_i log_softmax(logp_theta)_i, mean over states
+        lp = fm.apply(p, jnp.asarray(states.reshape(B * H, 2 * H)))[jnp.arange(B * H), H + step - 1]
+        new = lp[jnp.arange(B * H)[:, None], jnp.asarray(cands.reshape(B * H, K))]
+        return -(q * jax.nn.log_softmax(new, -1)).sum(-1).mean()
+
+    jl, g = jax.value_and_grad(jtpo)(params)
+    results.append(("TPO_token loss on one sequential batch, |diff|", abs(out.loss.item() - float(jl)), 1e-5))
+    gref = Transformer(V, 2 * H)
+    load(gref, g["params"])
+    rel = max((a.grad - r).norm().item() / (r.norm().item() + 1e-30)
+              for (n, a), (_, r) in zip(ours.named_parameters(), gref.named_parameters())
+              if not n.endswith(".bk") and r.norm() > 0)
+    results.append(("TPO_token gradient, max relative |diff| per tensor", rel, 1e-4))
+
+    ok = True
+    for name, value, tol in results:
+        ok &= value <= tol
+        print(f"{'ok  ' if value <= tol else 'FAIL'} {name}: {value:.2e} (tolerance {tol:.0e})")
+    return 0 if ok else 1
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())
