@@ -5,7 +5,9 @@ here. With the same initial weights this checks, on the dense-task transformer:
   1. the forward pass (log-probabilities),
   2. the optimizer (optax.contrib.muon vs bench.optim's Muon/NAdam) over 8 steps,
   3. TPO_token's loss and gradient on one sequential-reward batch drawn by tasks/seq.py,
-     against SPEC 2's formula with the artifact's own `tpo_target`.
+     against SPEC 2's formula with the artifact's own `tpo_target`;
+  4. GRPO_token and PPO losses and gradients (the artifact's `grpo_loss`, `ppo_loss`) on
+     such batches, evaluated at moved weights so that ratios and clipping are exercised.
 Needs jax, flax and optax (0.2.8) next to this project's requirements; not run by CI:
 
     python reproduction/crosscheck_artifact.py --artifact-src /path/to/tpo/src
@@ -66,9 +68,11 @@ def main() -> int:
     import jax.numpy as jnp
     import optax
     from optax.contrib import muon
-    from tpo.algorithms import tpo_target
+    from tpo.algorithms import grpo_loss, ppo_loss, tpo_target
     from tpo.models import CausalTransformer
 
+    from algorithms.grpo import GRPO
+    from algorithms.ppo import PPO
     from algorithms.tpo import TPO
     from bench.batch import Request
     from bench.optim import build_optimizer
@@ -112,8 +116,6 @@ def main() -> int:
     batch = task.rollout(ours, Request(name="tpo_token", k=8, level="token",
                                        needs="action_group"), Streams.from_seed(0)).batch
     out = TPO(level="token").loss(batch, task.logprobs(ours, batch))
-    ours.zero_grad()
-    out.loss.backward()
     prompts, beh, cands = (x.numpy() for x in batch.obs)
     B, _, K = cands.shape
     states = np.zeros((B, H, 2 * H), np.int64)  # prefix state t: prompt + behaviour[:t]
@@ -128,14 +130,48 @@ def main() -> int:
         new = lp[jnp.arange(B * H)[:, None], jnp.asarray(cands.reshape(B * H, K))]
         return -(q * jax.nn.log_softmax(new, -1)).sum(-1).mean()
 
-    jl, g = jax.value_and_grad(jtpo)(params)
-    results.append(("TPO_token loss on one sequential batch, |diff|", abs(out.loss.item() - float(jl)), 1e-5))
-    gref = Transformer(V, 2 * H)
-    load(gref, g["params"])
-    rel = max((a.grad - r).norm().item() / (r.norm().item() + 1e-30)
-              for (n, a), (_, r) in zip(ours.named_parameters(), gref.named_parameters())
-              if not n.endswith(".bk") and r.norm() > 0)
-    results.append(("TPO_token gradient, max relative |diff| per tensor", rel, 1e-4))
+    def compare(name, loss, jfn, at) -> None:
+        ours.zero_grad()
+        loss.backward()
+        jl, g = jax.value_and_grad(jfn)(at)
+        results.append((f"{name} loss, |diff|", abs(loss.item() - float(jl)), 1e-5))
+        gref = Transformer(V, 2 * H)
+        load(gref, g["params"])
+        rel = max((a.grad - r).norm().item() / (r.norm().item() + 1e-30)
+                  for (n, a), (_, r) in zip(ours.named_parameters(), gref.named_parameters())
+                  if not n.endswith(".bk") and r.norm() > 0)
+        results.append((f"{name} gradient, max relative |diff| per tensor", rel, 1e-4))
+
+    compare("TPO_token (sequential batch)", out.loss, jtpo, params)
+
+    # The clipped losses at the weights after the 8 optimizer steps above (p): r != 1.
+    old = jnp.asarray(batch.logp_old.numpy().reshape(B * H, K))
+    sc = jnp.asarray(batch.scores.numpy())
+    adv = (sc - sc.mean(-1, keepdims=True)) / (sc.std(-1, keepdims=True) + 1e-8)
+    load(ours, p["params"])
+
+    def jgrpo(p_):  # SPEC 2 GRPO_token: clipped surrogate - beta KL, summed over K, mean over states
+        lp = fm.apply(p_, jnp.asarray(states.reshape(B * H, 2 * H)))[jnp.arange(B * H), H + step - 1]
+        new = lp[jnp.arange(B * H)[:, None], jnp.asarray(cands.reshape(B * H, K))]
+        return grpo_loss(new, old, adv, epsilon=0.2, beta=0.04)
+
+    compare("GRPO_token (sequential batch, moved weights)",
+            GRPO(level="token").loss(batch, task.logprobs(ours, batch)).loss, jgrpo, p)
+
+    load(ours, params["params"])
+    sb = task.rollout(ours, Request(name="ppo", k=1), Streams.from_seed(1)).batch
+    prompts, answers = (x.numpy() for x in sb.obs)
+    answers = answers.reshape(-1, H)
+    load(ours, p["params"])
+
+    def jppo(p_):  # SPEC 2 PPO: per-token ratio, no clamp, sum over tokens, mean over samples
+        lp = fm.apply(p_, jnp.asarray(np.concatenate([prompts, answers], 1)))[:, H - 1:2 * H - 1]
+        lp = jnp.take_along_axis(lp, jnp.asarray(answers)[..., None], -1)[..., 0]
+        return ppo_loss(lp, jnp.asarray(sb.logp_old.numpy().reshape(-1, H)),
+                        jnp.asarray(sb.advantages.numpy().reshape(-1, H)), epsilon=0.2)
+
+    compare("PPO (sequential batch, moved weights)",
+            PPO().loss(sb, task.logprobs(ours, sb)).loss, jppo, p)
 
     ok = True
     for name, value, tol in results:
