@@ -122,13 +122,16 @@ def main() -> int:
     for t in range(H):
         states[:, t, :H], states[:, t, H:H + t] = prompts, beh[:, :t]
     step = np.tile(np.arange(H), B)
-    q = tpo_target(jnp.asarray(batch.logp_old.numpy().reshape(B * H, K)),
-                   jnp.asarray(batch.scores.numpy()), eta=1.0)
+    old = jnp.asarray(batch.logp_old.numpy().reshape(B * H, K))
+    sc = jnp.asarray(batch.scores.numpy())
+    q = tpo_target(old, sc, eta=1.0)
 
-    def jtpo(p):  # SPEC 2 TPO_token: -sum_i q_i log_softmax(logp_theta)_i, mean over states
-        lp = fm.apply(p, jnp.asarray(states.reshape(B * H, 2 * H)))[jnp.arange(B * H), H + step - 1]
-        new = lp[jnp.arange(B * H)[:, None], jnp.asarray(cands.reshape(B * H, K))]
-        return -(q * jax.nn.log_softmax(new, -1)).sum(-1).mean()
+    def candidate_logp(p_):  # log pi(candidate | prefix state), [B*H, K]
+        lp = fm.apply(p_, jnp.asarray(states.reshape(B * H, 2 * H)))[jnp.arange(B * H), H + step - 1]
+        return lp[jnp.arange(B * H)[:, None], jnp.asarray(cands.reshape(B * H, K))]
+
+    def jtpo(p_):  # SPEC 2 TPO_token: -sum_i q_i log_softmax(logp_theta)_i, mean over states
+        return -(q * jax.nn.log_softmax(candidate_logp(p_), -1)).sum(-1).mean()
 
     def compare(name, loss, jfn, at) -> None:
         ours.zero_grad()
@@ -145,15 +148,11 @@ def main() -> int:
     compare("TPO_token (sequential batch)", out.loss, jtpo, params)
 
     # The clipped losses at the weights after the 8 optimizer steps above (p): r != 1.
-    old = jnp.asarray(batch.logp_old.numpy().reshape(B * H, K))
-    sc = jnp.asarray(batch.scores.numpy())
     adv = (sc - sc.mean(-1, keepdims=True)) / (sc.std(-1, keepdims=True) + 1e-8)
     load(ours, p["params"])
 
     def jgrpo(p_):  # SPEC 2 GRPO_token: clipped surrogate - beta KL, summed over K, mean over states
-        lp = fm.apply(p_, jnp.asarray(states.reshape(B * H, 2 * H)))[jnp.arange(B * H), H + step - 1]
-        new = lp[jnp.arange(B * H)[:, None], jnp.asarray(cands.reshape(B * H, K))]
-        return grpo_loss(new, old, adv, epsilon=0.2, beta=0.04)
+        return grpo_loss(candidate_logp(p_), old, adv, epsilon=0.2, beta=0.04)
 
     compare("GRPO_token (sequential batch, moved weights)",
             GRPO(level="token").loss(batch, task.logprobs(ours, batch)).loss, jgrpo, p)
