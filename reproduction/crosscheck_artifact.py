@@ -7,7 +7,11 @@ here. With the same initial weights this checks, on the dense-task transformer:
   3. TPO_token's loss and gradient on one sequential-reward batch drawn by tasks/seq.py,
      against SPEC 2's formula with the artifact's own `tpo_target`;
   4. GRPO_token and PPO losses and gradients (the artifact's `grpo_loss`, `ppo_loss`) on
-     such batches, evaluated at moved weights so that ratios and clipping are exercised.
+     such batches, evaluated at moved weights so that ratios and clipping are exercised;
+  5. the sequence-level methods of the terminal-reward tables: TPO, GRPO and GRPO-no-KL on
+     groups of K = 8 answers (as the artifact's terminal_reward_ablations step builds them:
+     candidate log-prob = sum of its token log-probs), scored by a graded and by a binary
+     terminal-like score with constant groups, and DG (`dg_loss`) on single samples.
 Needs jax, flax and optax (0.2.8) next to this project's requirements; not run by CI:
 
     python reproduction/crosscheck_artifact.py --artifact-src /path/to/tpo/src
@@ -17,6 +21,7 @@ Exits non-zero if any check is outside its tolerance.
 from __future__ import annotations
 
 import argparse
+import dataclasses
 import sys
 from pathlib import Path
 
@@ -68,9 +73,10 @@ def main() -> int:
     import jax.numpy as jnp
     import optax
     from optax.contrib import muon
-    from tpo.algorithms import grpo_loss, ppo_loss, tpo_target
+    from tpo.algorithms import dg_loss, grpo_loss, ppo_loss, tpo_target
     from tpo.models import CausalTransformer
 
+    from algorithms.dg import DG
     from algorithms.grpo import GRPO
     from algorithms.ppo import PPO
     from algorithms.tpo import TPO
@@ -137,7 +143,9 @@ def main() -> int:
         ours.zero_grad()
         loss.backward()
         jl, g = jax.value_and_grad(jfn)(at)
-        results.append((f"{name} loss, |diff|", abs(loss.item() - float(jl)), 1e-5))
+        # Relative past 1: sequence-level KL terms at moved weights reach tens.
+        results.append((f"{name} loss, |diff| / max(1, |loss|)",
+                        abs(loss.item() - float(jl)) / max(1.0, abs(float(jl))), 1e-5))
         gref = Transformer(V, 2 * H)
         load(gref, g["params"])
         rel = max((a.grad - r).norm().item() / (r.norm().item() + 1e-30)
@@ -171,6 +179,48 @@ def main() -> int:
 
     compare("PPO (sequential batch, moved weights)",
             PPO().loss(sb, task.logprobs(ours, sb)).loss, jppo, p)
+
+    # Sequence level, at the moved weights. Terminal reward at init is almost never 1
+    # (2^-10 per answer), so the groups are scored by their bag-of-tokens mean (graded)
+    # and by that mean >= 0.7 (binary and mostly 0 like terminal scores, with constant
+    # groups, where the std floor decides; the script prints how many).
+    load(ours, params["params"])
+    gb = SeqTask(reward="bag_of_tokens", target="reverse_copy", episodes=1).rollout(
+        ours, Request(name="tpo", k=8, needs="action_group"), Streams.from_seed(2)).batch
+    load(ours, p["params"])
+    prompts, answers = (x.numpy() for x in gb.obs)
+    B, K, _ = answers.shape
+    full = jnp.asarray(np.concatenate([np.repeat(prompts, K, 0), answers.reshape(B * K, H)], 1))
+    old_seq = jnp.asarray(gb.seq_logp_old().numpy())
+
+    def seq_logp(p_):  # [B, K] answer log-probs, summed over tokens
+        lp = fm.apply(p_, full)[:, H - 1:2 * H - 1]
+        return jnp.take_along_axis(lp, full[:, H:, None], -1).reshape(B, K, H).sum(-1)
+
+    graded = gb.scores
+    for label, scores in (("graded", graded), ("binary", (graded >= 0.7).float())):
+        b = dataclasses.replace(gb, scores=scores)
+        if label == "binary":
+            print(f"binary scores: {int((scores.std(-1) == 0).sum())} of {B} groups constant")
+        s_ = jnp.asarray(scores.numpy())
+        q_seq = tpo_target(old_seq, s_, eta=1.0)
+        compare(f"TPO ({label} scores, moved weights)", TPO().loss(b, task.logprobs(ours, b)).loss,
+                lambda p_: -(q_seq * jax.nn.log_softmax(seq_logp(p_), -1)).sum(-1).mean(), p)
+        a_seq = (s_ - s_.mean(-1, keepdims=True)) / (s_.std(-1, keepdims=True) + 1e-8)
+        for beta in (0.04, 0.0):
+            compare(f"GRPO kl_coef={beta} ({label} scores, moved weights)",
+                    GRPO(kl_coef=beta).loss(b, task.logprobs(ours, b)).loss,
+                    lambda p_: grpo_loss(seq_logp(p_), old_seq, a_seq, epsilon=0.2, beta=beta), p)
+
+    def jdg(p_):  # SPEC 2 DG: sigmoid(A * surprisal / eta) gates each REINFORCE term
+        lp = fm.apply(p_, jnp.asarray(np.concatenate([sb.obs[0].numpy(), answers1], 1)))[:, H - 1:2 * H - 1]
+        lp = jnp.take_along_axis(lp, jnp.asarray(answers1)[..., None], -1)[..., 0]
+        return dg_loss(lp, jnp.asarray(sb.advantages.numpy().reshape(-1, H)), eta=1.0)
+
+    # DG's one on-policy epoch: at the weights that drew the samples (surprisal = -logp_old).
+    load(ours, params["params"])
+    answers1 = sb.obs[1].numpy().reshape(-1, H)
+    compare("DG (sequential batch)", DG().loss(sb, task.logprobs(ours, sb)).loss, jdg, params)
 
     ok = True
     for name, value, tol in results:
