@@ -97,9 +97,9 @@ def measure(rows: pd.DataFrame, metric: str) -> Ours | None:
         wide = stats.seed_curves(rows)
         if wide.empty:
             return None
-        lo, hi = stats.steps_interval(wide, thr)
+        lo, hi, se = stats.steps_bootstrap(wide, thr)
         hits = stats.seed_hits(stats.seed_curves(rows, common=False), thr)
-        return Ours(stats.mean_steps_to_threshold(wide, thr), hits.se, lo, hi, wide.shape[1],
+        return Ours(stats.mean_steps_to_threshold(wide, thr), se, lo, hi, wide.shape[1],
                     int(wide.index[-1]), hits, by_seeds=stats.steps_by_seed_count(wide, thr))
     y, scale = {"final_error_pct": ("error", 100), "auc_error": ("error", 100),
                 "mean_misalignment": ("misalignment", 1), "mean_log10_error": ("error", 1),

@@ -118,11 +118,6 @@ class SeedHits:
         """Median over the seeds that reached it only (biased early: say so when shown)."""
         return float(np.median(self.steps)) if self.steps else None
 
-    @property
-    def se(self) -> float | None:
-        """SE of the per-seed steps; None unless every seed reached the threshold."""
-        return standard_error(self.steps) if self.all_reached else None
-
     def describe(self) -> str:
         if self.n_seeds == 0:
             return "no seeds"
@@ -182,13 +177,23 @@ def steps_by_seed_count(wide: pd.DataFrame, thr: float = THRESHOLD, max_subsets:
 
 def steps_interval(wide: pd.DataFrame, thr: float = THRESHOLD, level: float = LEVEL,
                    n_resamples: int = N_RESAMPLES, seed: int = BOOT_SEED):
-    """Bootstrap interval of the paper's statistic: resample seeds (whole curves, so each
-    keeps its censoring), recompute the seed-mean curve and its first crossing. A resample
-    whose mean never crosses counts as later than any step; an end of the interval that
-    falls there is None ("never"). Conservative quantiles ('lower'/'higher'), no
-    interpolation across "never"."""
+    """(lo, hi) of steps_bootstrap."""
+    return steps_bootstrap(wide, thr, level, n_resamples, seed)[:2]
+
+
+def steps_bootstrap(wide: pd.DataFrame, thr: float = THRESHOLD, level: float = LEVEL,
+                    n_resamples: int = N_RESAMPLES, seed: int = BOOT_SEED):
+    """Bootstrap of the paper's statistic: resample seeds (whole curves, so each keeps its
+    censoring), recompute the seed-mean curve and its first crossing. Returns the 95 %
+    interval (lo, hi) and the statistic's SE, the std of the resampled crossings.
+
+    A resample whose mean never crosses counts as later than any step; an end of the
+    interval that falls there is None ("never"), and the SE is then None (no finite
+    spread). Conservative quantiles ('lower'/'higher'), no interpolation across "never".
+    The per-seed crossings' SE would be the noise of another statistic: the seed-mean
+    curve waits for its slowest seeds, so its spread is set by how often they are drawn."""
     if wide.empty:
-        return None, None
+        return None, None, None
     w = wide.to_numpy(dtype=float)  # steps x seeds
     steps = wide.index.to_numpy()
     n = w.shape[1]
@@ -204,7 +209,8 @@ def steps_interval(wide: pd.DataFrame, thr: float = THRESHOLD, level: float = LE
     lo = np.quantile(firsts, a, method="lower")
     hi = np.quantile(firsts, 1 - a, method="higher")
     as_step = lambda v: None if np.isinf(v) else int(v)  # noqa: E731
-    return as_step(lo), as_step(hi)
+    se = float(firsts.std()) if np.isfinite(firsts).all() else None
+    return as_step(lo), as_step(hi), se
 
 
 @dataclass(frozen=True)

@@ -32,8 +32,10 @@ A paper value printed as 6.9 stands for [6.85, 6.95] (half a unit of its last di
 - **Steps to a threshold** (the paper's statistic: first step where the seed-mean curve is
   below it). The interval resamples whole seed curves, each keeping its censoring (a seed
   that never got below is never given a step); a resample whose mean never crosses counts as
-  later than every step ("never"). Rules as for a number, with our SE taken from the per-seed
-  first crossings only when every seed crossed (otherwise only the paper's spread counts).
+  later than every step ("never"). Rules as for a number, with our SE the standard deviation
+  of the statistic over those resamples when every resample crosses (otherwise only the
+  paper's spread counts); not the SE of the per-seed crossings, which belongs to another
+  statistic (the seed-mean curve waits for the slowest seeds drawn).
   *Run too short* when our mean never crossed and our runs end before the paper's value.
 - **"—" (never reached)**: *reproduced* when our seed-mean curve never crosses; *within noise*
   when it does but our interval reaches "never"; *differs* otherwise.
@@ -95,11 +97,12 @@ def bound_verdict(paper: Paper, mean, se, lo, hi) -> str:
     return DIFFERS
 
 
-def steps_verdict(paper: Paper, ours, lo, hi, seed_se, spread, last_step) -> str:
-    """ours / lo / hi are steps or None (never); seed_se None unless every seed crossed."""
+def steps_verdict(paper: Paper, ours, lo, hi, se, spread, last_step) -> str:
+    """ours / lo / hi are steps or None (never); se, the statistic's bootstrap SE,
+    None unless every resample crossed."""
     if ours is None and last_step is not None and last_step < paper.value - paper.r:
         return TOO_SHORT
-    return number_verdict(paper, ours, seed_se, lo, hi, spread)
+    return number_verdict(paper, ours, se, lo, hi, spread)
 
 
 def never_verdict(ours, hi) -> str:

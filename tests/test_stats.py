@@ -70,14 +70,13 @@ def test_seed_hits_censoring():
     assert (h.n_seeds, h.n_reached) == (3, 2)
     assert h.seeds == (0, 1) and h.steps == (1, 2)
     assert not h.all_reached
-    assert h.median is None and h.se is None  # never a value for seed 2
+    assert h.median is None  # never a value for seed 2
     assert h.median_reached == 1.5
     assert h.last_step == 2
     assert "2/3 seeds reached" in h.describe() and "not by step 2" in h.describe()
 
     everyone = stats.seed_hits(wide[[0, 1]], 0.01)
     assert everyone.all_reached and everyone.median == 1.5
-    assert everyone.se == pytest.approx(0.5 / math.sqrt(2))
     assert "2/2 seeds reached, median 1.5" == everyone.describe()
 
     nobody = stats.seed_hits(wide[[2]], 0.01)
@@ -103,6 +102,24 @@ def test_steps_interval():
     assert lo == 1 and hi is None
     assert stats.steps_interval(mixed, 0.01) == (lo, hi)  # deterministic
     assert stats.steps_interval(pd.DataFrame(), 0.01) == (None, None)
+
+
+def test_steps_bootstrap_se_is_the_statistics_spread():
+    # Three seeds cross 5 % at step 1, one only at step 8. The seed-mean curve crosses
+    # at 8 when the slow seed is drawn at all, else at 1: the statistic's SE is the
+    # spread of that draw, sqrt(P(drawn) * P(not drawn)) * 7, not the per-seed SE.
+    wide = stats.seed_curves(long({**{s: [0.5] + [0.0] * 9 for s in range(3)},
+                                   3: [0.5] * 8 + [0.0] * 2}))
+    lo, hi, se = stats.steps_bootstrap(wide, 0.05)
+    p_drawn = 1 - (3 / 4) ** 4
+    assert (lo, hi) == (1, 8)
+    assert se == pytest.approx(7 * math.sqrt(p_drawn * (1 - p_drawn)), rel=0.03)
+    assert se > 2 * stats.standard_error([1, 1, 1, 8])
+    same = stats.seed_curves(long({s: [0.5, 0.2, 0.0] for s in range(3)}))
+    assert stats.steps_bootstrap(same, 0.01)[2] == 0.0
+    # A resample that never crosses has no step: no finite SE.
+    mixed = stats.seed_curves(long({0: [0.5, 0.0, 0.0], 1: [0.5, 0.5, 0.5]}))
+    assert stats.steps_bootstrap(mixed, 0.01)[2] is None
 
 
 def test_moving_average_trailing():
