@@ -175,12 +175,6 @@ def steps_by_seed_count(wide: pd.DataFrame, thr: float = THRESHOLD, max_subsets:
     return tuple(out)
 
 
-def steps_interval(wide: pd.DataFrame, thr: float = THRESHOLD, level: float = LEVEL,
-                   n_resamples: int = N_RESAMPLES, seed: int = BOOT_SEED):
-    """(lo, hi) of steps_bootstrap."""
-    return steps_bootstrap(wide, thr, level, n_resamples, seed)[:2]
-
-
 def steps_bootstrap(wide: pd.DataFrame, thr: float = THRESHOLD, level: float = LEVEL,
                     n_resamples: int = N_RESAMPLES, seed: int = BOOT_SEED):
     """Bootstrap of the paper's statistic: resample seeds (whole curves, so each keeps its

@@ -139,6 +139,13 @@ def main() -> int:
     def jtpo(p_):  # SPEC 2 TPO_token: -sum_i q_i log_softmax(logp_theta)_i, mean over states
         return -(q * jax.nn.log_softmax(candidate_logp(p_), -1)).sum(-1).mean()
 
+    def answer_logp(p_, seqs):  # [rows, H] log-probs of the answer half of prompt + answer rows
+        lp = fm.apply(p_, seqs)[:, H - 1:2 * H - 1]
+        return jnp.take_along_axis(lp, seqs[:, H:, None], -1)[..., 0]
+
+    def group_adv(s_):  # SPEC 2 GRPO: (s - mean) / (std + 1e-8) over each group
+        return (s_ - s_.mean(-1, keepdims=True)) / (s_.std(-1, keepdims=True) + 1e-8)
+
     def compare(name, loss, jfn, at) -> None:
         ours.zero_grad()
         loss.backward()
@@ -156,7 +163,7 @@ def main() -> int:
     compare("TPO_token (sequential batch)", out.loss, jtpo, params)
 
     # The clipped losses at the weights after the 8 optimizer steps above (p): r != 1.
-    adv = (sc - sc.mean(-1, keepdims=True)) / (sc.std(-1, keepdims=True) + 1e-8)
+    adv = group_adv(sc)
     load(ours, p["params"])
 
     def jgrpo(p_):  # SPEC 2 GRPO_token: clipped surrogate - beta KL, summed over K, mean over states
@@ -167,15 +174,13 @@ def main() -> int:
 
     load(ours, params["params"])
     sb = task.rollout(ours, Request(name="ppo", k=1), Streams.from_seed(1)).batch
-    prompts, answers = (x.numpy() for x in sb.obs)
-    answers = answers.reshape(-1, H)
+    samples = jnp.asarray(np.concatenate([sb.obs[0].numpy(), sb.obs[1].numpy().reshape(-1, H)], 1))
+    sample_adv = jnp.asarray(sb.advantages.numpy().reshape(-1, H))
     load(ours, p["params"])
 
     def jppo(p_):  # SPEC 2 PPO: per-token ratio, no clamp, sum over tokens, mean over samples
-        lp = fm.apply(p_, jnp.asarray(np.concatenate([prompts, answers], 1)))[:, H - 1:2 * H - 1]
-        lp = jnp.take_along_axis(lp, jnp.asarray(answers)[..., None], -1)[..., 0]
-        return ppo_loss(lp, jnp.asarray(sb.logp_old.numpy().reshape(-1, H)),
-                        jnp.asarray(sb.advantages.numpy().reshape(-1, H)), epsilon=0.2)
+        return ppo_loss(answer_logp(p_, samples), jnp.asarray(sb.logp_old.numpy().reshape(-1, H)),
+                        sample_adv, epsilon=0.2)
 
     compare("PPO (sequential batch, moved weights)",
             PPO().loss(sb, task.logprobs(ours, sb)).loss, jppo, p)
@@ -194,8 +199,7 @@ def main() -> int:
     old_seq = jnp.asarray(gb.seq_logp_old().numpy())
 
     def seq_logp(p_):  # [B, K] answer log-probs, summed over tokens
-        lp = fm.apply(p_, full)[:, H - 1:2 * H - 1]
-        return jnp.take_along_axis(lp, full[:, H:, None], -1).reshape(B, K, H).sum(-1)
+        return answer_logp(p_, full).reshape(B, K, H).sum(-1)
 
     graded = gb.scores
     for label, scores in (("graded", graded), ("binary", (graded >= 0.7).float())):
@@ -206,20 +210,17 @@ def main() -> int:
         q_seq = tpo_target(old_seq, s_, eta=1.0)
         compare(f"TPO ({label} scores, moved weights)", TPO().loss(b, task.logprobs(ours, b)).loss,
                 lambda p_: -(q_seq * jax.nn.log_softmax(seq_logp(p_), -1)).sum(-1).mean(), p)
-        a_seq = (s_ - s_.mean(-1, keepdims=True)) / (s_.std(-1, keepdims=True) + 1e-8)
+        a_seq = group_adv(s_)
         for beta in (0.04, 0.0):
             compare(f"GRPO kl_coef={beta} ({label} scores, moved weights)",
                     GRPO(kl_coef=beta).loss(b, task.logprobs(ours, b)).loss,
                     lambda p_: grpo_loss(seq_logp(p_), old_seq, a_seq, epsilon=0.2, beta=beta), p)
 
     def jdg(p_):  # SPEC 2 DG: sigmoid(A * surprisal / eta) gates each REINFORCE term
-        lp = fm.apply(p_, jnp.asarray(np.concatenate([sb.obs[0].numpy(), answers1], 1)))[:, H - 1:2 * H - 1]
-        lp = jnp.take_along_axis(lp, jnp.asarray(answers1)[..., None], -1)[..., 0]
-        return dg_loss(lp, jnp.asarray(sb.advantages.numpy().reshape(-1, H)), eta=1.0)
+        return dg_loss(answer_logp(p_, samples), sample_adv, eta=1.0)
 
     # DG's one on-policy epoch: at the weights that drew the samples (surprisal = -logp_old).
     load(ours, params["params"])
-    answers1 = sb.obs[1].numpy().reshape(-1, H)
     compare("DG (sequential batch)", DG().loss(sb, task.logprobs(ours, sb)).loss, jdg, params)
 
     ok = True

@@ -91,17 +91,17 @@ def test_seed_hits_with_uneven_logs():
     assert h.n_reached == 1 and h.steps == (3,)
 
 
-def test_steps_interval():
+def test_steps_bootstrap_interval():
     same = stats.seed_curves(long({s: [0.5, 0.2, 0.0, 0.0] for s in range(4)}))
-    assert stats.steps_interval(same, 0.01) == (2, 2)
+    assert stats.steps_bootstrap(same, 0.01)[:2] == (2, 2)
     never = stats.seed_curves(long({s: [0.5, 0.3] for s in range(3)}))
-    assert stats.steps_interval(never, 0.01) == (None, None)
+    assert stats.steps_bootstrap(never, 0.01)[:2] == (None, None)
     # One seed of two never crosses: a resample of it twice never crosses -> upper end "never".
     mixed = stats.seed_curves(long({0: [0.5, 0.0, 0.0], 1: [0.5, 0.5, 0.5]}))
-    lo, hi = stats.steps_interval(mixed, 0.01)
+    lo, hi = stats.steps_bootstrap(mixed, 0.01)[:2]
     assert lo == 1 and hi is None
-    assert stats.steps_interval(mixed, 0.01) == (lo, hi)  # deterministic
-    assert stats.steps_interval(pd.DataFrame(), 0.01) == (None, None)
+    assert stats.steps_bootstrap(mixed, 0.01)[:2] == (lo, hi)  # deterministic
+    assert stats.steps_bootstrap(pd.DataFrame(), 0.01)[:2] == (None, None)
 
 
 def test_steps_bootstrap_se_is_the_statistics_spread():
