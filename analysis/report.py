@@ -28,6 +28,7 @@ from analysis import verdicts as V
 from analysis.experiments import ALIASES, EXPERIMENTS
 
 PAPER = Path(__file__).with_name("paper_numbers.csv")
+PAPER_SEEDS = Path(__file__).with_name("paper_seeds.csv")
 SETTINGS = ["H", "V", "K", "B", "epochs", "eta", "match", "D", "reward", "target"]
 VERDICT_ORDER = [V.REPRODUCED, V.WITHIN_NOISE, V.DIFFERS, V.TOO_SHORT, V.HOLDS, V.FAILS, V.NOT_RUN]
 
@@ -35,6 +36,12 @@ VERDICT_ORDER = [V.REPRODUCED, V.WITHIN_NOISE, V.DIFFERS, V.TOO_SHORT, V.HOLDS, 
 def load_paper(path=PAPER) -> pd.DataFrame:
     # Strings throughout: ">95", "—" and "0.05" must reach the verdict rules as printed.
     return pd.read_csv(path, dtype=str, keep_default_na=False)
+
+
+def load_paper_seeds(path=PAPER_SEEDS) -> dict[str, tuple]:
+    """replicate_group -> the paper's per-seed final errors (%), where its artifact has them."""
+    t = pd.read_csv(path, comment="#")
+    return {g: tuple(d.sort_values("seed")["final_error_pct"]) for g, d in t.groupby("replicate_group")}
 
 
 def _value(text: str):
@@ -136,7 +143,16 @@ def _num(v, digits: int = 3) -> str:
     return f"{v:.{digits}g}"
 
 
-def number_verdict(row, ours: Ours) -> str:
+def seed_tails(row, ours: Ours, paper_seeds: dict) -> tuple | None:
+    """Where our final error falls among the means of as many of the paper's own seeds."""
+    values = paper_seeds.get(row["replicate_group"])
+    if (not values or row["metric"] != "final_error_pct" or ours.value is None
+            or not 0 < ours.n_seeds <= len(values)):
+        return None
+    return stats.subset_mean_tails(values, ours.n_seeds, ours.value)
+
+
+def number_verdict(row, ours: Ours, tails: tuple | None = None) -> str:
     paper = V.parse_paper(row["value"])
     spread = float(row["replicate_spread"]) if row["replicate_spread"] else 0.0
     if paper.kind == "never":
@@ -147,10 +163,10 @@ def number_verdict(row, ours: Ours) -> str:
         paper = V.Paper("number", paper.value + float(row["offset"]), paper.r, approx=paper.approx)
     if row["metric"].startswith("steps_to_"):
         return V.steps_verdict(paper, ours.value, ours.lo, ours.hi, ours.se, spread, ours.last_step)
-    return V.number_verdict(paper, ours.value, ours.se, ours.lo, ours.hi, spread)
+    return V.number_verdict(paper, ours.value, ours.se, ours.lo, ours.hi, spread, tails)
 
 
-def number_line(row, sel) -> dict:
+def number_line(row, sel, paper_seeds: dict | None = None) -> dict:
     ours = ours_for(sel, row, row["algo"])
     paper = row["value"] + (f" (+{row['offset']})" if row["offset"] else "")
     setting = ", ".join(f"{k}={row[k]}" for k in SETTINGS if row[k])
@@ -170,12 +186,17 @@ def number_line(row, sel) -> dict:
         trend = "/".join(_num(v) for v in ours.by_seeds)
         notes.append(f"seed-mean crossing on 1..{ours.n_seeds} of our seeds (median over "
                      f"subsets): {trend}; the paper used {row['seeds']}")
+    tails = seed_tails(row, ours, paper_seeds or {})
+    if tails is not None:
+        n_paper = len(paper_seeds[row["replicate_group"]])
+        notes.append(f"means of {ours.n_seeds} of the paper's {n_paper} seeds: {tails[0]:.1%} "
+                     f"at or below ours, {tails[1]:.1%} at or above")
     if row["episodes"] and ours.last_step is not None and ours.last_step < int(row["episodes"]) - 1:
         notes.append(f"our runs stop at step {ours.last_step} (the paper ran {row['episodes']})")
     se = f" ± {_num(ours.se, 2)}" if ours.se is not None and ours.value is not None and not ours.source else ""
     interval = "" if ours.source else f"[{_num(ours.lo)}, {_num(ours.hi)}]"
     return {**out, "ours": _num(ours.value) + se, "95 % interval": interval,
-            "seeds": str(ours.n_seeds or ""), "verdict": number_verdict(row, ours),
+            "seeds": str(ours.n_seeds or ""), "verdict": number_verdict(row, ours, tails),
             "notes": "; ".join(notes)}
 
 
@@ -273,11 +294,12 @@ def build(df: pd.DataFrame, out: Path, fig_dir: Path, runs_root: Path | None = N
           given_hw: str | None = None, source: str = "", paper: pd.DataFrame | None = None,
           findings: str = "") -> str:
     paper = load_paper() if paper is None else paper
+    paper_seeds = load_paper_seeds()
     sections, summary = [], []
     for name, exp in EXPERIMENTS.items():
         sel = experiments.select(df, name) if not df.empty else df
         rows = paper[paper["experiment"] == name]
-        numbers = [number_line(r, sel) for _, r in rows[rows["kind"] == "number"].iterrows()]
+        numbers = [number_line(r, sel, paper_seeds) for _, r in rows[rows["kind"] == "number"].iterrows()]
         claims = [ordering_line(r, sel) for _, r in rows[rows["kind"] == "ordering"].iterrows()]
         text = [f"## {exp.title} (`{name}`)", ""]
         if sel.empty:

@@ -207,6 +207,28 @@ def steps_bootstrap(wide: pd.DataFrame, thr: float = THRESHOLD, level: float = L
     return as_step(lo), as_step(hi), se
 
 
+def subset_mean_tails(values, n: int, x: float, tol: float = 1e-6,
+                      max_subsets: int = 200_000, seed: int = BOOT_SEED) -> tuple[float, float]:
+    """Where an n-seed mean x falls among the means of n of the given seeds: the fractions
+    of n-subsets whose mean is <= x and >= x (ties in both, within tol). All subsets when
+    there are few, else max_subsets drawn. This is x's sampling distribution if our seeds
+    and those are draws from one seed distribution: the test a bimodal outcome needs,
+    where a few-seed SE says nothing about the rare seeds a 20-seed mean contains."""
+    from itertools import combinations
+    from math import comb
+
+    v = np.asarray(values, dtype=float)
+    if not 0 < n <= len(v):
+        raise ValueError(f"need 1 <= n <= {len(v)} seeds, got n={n}")
+    if comb(len(v), n) <= max_subsets:
+        means = v[np.array(list(combinations(range(len(v)), n)))].mean(axis=1)
+    else:
+        rng = np.random.default_rng(seed)
+        means = np.array([v[rng.choice(len(v), n, replace=False)].mean()
+                          for _ in range(max_subsets)])
+    return float(np.mean(means <= x + tol)), float(np.mean(means >= x - tol))
+
+
 @dataclass(frozen=True)
 class CurveMean:
     """Mean over steps of each seed's curve (an area under the curve: smaller = faster

@@ -1,6 +1,7 @@
 import math
 import re
 
+import numpy as np
 import pandas as pd
 import pytest
 
@@ -31,6 +32,9 @@ def test_number_verdict():
     assert V.number_verdict(P("0.05"), 2.0, 0.1, 1.8, 2.2, spread=2.55) == V.WITHIN_NOISE
     assert V.number_verdict(P("0.05"), 2.0, 0.1, 1.8, 2.2, spread=0.0) == V.DIFFERS
     assert V.number_verdict(P("0.05"), 2.0, 0.1, 1.8, 2.2, spread=float("nan")) == V.DIFFERS
+    # A mean that 3 of the paper's own seeds often give is noise, however far from its mean
+    assert V.number_verdict(P("7.4"), 0.04, 0.03, 0.0, 0.13, seed_tails=(0.39, 1.0)) == V.WITHIN_NOISE
+    assert V.number_verdict(P("7.4"), 0.04, 0.03, 0.0, 0.13, seed_tails=(0.01, 1.0)) == V.DIFFERS
 
 
 def test_bound_verdict():
@@ -102,6 +106,47 @@ def test_paper_numbers_file():
     assert sorted(k32["value"]) == ["0.05", "0.05", "2.6"]
     h7 = p[p["replicate_group"] == "terminal-tpo-H7"]
     assert set(h7["match"]) == {"prompts", "interactions"} and set(h7["value"]) == {"6.9", "1.8"}
+
+
+def test_paper_seeds_are_the_printed_means():
+    seeds, p = report.load_paper_seeds(), report.load_paper()
+    assert set(seeds) == {"terminal-tpo-H10", "terminal-grpo-H10"}
+    for group, values in seeds.items():
+        assert len(values) == 20
+        # each is one episode's exact-match error over B * K = 800 rollouts, as ours
+        assert all(v * 8 == round(v * 8) for v in values), group
+        rows = p[(p["replicate_group"] == group) & (p["match"] == "prompts")]
+        assert len(rows) >= 1
+        for printed in rows["value"]:
+            paper = P(printed)
+            assert abs(np.mean(values) - paper.value) <= paper.r, (group, printed)
+
+
+def test_seed_tails_in_the_verdict():
+    seeds, p = report.load_paper_seeds(), report.load_paper()
+    row = p[(p["replicate_group"] == "terminal-grpo-H10") & (p["match"] == "prompts")].iloc[0]
+    assert row["value"] == "50.4" and float(row["replicate_spread"]) < 2  # SE, spread: differs
+
+    def ours(*per_seed):
+        return report.Ours(float(np.mean(per_seed)), 0.0, min(per_seed), max(per_seed),
+                           len(per_seed), per_seed=per_seed)
+
+    # GRPO's seeds are all or nothing: 7 of the paper's 20 end at exactly 0 %, so 3 solved
+    # seeds are C(7, 3) = 35 of the C(20, 3) = 1140 subsets (3.1 %): a draw from its seeds
+    solved = ours(0.0, 0.0, 0.0)
+    tails = report.seed_tails(row, solved, seeds)
+    assert tails == (pytest.approx(35 / 1140), 1.0)
+    assert report.number_verdict(row, solved, tails) == V.WITHIN_NOISE
+    assert report.number_verdict(row, solved) == V.DIFFERS
+    # 6 seeds end at 100 %: 3 failed seeds are 20 of 1140 (1.8 %), below a 2.5 % tail
+    failed = ours(100.0, 100.0, 100.0)
+    tails = report.seed_tails(row, failed, seeds)
+    assert tails == (1.0, pytest.approx(20 / 1140))
+    assert report.number_verdict(row, failed, tails) == V.DIFFERS
+    # more of our seeds than the paper has, or a row without per-seed values: no tails
+    assert report.seed_tails(row, ours(*[0.0] * 21), seeds) is None
+    other = p[p["replicate_group"] == "terminal-tpo-H7"].iloc[0]
+    assert report.seed_tails(other, solved, seeds) is None
 
 
 def test_analytic_weights_match_the_paper():

@@ -152,3 +152,24 @@ def test_steps_by_seed_count_grows_with_a_slow_seed():
     a = stats.steps_by_seed_count(big, 0.01, max_subsets=50)
     assert len(a) == 14 and a == stats.steps_by_seed_count(big, 0.01, max_subsets=50)
     assert a[0] <= a[6] <= a[-1] == 6  # all 14: the two step-7 seeds alone keep the mean at 0.007
+
+
+def test_subset_mean_tails_counts_ties_in_both_tails():
+    # 2-seed subsets of (0, 0, 0, 100): three means of 0, three of 50
+    v = [0.0, 0.0, 0.0, 100.0]
+    assert stats.subset_mean_tails(v, 2, 0.0) == (0.5, 1.0)
+    assert stats.subset_mean_tails(v, 2, 25.0) == (0.5, 0.5)
+    assert stats.subset_mean_tails(v, 2, 50.0) == (1.0, 0.5)
+    assert stats.subset_mean_tails(v, 2, 60.0) == (1.0, 0.0)
+    assert stats.subset_mean_tails(v, 4, 25.0) == (1.0, 1.0)
+    with pytest.raises(ValueError, match="n=5"):
+        stats.subset_mean_tails(v, 5, 0.0)
+
+
+def test_subset_mean_tails_draws_when_subsets_are_many():
+    rng = np.random.default_rng(1)
+    v = rng.exponential(size=30)
+    exact = stats.subset_mean_tails(v, 3, float(np.median(v)))
+    drawn = stats.subset_mean_tails(v, 3, float(np.median(v)), max_subsets=2000)
+    assert drawn == stats.subset_mean_tails(v, 3, float(np.median(v)), max_subsets=2000)
+    assert drawn != exact and drawn == pytest.approx(exact, abs=0.03)
