@@ -143,6 +143,29 @@ def seed_hits(wide: pd.DataFrame, thr: float = THRESHOLD) -> SeedHits:
     return SeedHits(thr, wide.shape[1], tuple(seeds), tuple(steps), last)
 
 
+def _subset_crossings(w: np.ndarray, steps: np.ndarray, k: int, max_subsets: int,
+                      rng: np.random.Generator, thr: float) -> np.ndarray:
+    """First crossing (inf: never) of the seed-mean curve of each k-subset of the columns
+    of w: all subsets when few, else max_subsets distinct ones drawn."""
+    from itertools import combinations
+    from math import comb
+
+    n = w.shape[1]
+    if comb(n, k) <= max_subsets:
+        subsets = [list(c) for c in combinations(range(n), k)]
+    else:
+        # distinct subsets in the order drawn: sorting them first would keep only
+        # those holding the lowest-numbered seeds
+        drawn = dict.fromkeys(tuple(sorted(rng.choice(n, k, replace=False)))
+                              for _ in range(4 * max_subsets))
+        subsets = [list(c) for c in list(drawn)[:max_subsets]]
+    firsts = []
+    for cols in subsets:
+        below = np.flatnonzero(w[:, cols].mean(axis=1) < thr)
+        firsts.append(steps[below[0]] if len(below) else np.inf)
+    return np.asarray(firsts, dtype=float)
+
+
 def steps_by_seed_count(wide: pd.DataFrame, thr: float = THRESHOLD, max_subsets: int = 200,
                         seed: int = BOOT_SEED) -> tuple:
     """The paper's statistic on subsets of k seeds, for k = 1 .. n: the median over subsets
@@ -150,29 +173,32 @@ def steps_by_seed_count(wide: pd.DataFrame, thr: float = THRESHOLD, max_subsets:
     curve's first crossing; None where most subsets never cross. The seed-mean crossing
     waits for the slowest seeds, so it grows with the seed count: this says how much,
     before a few-seed number is set beside a 20-seed one."""
-    from itertools import combinations
-    from math import comb
-
     w, steps = wide.to_numpy(dtype=float), wide.index.to_numpy()
-    n = w.shape[1]
     rng = np.random.default_rng(seed)
     out = []
-    for k in range(1, n + 1):
-        if comb(n, k) <= max_subsets:
-            subsets = [list(c) for c in combinations(range(n), k)]
-        else:
-            # distinct subsets in the order drawn: sorting them first would keep only
-            # those holding the lowest-numbered seeds
-            drawn = dict.fromkeys(tuple(sorted(rng.choice(n, k, replace=False)))
-                                  for _ in range(4 * max_subsets))
-            subsets = [list(c) for c in list(drawn)[:max_subsets]]
-        firsts = []
-        for cols in subsets:
-            below = np.flatnonzero(w[:, cols].mean(axis=1) < thr)
-            firsts.append(steps[below[0]] if len(below) else np.inf)
-        med = np.quantile(firsts, 0.5, method="higher")
+    for k in range(1, w.shape[1] + 1):
+        med = np.quantile(_subset_crossings(w, steps, k, max_subsets, rng, thr), 0.5, method="higher")
         out.append(None if np.isinf(med) else int(med))
     return tuple(out)
+
+
+def steps_at_seed_count(wide: pd.DataFrame, k: int, thr: float = THRESHOLD,
+                        max_subsets: int = 2000, level: float = LEVEL, seed: int = BOOT_SEED):
+    """The paper's statistic at its own seed count k, from more of our seeds: the seed-mean
+    crossing of k-seed subsets of ours is a draw of the statistic the paper printed (the
+    crossing of all our seeds is a later one: it waits for more slow seeds). Returns the
+    median over subsets, the central interval and the std (value, lo, hi, se); None for a
+    value or end that is "never", se None unless every subset crossed."""
+    w, steps = wide.to_numpy(dtype=float), wide.index.to_numpy()
+    if not 0 < k <= w.shape[1]:
+        raise ValueError(f"need 1 <= k <= {w.shape[1]} seeds, got k={k}")
+    firsts = _subset_crossings(w, steps, k, max_subsets, np.random.default_rng(seed), thr)
+    a = (1 - level) / 2
+    as_step = lambda v: None if np.isinf(v) else int(v)  # noqa: E731
+    return (as_step(np.quantile(firsts, 0.5, method="higher")),
+            as_step(np.quantile(firsts, a, method="lower")),
+            as_step(np.quantile(firsts, 1 - a, method="higher")),
+            float(firsts.std()) if np.isfinite(firsts).all() else None)
 
 
 def steps_bootstrap(wide: pd.DataFrame, thr: float = THRESHOLD, level: float = LEVEL,

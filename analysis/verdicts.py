@@ -40,6 +40,9 @@ A paper value printed as 6.9 stands for [6.85, 6.95] (half a unit of its last di
   of the statistic over those resamples when every resample crosses (otherwise only the
   paper's spread counts); not the SE of the per-seed crossings, which belongs to another
   statistic (the seed-mean curve waits for the slowest seeds drawn).
+  With more seeds than the paper, the statistic is taken at the paper's seed count k: the
+  median, central 95 % and std of the crossing over k-seed subsets of ours (all, or 2,000
+  drawn), since the crossing of all our seeds waits for more slow seeds than the paper's did.
   *Run too short* when our mean never crossed and our runs end before the paper's value.
 - **"—" (never reached)**: *reproduced* when our seed-mean curve never crosses; *within noise*
   when it does but our interval reaches "never"; *differs* otherwise.

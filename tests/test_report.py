@@ -168,6 +168,13 @@ def test_measure_on_a_hand_table():
     one = report.measure(rows, "steps_to_1pct")
     assert one.value is None and one.hits.n_reached == 1 and one.se is None
     assert report.measure(rows.iloc[:0], "final_error_pct") is None
+    # more seeds than the paper: the steps statistic is taken at the paper's seed count
+    four = pd.concat([rows.assign(seed=rows["seed"] + 2 * i) for i in range(2)])
+    at2 = report.measure(four, "steps_to_5pct", n_paper=2)
+    assert at2.n_seeds == 4 and at2.all_seeds == 2 and not at2.by_seeds
+    # 2-seed subsets of (fast, slow, fast, slow): 1 when both fast (1 of 6), else 2
+    assert (at2.value, at2.lo, at2.hi) == (2, 1, 2)
+    assert report.measure(four, "steps_to_5pct", n_paper=4).value == 2
 
 
 # ---- the report CLI on a synthetic table ----

@@ -173,3 +173,20 @@ def test_subset_mean_tails_draws_when_subsets_are_many():
     drawn = stats.subset_mean_tails(v, 3, float(np.median(v)), max_subsets=2000)
     assert drawn == stats.subset_mean_tails(v, 3, float(np.median(v)), max_subsets=2000)
     assert drawn != exact and drawn == pytest.approx(exact, abs=0.03)
+
+
+def test_steps_at_seed_count_is_the_statistic_of_fewer_seeds():
+    # four seeds below 1 % from step 1, one slow seed from step 3: every 2-seed subset
+    # without the slow one (6 of 10) crosses at 1, the crossing of all 5 waits for it
+    fast, slow = [0.5, 0.0, 0.0, 0.0], [0.5, 0.5, 0.5, 0.0]
+    wide = pd.DataFrame({s: fast for s in range(4)} | {4: slow}, index=range(4))
+    assert stats.mean_steps_to_threshold(wide) == 3
+    value, lo, hi, se = stats.steps_at_seed_count(wide, 2)
+    assert (value, lo, hi) == (1, 1, 3)
+    assert se == pytest.approx(2 * math.sqrt(0.6 * 0.4))
+    assert stats.steps_at_seed_count(wide, 5)[:3] == (3, 3, 3)
+    never = wide.copy()
+    never[4] = 0.5  # the slow seed never gets there: 4 of 10 subsets never cross
+    assert stats.steps_at_seed_count(never, 2)[2:] == (None, None)
+    with pytest.raises(ValueError, match="k=6"):
+        stats.steps_at_seed_count(wide, 6)
