@@ -143,24 +143,26 @@ def seed_hits(wide: pd.DataFrame, thr: float = THRESHOLD) -> SeedHits:
     return SeedHits(thr, wide.shape[1], tuple(seeds), tuple(steps), last)
 
 
+def _subsets(n: int, k: int, max_subsets: int, rng: np.random.Generator) -> list[list[int]]:
+    """All k-subsets of range(n) when few, else max_subsets distinct ones drawn."""
+    from itertools import combinations
+    from math import comb
+
+    if comb(n, k) <= max_subsets:
+        return [list(c) for c in combinations(range(n), k)]
+    # distinct subsets in the order drawn: sorting them first would keep only
+    # those holding the lowest-numbered seeds
+    drawn = dict.fromkeys(tuple(sorted(rng.choice(n, k, replace=False)))
+                          for _ in range(4 * max_subsets))
+    return [list(c) for c in list(drawn)[:max_subsets]]
+
+
 def _subset_crossings(w: np.ndarray, steps: np.ndarray, k: int, max_subsets: int,
                       rng: np.random.Generator, thr: float) -> np.ndarray:
     """First crossing (inf: never) of the seed-mean curve of each k-subset of the columns
     of w: all subsets when few, else max_subsets distinct ones drawn."""
-    from itertools import combinations
-    from math import comb
-
-    n = w.shape[1]
-    if comb(n, k) <= max_subsets:
-        subsets = [list(c) for c in combinations(range(n), k)]
-    else:
-        # distinct subsets in the order drawn: sorting them first would keep only
-        # those holding the lowest-numbered seeds
-        drawn = dict.fromkeys(tuple(sorted(rng.choice(n, k, replace=False)))
-                              for _ in range(4 * max_subsets))
-        subsets = [list(c) for c in list(drawn)[:max_subsets]]
     firsts = []
-    for cols in subsets:
+    for cols in _subsets(w.shape[1], k, max_subsets, rng):
         below = np.flatnonzero(w[:, cols].mean(axis=1) < thr)
         firsts.append(steps[below[0]] if len(below) else np.inf)
     return np.asarray(firsts, dtype=float)
@@ -240,18 +242,10 @@ def subset_mean_tails(values, n: int, x: float, tol: float = 1e-6,
     there are few, else max_subsets drawn. This is x's sampling distribution if our seeds
     and those are draws from one seed distribution: the test a bimodal outcome needs,
     where a few-seed SE says nothing about the rare seeds a 20-seed mean contains."""
-    from itertools import combinations
-    from math import comb
-
     v = np.asarray(values, dtype=float)
     if not 0 < n <= len(v):
         raise ValueError(f"need 1 <= n <= {len(v)} seeds, got n={n}")
-    if comb(len(v), n) <= max_subsets:
-        means = v[np.array(list(combinations(range(len(v)), n)))].mean(axis=1)
-    else:
-        rng = np.random.default_rng(seed)
-        means = np.array([v[rng.choice(len(v), n, replace=False)].mean()
-                          for _ in range(max_subsets)])
+    means = v[np.array(_subsets(len(v), n, max_subsets, np.random.default_rng(seed)))].mean(axis=1)
     return float(np.mean(means <= x + tol)), float(np.mean(means >= x - tol))
 
 
