@@ -25,6 +25,7 @@ def explicit_keys(overrides) -> frozenset:
 def main(cfg: DictConfig) -> dict:
     from hydra.core.hydra_config import HydraConfig
 
+    from bench.interrupts import Interrupted
     from bench.runner import ConfigError, run
 
     try:
@@ -33,7 +34,11 @@ def main(cfg: DictConfig) -> dict:
     except (ConfigError, ImportError) as e:
         print(f"error: {e}", file=sys.stderr, flush=True)
         sys.exit(2)
-    summaries = [run(spec) for spec in specs]
+    try:
+        summaries = [run(spec) for spec in specs]
+    except Interrupted as e:  # the run checkpointed and recorded itself as interrupted
+        print(f"interrupted by {e.signame}: the same command resumes it", file=sys.stderr, flush=True)
+        sys.exit(128 + e.signum)
     failed = [s for s in summaries if s["status"] != "completed"]
     if failed and HydraConfig.get().mode.name == "RUN":
         sys.exit(1)  # a single run reports its failure through the exit code

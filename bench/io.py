@@ -4,46 +4,87 @@ from __future__ import annotations
 import json
 import os
 import platform
+import secrets
 import subprocess
-import tempfile
+from contextlib import contextmanager
 from importlib.metadata import PackageNotFoundError, version
 from pathlib import Path
-from typing import Any
+from typing import Any, Iterator
 
 import pandas as pd
 
 REPO_ROOT = Path(__file__).resolve().parent.parent
 
 
-def _atomic(path: Path, write) -> None:
-    """Write through a temp file in the same folder, then rename: a reader never sees a
-    half-written file, whatever kills the process."""
+TEMP_SUFFIX = ".tmp"
+
+
+def temp_name(path: Path) -> Path:
+    """`.name.<pid>.<random>.tmp` beside `path`: the pid says whose it is, so a process
+    removes only its own temp files (another may be writing beside it)."""
+    return path.with_name(f".{path.name}.{os.getpid()}.{secrets.token_hex(4)}{TEMP_SUFFIX}")
+
+
+def own_temps(folder: Path) -> list[Path]:
+    return list(Path(folder).glob(f".*.{os.getpid()}.*{TEMP_SUFFIX}"))
+
+
+@contextmanager
+def atomic_path(path: str | Path) -> Iterator[Path]:
+    """The one atomic writer: yields a temp path beside `path` to write; on success it is
+    renamed over `path` (a reader never sees a half-written file, whatever kills the
+    process), on any error it is removed (a full disk keeps no torn temp file). Created
+    with mode 0o666 minus the umask, like any file (mkstemp's 0600 would hide results from
+    a teammate's collect)."""
+    path = Path(path)
     path.parent.mkdir(parents=True, exist_ok=True)
-    fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.", suffix=".tmp")
-    os.close(fd)
+    tmp = temp_name(path)
+    os.close(os.open(tmp, os.O_CREAT | os.O_EXCL | os.O_WRONLY, 0o666))
     try:
-        write(tmp)
+        yield tmp
         os.replace(tmp, path)
     finally:
-        if os.path.exists(tmp):
-            os.unlink(tmp)
+        if tmp.exists():
+            tmp.unlink()
 
 
 def write_json(path: Path, obj: Any) -> None:
-    def w(tmp):
-        with open(tmp, "w") as f:
-            json.dump(obj, f, indent=2, sort_keys=True, default=str)
-            f.write("\n")
-    _atomic(path, w)
+    with atomic_path(path) as tmp:
+        tmp.write_text(json.dumps(obj, indent=2, sort_keys=True, default=str) + "\n")
+
+
+def write_text(path: Path, text: str) -> None:
+    with atomic_path(path) as tmp:
+        tmp.write_text(text)
 
 
 def write_parquet(path: Path, df: pd.DataFrame) -> None:
-    _atomic(path, lambda tmp: df.to_parquet(tmp, index=False))
+    with atomic_path(path) as tmp:
+        df.to_parquet(tmp, index=False)
 
 
 def read_json(path: Path) -> Any:
     with open(path) as f:
         return json.load(f)
+
+
+class DamagedFile(ValueError):
+    """A file the project wrote that cannot be read back; the message names it."""
+
+
+def read_json_object(path: Path) -> dict[str, Any]:
+    """A JSON object from `path`, or DamagedFile saying what is wrong with it (empty,
+    not JSON, not an object); OSError (missing, unreadable) passes through."""
+    text = Path(path).read_text()
+    if not text.strip():
+        raise DamagedFile(f"{path} is empty")
+    try:
+        obj = json.loads(text)
+    except json.JSONDecodeError as e:
+        raise DamagedFile(f"{path} is not valid JSON ({e.msg} at line {e.lineno})") from None
+    if not isinstance(obj, dict):
+        raise DamagedFile(f"{path} holds a JSON {type(obj).__name__}, not an object")
+    return obj
 
 
 def package_versions() -> dict[str, str]:

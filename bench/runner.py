@@ -7,6 +7,7 @@ from __future__ import annotations
 import dataclasses
 import math
 import os
+import re
 import sys
 import tempfile
 import time
@@ -19,7 +20,7 @@ import pandas as pd
 import torch
 
 from algorithms import ALGORITHMS
-from bench import checkpoint, io
+from bench import checkpoint, interrupts, io, rundir
 from bench.batch import GROUP_NEEDS, NEEDS, Batch, Request
 from bench.identity import config_hash, flatten, identity, run_dir
 from bench.optim import build_optimizer, check_optimizer
@@ -70,6 +71,8 @@ class RunSpec:
     """lines printed when the run starts (matching arithmetic)"""
     labels: dict[str, Any] = dataclasses.field(default_factory=dict)
     """columns that describe but do not identify the run (the experiment preset)"""
+    resume_across_commits: bool = True
+    """resume a checkpoint written under another git commit (recorded either way)"""
 
     @property
     def lr(self) -> float | None:
@@ -151,12 +154,41 @@ def _check_algorithm(algo, name: str) -> None:
         raise ConfigError(f"algo.epochs must be a positive integer, got {algo.epochs}")
 
 
+# A name becomes one directory level under output_root: no separators, no "." or "..",
+# nothing hidden (collect skips nothing hidden, and Hydra's logs live in .hydra/), no "="
+# (collect finds runs by their "seed=<n>" level).
+PLAIN_NAME = re.compile(r"[A-Za-z0-9_+][A-Za-z0-9_.+-]*")
+
+
+def _check_plain_name(key: str, value: Any) -> None:
+    if not isinstance(value, str) or not PLAIN_NAME.fullmatch(value):
+        raise ConfigError(f"{key}={value!r} must be a plain name (letters, digits, '_', '+', "
+                          "'-', '.'; not starting with '.' or '-'): it names a directory "
+                          "under output_root")
+
+
+def _check_device(device: Any) -> None:
+    """Refuse a device this machine lacks here, not as a failed run inside its directory."""
+    choices = ["cpu"]
+    if torch.cuda.is_available():
+        choices += ["cuda", *(f"cuda:{i}" for i in range(torch.cuda.device_count()))]
+    if torch.backends.mps.is_available():
+        choices.append("mps")
+    if device not in choices:
+        raise ConfigError(f"device={device!r} is not available on this machine; valid choices: "
+                          f"{', '.join(choices)}")
+
+
 def build(cfg: dict[str, Any], explicit: frozenset[str] = frozenset()) -> RunSpec:
     """Validate everything and resolve the run; creates nothing on disk. `explicit` holds
     the config keys the user set on the command line."""
+    for section in ("task", "algo"):
+        if cfg[section].get("name") is not None:  # a missing name is _instantiate's to report
+            _check_plain_name(f"{section}.name", cfg[section]["name"])
     load_plugins(list(cfg.get("plugins") or []))
     task_impl, task = _instantiate(TASKS, cfg["task"], "task")
     algo_impl, algo = _instantiate(ALGORITHMS, cfg["algo"], "algo")
+    _check_plain_name("task.name", task.name)  # a plug-in task may name itself
     _check_algorithm(algo, cfg["algo"]["name"])
     steps = getattr(task, "steps_per_batch", None)
     if steps is not None and algo.epochs != steps:
@@ -179,6 +211,11 @@ def build(cfg: dict[str, Any], explicit: frozenset[str] = frozenset()) -> RunSpe
     seed = cfg.get("seed", 0)
     if not isinstance(seed, int) or isinstance(seed, bool) or seed < 0:
         raise ConfigError(f"seed must be a non-negative integer, got {seed!r}")
+    threads = cfg.get("threads", 0)
+    if not isinstance(threads, int) or isinstance(threads, bool) or threads < 0:
+        raise ConfigError(f"threads must be a non-negative integer (0: as many as this process "
+                          f"was allotted), got {threads!r}")
+    _check_device(cfg.get("device", "cpu"))
     for key in ("log_every", "checkpoint_every"):
         value = cfg.get(key, 1)
         if not isinstance(value, int) or isinstance(value, bool) or value < 1:
@@ -203,7 +240,8 @@ def build(cfg: dict[str, Any], explicit: frozenset[str] = frozenset()) -> RunSpe
     return RunSpec(
         task=run_task, algo=algo, algo_name=cfg["algo"]["name"], optim_name=optim["name"],
         optim_hparams=hparams, seed=seed, request=request, effective=effective, notes=notes,
-        labels={"experiment": cfg.get("experiment")}, device=str(cfg.get("device", "cpu")),
+        labels={"experiment": cfg.get("experiment")},
+        resume_across_commits=bool(cfg.get("resume_across_commits", True)), device=str(cfg.get("device", "cpu")),
         threads=int(cfg.get("threads", 0)), log_every=int(cfg.get("log_every", 50)),
         force=bool(cfg.get("force", False)), checkpoint_every=checkpoint_every,
         debug=dict(cfg.get("debug") or {}), config=science, config_hash=h,
@@ -318,116 +356,194 @@ def _progress(label: str, done: int, episodes: int, row: dict, last: dict, evalu
           f"{rate:.2f} ep/s | ETA {_fmt_eta((episodes - done) / max(rate, 1e-9))}", flush=True)
 
 
+def _threads(requested: int) -> int:
+    """threads=N pins N torch threads; threads=0 takes the cores this process was allotted
+    (a SLURM job's CPUs, else its CPU affinity mask) rather than torch's one per core."""
+    n = requested or int(os.environ.get("SLURM_CPUS_PER_TASK") or 0) or len(os.sched_getaffinity(0))
+    torch.set_num_threads(n)
+    return torch.get_num_threads()
+
+
+def _checkpoint_identity(spec: RunSpec) -> dict[str, Any]:
+    return {"config_hash": spec.config_hash, "seed": spec.seed, "episodes": spec.task.episodes,
+            "torch": str(torch.__version__), "git_commit": io.git_commit()}
+
+
+def _attempt_record(prev: dict, spec: RunSpec, threads: int, identity_: dict) -> dict[str, Any]:
+    """summary.json's fields that describe this attempt and every one before it: a run
+    resumed under other code or another thread count says so."""
+    log = [] if spec.force else list(prev.get("attempts_log", []))
+    log.append({"attempt": len(log) + 1, "started_at": time.time(), "pid": os.getpid(),
+                "host": rundir.whoami()["host"], "git_commit": identity_["git_commit"],
+                "threads": threads, "slurm_job_id": os.environ.get("SLURM_JOB_ID")})
+    # Runs from before the attempt log: their attempt count and the commit they started under.
+    earlier = 0 if spec.force else max(prev.get("attempts", 0) - (len(log) - 1), 0)
+    commits = [] if spec.force or not prev.get("git_commit") else \
+        prev.get("git_commits") or [prev["git_commit"]]
+    for a in log:
+        if not commits or commits[-1] != a["git_commit"]:
+            commits.append(a["git_commit"])
+    threads_used = list(dict.fromkeys(
+        ([] if spec.force or "threads" not in prev else [prev["threads"]]) + [a["threads"] for a in log]))
+    return {"attempts": earlier + len(log), "attempts_log": log, "git_commit": identity_["git_commit"],
+            "git_commits": commits, "threads": threads, "threads_used": threads_used}
+
+
+def _not_run(spec: RunSpec, status: str, reason: str) -> dict[str, Any]:
+    """A run this process did not touch (held by another, or refused): said on stderr and
+    returned to the sweep's report; nothing in the directory changes."""
+    print(f"[{status}] {spec.run_dir}: {reason}", file=sys.stderr, flush=True)
+    return {"run_dir": str(spec.run_dir), "status": status, "reason": reason}
+
+
 def run(spec: RunSpec) -> dict[str, Any]:
     """Train one (config, seed) into spec.run_dir and return its summary. A completed run
-    is skipped (unless spec.force); an interrupted one resumes from its checkpoint; a
+    is skipped (unless spec.force); one another process holds is left to it; an
+    interrupted one resumes from its checkpoint, if that checkpoint is this run's; a
     failure is recorded (status, reason, partial metrics) and returned, not raised."""
-    summary_path = spec.run_dir / "summary.json"
-    prev = io.read_json(summary_path) if summary_path.exists() else {}
-    if prev.get("status") == "completed" and not spec.force:
-        print(f"[skip] {spec.run_dir} already completed (force=true re-runs it)", flush=True)
-        return prev
-    spec.run_dir.mkdir(parents=True, exist_ok=True)
+    rd = rundir.RunDir(spec.run_dir)
+    for locked in (False, True):  # again under the lock: another may just have finished
+        try:
+            prev = {} if spec.force and not spec.run_dir.exists() else rd.previous()
+        except io.DamagedFile as e:
+            if not spec.force:
+                rd.release()
+                return _not_run(spec, "refused", f"{e}; remove it (the run then resumes from "
+                                                 f"its checkpoint, if any) or force=true restarts the run")
+            prev = {}
+        if prev.get("status") == "completed" and not spec.force:
+            rd.release()
+            print(f"[skip] {spec.run_dir} already completed (force=true re-runs it)", flush=True)
+            return prev
+        if not locked and (holder := rd.acquire()) is not None:
+            return _not_run(spec, "held", f"held by {rundir.describe(holder)}; skipped (that "
+                                          f"process is training it)")
+    try:
+        return _attempt(spec, rd, prev)
+    finally:
+        rd.release()
+
+
+def _attempt(spec: RunSpec, rd: rundir.RunDir, prev: dict) -> dict[str, Any]:
+    """One attempt at a run whose lock this process holds."""
     if spec.force:
-        checkpoint.clear(spec.run_dir)
-    checkpoint.clear_stale_temps(spec.run_dir)
-    # threads=0: what the scheduler granted (a SLURM job's CPUs), else torch's default.
-    threads = spec.threads or int(os.environ.get("SLURM_CPUS_PER_TASK", "0"))
-    if threads > 0:
-        torch.set_num_threads(threads)
+        checkpoint.clear(rd.path)
+    rd.clear_stale_temps()
+    threads = _threads(spec.threads)
+    ident = _checkpoint_identity(spec)
     label = f"{spec.task.name}/{spec.algo_name} {spec.config_hash} seed={spec.seed}"
-    attempts = (0 if spec.force else prev.get("attempts", 0)) + 1
+    try:
+        state = checkpoint.load(rd.path)
+        notes = checkpoint.check_identity(rd.path, state, ident, spec.resume_across_commits) \
+            if state is not None else []
+    except checkpoint.CheckpointError as e:
+        return _not_run(spec, "refused", str(e))
+    record = _attempt_record(prev, spec, threads, ident)
+    if len(record["threads_used"]) > 1:
+        notes.append(f"threads {record['threads_used']} across attempts: metrics are bitwise "
+                     "reproducible for one thread count only")
     base = {"config_hash": spec.config_hash, "run_dir": str(spec.run_dir), "seed": spec.seed,
-            "task": spec.task.name, "algo": spec.algo_name, "attempts": attempts,
-            "started_at": prev.get("started_at", time.time()) if not spec.force else time.time(),
-            "versions": io.package_versions(), "git_commit": io.git_commit(),
-            "threads": torch.get_num_threads(), "device": spec.device,
+            "task": spec.task.name, "algo": spec.algo_name,
+            "started_at": time.time() if spec.force else prev.get("started_at", time.time()),
+            "versions": io.package_versions(), "device": spec.device, "lock": rd.lock_note or f"lockf on {rundir.LOCK}",
             "slurm_job_id": os.environ.get("SLURM_JOB_ID"),
             "slurm_array_job_id": os.environ.get("SLURM_ARRAY_JOB_ID"),
-            "slurm_array_task_id": os.environ.get("SLURM_ARRAY_TASK_ID"), **spec.effective}
-    io.write_json(spec.run_dir / "config.json", {"seed": spec.seed, **spec.config})
+            "slurm_array_task_id": os.environ.get("SLURM_ARRAY_TASK_ID"), **record, **spec.effective}
+    rd.write_config({"seed": spec.seed, **spec.config})
 
     def heartbeat(**extra) -> None:
-        io.write_json(summary_path, {**base, "status": "running", "reason": None,
-                                     "heartbeat": time.time(), **extra})
+        rd.write_summary({**base, "status": "running", "reason": None, "heartbeat": time.time(), **extra})
 
     heartbeat()
-    for note in spec.notes:
+    for note in (*spec.notes, *notes):
         print(f"[{label}] {note}", flush=True)
     rows: list[dict[str, Any]] = []
-    status, reason = "completed", None
+    status, reason, kind = "completed", None, None
     try:
-        streams = Streams.from_seed(spec.seed, spec.device)
-        policy = spec.task.make_policy(streams.init).to(spec.device)
-        opt = build_optimizer(spec.optim_name, list(policy.parameters()), **spec.optim_hparams)
-        episodes = spec.task.episodes
-        # Tasks with held-out evaluation log one row per evaluation, step = updates done
-        # (the first before any update); the others one row per episode, step = its
-        # 0-based index, error measured on its rollouts before its update (SPEC 3.1).
-        eval_every = getattr(spec.task, "eval_every", 0)
-        start, cumulative, wall_before = 0, 0, 0.0
-        state = checkpoint.load(spec.run_dir)
-        if state is not None:
-            policy.load_state_dict(state["policy"])
-            opt.load_state_dict(state["optimizer"])
-            streams.load_state(state["streams"])
-            rows, start = state["rows"], state["next_step"]
-            cumulative, wall_before = state["cumulative"], state["wall_s"]
-            print(f"[{label}] resumed from checkpoint at step {start} (attempt {attempts})", flush=True)
-        elif eval_every:
-            rows.append({"step": 0, "rollouts": 0, "wall_s": 0.0, **spec.task.evaluate(policy)})
-        t0, last_beat = time.perf_counter(), time.time()
-        for step in range(start, episodes):
-            row = train_episode(spec.task, spec.algo, spec.request, policy, opt, streams)
-            if step == spec.debug.get("nan_at", -1):
-                row["loss"] = math.nan  # test-only fault injection
-            cumulative += row.pop("rollouts")
-            row.update(step=step, rollouts=cumulative, wall_s=wall_before + time.perf_counter() - t0)
-            if not math.isfinite(row["loss"]):
-                raise FloatingPointError(f"non-finite loss {row['loss']} at step {step}")
-            done = step + 1
-            if not eval_every:
-                rows.append(row)
-            elif done % eval_every == 0 or done == episodes:
-                rows.append({**row, "train_error": row["error"], "step": done,
-                             **spec.task.evaluate(policy)})
-            if done % spec.log_every == 0 or done == episodes:
-                _progress(label, done, episodes, row, rows[-1], bool(eval_every),
-                          time.perf_counter() - t0, start)
-            if spec.debug.get("sleep"):
-                time.sleep(spec.debug["sleep"])
-            if done % spec.checkpoint_every == 0 and done < episodes:
-                checkpoint.save(spec.run_dir, {
-                    "next_step": done, "cumulative": cumulative, "wall_s": row["wall_s"],
-                    "policy": policy.state_dict(), "optimizer": opt.state_dict(),
-                    "streams": streams.state(), "rows": rows,
-                }, pause_s=spec.debug.get("checkpoint_pause", 0.0))
-                heartbeat(checkpoint_step=done)
-                last_beat = time.time()
-            elif time.time() - last_beat > HEARTBEAT_S:
-                heartbeat()
-                last_beat = time.time()
+        with interrupts.Boundary() as boundary:
+            _train(spec, state, ident, rows, heartbeat, boundary, label, record["attempts"])
     except Exception as e:
         status, reason = "failed", f"{type(e).__name__}: {e}"
-    except BaseException as e:  # interrupted (Ctrl-C, a signal): resumable from the checkpoint
-        status, reason = "interrupted", type(e).__name__
+        kind = "io" if isinstance(e, OSError) else "diverged" if isinstance(e, FloatingPointError) else "error"
+    except BaseException as e:  # interrupted (a signal, Ctrl-C): resumable from the checkpoint
+        status, reason = "interrupted", getattr(e, "signame", type(e).__name__)
         raise
     finally:
-        extra = [k for r in rows for k in r if k not in METRIC_COLUMNS]
-        df = pd.DataFrame(rows, columns=list(dict.fromkeys([*METRIC_COLUMNS, *extra])))
-        columns = {"config_hash": spec.config_hash, "seed": spec.seed,
-                   **flatten(spec.config), **spec.effective, **spec.labels}
-        for key, value in columns.items():
-            df[key] = value
-        df["partial"] = status != "completed"
-        io.write_parquet(spec.run_dir / "metrics.parquet", df)
-        final = {k: v for k, v in (rows[-1] if rows else {}).items() if isinstance(v, (int, float))}
-        summary = {**base, "status": status, "reason": reason, "final": final,
-                   "rows": len(rows), "finished_at": time.time(),
-                   "duration_s": time.time() - base["started_at"]}
-        io.write_json(summary_path, summary)  # last: it is what says "completed"
-        if status == "completed":
-            checkpoint.clear(spec.run_dir)
+        summary = rd.finish(_metrics_frame(spec, rows, status), {
+            **base, "status": status, "reason": reason, "error_kind": kind,
+            "final": {k: v for k, v in (rows[-1] if rows else {}).items() if isinstance(v, (int, float))},
+            "rows": len(rows), "finished_at": time.time(),
+            "duration_s": time.time() - base["started_at"]})
+        if summary["status"] == "completed":
+            checkpoint.clear(rd.path)
         else:
-            print(f"[{label}] {status.upper()}: {reason}", file=sys.stderr, flush=True)
+            print(f"[{label}] {summary['status'].upper()}: {summary['reason']}", file=sys.stderr, flush=True)
     return summary
+
+
+def _metrics_frame(spec: RunSpec, rows: list[dict], status: str) -> pd.DataFrame:
+    extra = [k for r in rows for k in r if k not in METRIC_COLUMNS]
+    df = pd.DataFrame(rows, columns=list(dict.fromkeys([*METRIC_COLUMNS, *extra])))
+    columns = {"config_hash": spec.config_hash, "seed": spec.seed,
+               **flatten(spec.config), **spec.effective, **spec.labels}
+    for key, value in columns.items():
+        df[key] = value
+    df["partial"] = status != "completed"
+    return df
+
+
+def _train(spec: RunSpec, state: dict | None, ident: dict, rows: list, heartbeat, boundary,
+           label: str, attempt: int) -> None:
+    """The training loop, appending to `rows` (so a failure still records them). It
+    checkpoints every spec.checkpoint_every episodes and whenever a signal asks
+    (interrupts.Boundary), always at an episode boundary."""
+    streams = Streams.from_seed(spec.seed, spec.device)
+    policy = spec.task.make_policy(streams.init).to(spec.device)
+    opt = build_optimizer(spec.optim_name, list(policy.parameters()), **spec.optim_hparams)
+    episodes = spec.task.episodes
+    # Tasks with held-out evaluation log one row per evaluation, step = updates done
+    # (the first before any update); the others one row per episode, step = its
+    # 0-based index, error measured on its rollouts before its update (SPEC 3.1).
+    eval_every = getattr(spec.task, "eval_every", 0)
+    start, cumulative, wall_before = 0, 0, 0.0
+    if state is not None:
+        policy.load_state_dict(state["policy"])
+        opt.load_state_dict(state["optimizer"])
+        streams.load_state(state["streams"])
+        rows.extend(state["rows"])
+        start, cumulative, wall_before = state["next_step"], state["cumulative"], state["wall_s"]
+        print(f"[{label}] resumed from checkpoint at step {start} (attempt {attempt})", flush=True)
+    elif eval_every:
+        rows.append({"step": 0, "rollouts": 0, "wall_s": 0.0, **spec.task.evaluate(policy)})
+    t0, last_beat = time.perf_counter(), time.time()
+    for step in range(start, episodes):
+        row = train_episode(spec.task, spec.algo, spec.request, policy, opt, streams)
+        if step == spec.debug.get("nan_at", -1):
+            row["loss"] = math.nan  # test-only fault injection
+        cumulative += row.pop("rollouts")
+        row.update(step=step, rollouts=cumulative, wall_s=wall_before + time.perf_counter() - t0)
+        if not math.isfinite(row["loss"]):
+            raise FloatingPointError(f"non-finite loss {row['loss']} at step {step}")
+        done = step + 1
+        if not eval_every:
+            rows.append(row)
+        elif done % eval_every == 0 or done == episodes:
+            rows.append({**row, "train_error": row["error"], "step": done,
+                         **spec.task.evaluate(policy)})
+        if done % spec.log_every == 0 or done == episodes:
+            _progress(label, done, episodes, row, rows[-1], bool(eval_every),
+                      time.perf_counter() - t0, start)
+        if spec.debug.get("sleep"):
+            time.sleep(spec.debug["sleep"])
+        if done < episodes and (done % spec.checkpoint_every == 0 or boundary.pending):
+            checkpoint.save(spec.run_dir, {
+                "identity": ident, "next_step": done, "cumulative": cumulative,
+                "wall_s": row["wall_s"], "policy": policy.state_dict(),
+                "optimizer": opt.state_dict(), "streams": streams.state(), "rows": rows,
+            }, pause_s=spec.debug.get("checkpoint_pause", 0.0))
+            heartbeat(checkpoint_step=done)
+            last_beat = time.time()
+            boundary.after_checkpoint()
+        elif time.time() - last_beat > HEARTBEAT_S:
+            heartbeat()
+            last_beat = time.time()

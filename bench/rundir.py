@@ -1,0 +1,128 @@
+"""A run directory and the one process allowed to write it.
+
+`<output_root>/<task>/<algo>/<config hash>/seed=<n>/` holds config.json, summary.json
+(written first as `running`, refreshed as a heartbeat, last as the verdict),
+metrics.parquet, checkpoint.pt while unfinished, and `.lock`.
+
+The lock is a POSIX record lock (fcntl.lockf) on `.lock`: the kernel drops it when its
+holder dies however it dies, so a killed run never leaves a stale lock, and NFS (v4, or
+v3 with lockd) carries it between hosts. Where the filesystem has no locks (some Lustre
+and GPFS mounts, without `flock`/`localflocks`) the run says so and goes on unlocked.
+The holder writes who it is into `.lock`, so a second process can name it.
+"""
+from __future__ import annotations
+
+import errno
+import fcntl
+import json
+import os
+import socket
+import sys
+import time
+from pathlib import Path
+from typing import Any
+
+import pandas as pd
+
+from bench import io
+
+SUMMARY, CONFIG, METRICS, LOCK = "summary.json", "config.json", "metrics.parquet", ".lock"
+BUSY = (errno.EACCES, errno.EAGAIN)  # what lockf raises when another process holds it
+
+
+def whoami() -> dict[str, Any]:
+    return {"pid": os.getpid(), "host": socket.gethostname(),
+            "slurm_job_id": os.environ.get("SLURM_JOB_ID"), "since": time.time()}
+
+
+def describe(holder: dict[str, Any]) -> str:
+    job = f", SLURM job {holder['slurm_job_id']}" if holder.get("slurm_job_id") else ""
+    since = holder.get("since")
+    when = f", since {time.strftime('%Y-%m-%d %H:%M:%S', time.localtime(since))}" if since else ""
+    return f"pid {holder.get('pid', '?')} on {holder.get('host', '?')}{job}{when}"
+
+
+class RunDir:
+    def __init__(self, path: Path):
+        self.path = Path(path)
+        self._lock_fd: int | None = None
+        self.lock_note: str | None = None  # why this run is not locked, if it is not
+
+    @property
+    def summary_path(self) -> Path:
+        return self.path / SUMMARY
+
+    def previous(self) -> dict[str, Any]:
+        """The last summary.json ({} if none); io.DamagedFile if it cannot be read."""
+        return io.read_json_object(self.summary_path) if self.summary_path.exists() else {}
+
+    def acquire(self) -> dict[str, Any] | None:
+        """Take the lock: None when this process holds it (or the filesystem has no locks),
+        else what the holder wrote about itself."""
+        self.path.mkdir(parents=True, exist_ok=True)
+        fd = os.open(self.path / LOCK, os.O_RDWR | os.O_CREAT, 0o666)
+        try:
+            fcntl.lockf(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+        except OSError as e:
+            if e.errno in BUSY:
+                try:
+                    holder = json.loads(os.read(fd, 4096) or b"{}")
+                except ValueError:  # caught between the holder's truncate and write
+                    holder = {}
+                os.close(fd)
+                return holder
+            os.close(fd)
+            self.lock_note = (f"no lock: {self.path} is on a filesystem without POSIX locks "
+                              f"({e.strerror}); nothing stops a second process on this run")
+            print(f"[warning] {self.lock_note}", file=sys.stderr, flush=True)
+            return None
+        self._lock_fd = fd
+        os.ftruncate(fd, 0)
+        os.pwrite(fd, json.dumps(whoami()).encode(), 0)
+        return None
+
+    def release(self) -> None:
+        """Closing the descriptor drops the lock; `.lock` itself stays (removing it would
+        let a process that opened it a moment ago lock a file nobody else can see)."""
+        if self._lock_fd is not None:
+            os.close(self._lock_fd)
+            self._lock_fd = None
+
+    def clear_stale_temps(self) -> None:
+        """Temp files left by killed writers. Under the lock nobody else writes here, so
+        every temp file is stale; without one, only this process's own are known to be."""
+        stale = self.path.glob(f".*{io.TEMP_SUFFIX}") if self._lock_fd is not None \
+            else io.own_temps(self.path)
+        for p in stale:
+            p.unlink(missing_ok=True)
+
+    def write_config(self, config: dict[str, Any]) -> None:
+        io.write_json(self.path / CONFIG, config)
+
+    def write_summary(self, summary: dict[str, Any]) -> None:
+        io.write_json(self.summary_path, summary)
+
+    def finish(self, df: pd.DataFrame, summary: dict[str, Any]) -> dict[str, Any]:
+        """metrics.parquet, then summary.json (last: it is what says `completed`). An OS
+        error (a full disk, a read-only filesystem) turns the record into `failed` with
+        that error where the disk still takes the small summary; where it takes nothing,
+        it is said on stderr (summary.json then still says `running`, its heartbeat
+        going stale)."""
+        try:
+            io.write_parquet(self.path / METRICS, df)
+        except OSError as e:
+            reason = f"OSError writing {METRICS}: {e}"
+            if summary.get("reason"):
+                reason = f"{summary['reason']}; then {reason}"
+            summary = {**summary, "status": "failed", "error_kind": "io", "reason": reason}
+        try:
+            self.write_summary(summary)
+        except OSError as e:
+            print(f"[error] {self.path}: could not record the run's end ({summary['status']}: "
+                  f"{summary.get('reason')}) in {SUMMARY}: {e}", file=sys.stderr, flush=True)
+            summary = {**summary, "status": "failed", "error_kind": "io",
+                       "reason": f"{summary.get('reason') or summary['status']}; "
+                                 f"OSError writing {SUMMARY}: {e}"}
+        for p in io.own_temps(self.path):
+            p.unlink(missing_ok=True)
+        return summary
