@@ -18,6 +18,18 @@ def check_level(level: str) -> None:
         raise ValueError(f"algo.level={level!r} is not one of {', '.join(LEVELS)}")
 
 
+def check_positive(key: str, value: float, why: str) -> None:
+    """A step size, temperature or trust region: zero or below, NaN or inf gives a run that
+    completes with meaningless numbers, so it is refused up front (`why` says what it does)."""
+    if not (math.isfinite(value) and value > 0):
+        raise ValueError(f"algo.{key}={value!r} must be a positive finite number ({why})")
+
+
+def check_non_negative(key: str, value: float, why: str) -> None:
+    if not (math.isfinite(value) and value >= 0):
+        raise ValueError(f"algo.{key}={value!r} must be a finite number >= 0 ({why})")
+
+
 def standardise(s: torch.Tensor) -> torch.Tensor:
     """u_i = (s_i - mean) / std over the group (last axis), population std (SPEC 1).
 

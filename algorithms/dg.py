@@ -13,7 +13,7 @@ from typing import ClassVar
 import torch
 
 from algorithms import register
-from algorithms._common import reinforce_sum, single_sample_advantage
+from algorithms._common import check_positive, reinforce_sum, single_sample_advantage
 from bench.batch import Batch, LossOut
 
 SURPRISALS = ("behaviour", "current")
@@ -36,6 +36,7 @@ class DG:
     needs: ClassVar[str] = "sample"
 
     def __post_init__(self):
+        check_positive("eta", self.eta, "the gate's temperature divides advantage x surprisal")
         if self.surprisal not in SURPRISALS:
             raise ValueError(f"algo.surprisal={self.surprisal!r} is not one of {', '.join(SURPRISALS)}")
         if self.epochs > 1:

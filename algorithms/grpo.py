@@ -17,7 +17,8 @@ from typing import ClassVar
 import torch
 
 from algorithms import register
-from algorithms._common import STD_FLOOR, candidate_weights, check_level, mean_where
+from algorithms._common import (STD_FLOOR, candidate_weights, check_level, check_non_negative,
+                                check_positive, mean_where)
 from bench.batch import Batch, LossOut, masked_sum
 
 LOG_RATIO_CLAMP = 20.0
@@ -52,6 +53,9 @@ class GRPO:
 
     def __post_init__(self):
         check_level(self.level)
+        check_positive("clip_eps", self.clip_eps, "the ratio is clipped to [1 - eps, 1 + eps]")
+        check_non_negative("kl_coef", self.kl_coef, "a negative KL coefficient rewards "
+                           "moving away from the rollout policy; 0 is GRPO without KL")
 
     def loss(self, batch: Batch, logp: torch.Tensor) -> LossOut:
         A = grpo_advantages(batch.scores, batch.weights)

@@ -13,7 +13,7 @@ from dataclasses import dataclass
 import torch
 
 from algorithms import register
-from algorithms._common import reinforce_sum, single_sample_advantage, standardise
+from algorithms._common import check_positive, reinforce_sum, single_sample_advantage, standardise
 from bench.batch import Batch, LossOut
 
 ADVANTAGES = ("task", "group")
@@ -28,6 +28,9 @@ class PG:
     eta: float = 1.0
 
     def __post_init__(self):
+        # Checked for advantage="task" too: a sweep must not carry a nonsense value
+        # that only bites once someone switches the advantage.
+        check_positive("eta", self.eta, "Group PG's temperature divides the scores")
         if self.advantage not in ADVANTAGES:
             raise ValueError(f"algo.advantage={self.advantage!r} is not one of {', '.join(ADVANTAGES)}")
 

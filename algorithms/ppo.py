@@ -10,7 +10,7 @@ from typing import ClassVar
 import torch
 
 from algorithms import register
-from algorithms._common import candidate_weights, single_sample_advantage
+from algorithms._common import candidate_weights, check_positive, single_sample_advantage
 from bench.batch import Batch, LossOut, masked_sum
 
 
@@ -21,6 +21,9 @@ class PPO:
     epochs: int = 4
     clip_eps: float = 0.2
     needs: ClassVar[str] = "sample"
+
+    def __post_init__(self):
+        check_positive("clip_eps", self.clip_eps, "the ratio is clipped to [1 - eps, 1 + eps]")
 
     def loss(self, batch: Batch, logp: torch.Tensor) -> LossOut:
         A = single_sample_advantage(batch)

@@ -16,7 +16,7 @@ from typing import ClassVar
 import torch
 
 from algorithms import register
-from algorithms._common import check_level, mean_where, standardise
+from algorithms._common import check_level, check_positive, mean_where, standardise
 from bench.batch import Batch, LossOut, masked_sum
 
 
@@ -42,6 +42,7 @@ class TPO:
 
     def __post_init__(self):
         check_level(self.level)
+        check_positive("eta", self.eta, "the target's temperature divides the scores")
 
     def loss(self, batch: Batch, logp: torch.Tensor) -> LossOut:
         # q depends only on rollout-time quantities, so it is the same frozen target

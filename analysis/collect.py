@@ -1,10 +1,14 @@
 """Gather every completed run under an output root into one parquet table.
 
-    python analysis/collect.py [ROOT] [--out FILE]
+    python analysis/collect.py [ROOT] [--out FILE] [--allow-skips]
 
 A run is a `<root>/<task>/<algo>/<config_hash>/seed=<n>/` directory. It is kept only if
-its summary.json (written last by the runner) says "completed" and its metrics.parquet
-reads cleanly; everything else is reported and skipped, never fatal.
+its summary.json (written last by the runner) says "completed", its metrics.parquet reads
+cleanly and agrees with its config, its summary and its directory (no partial rows, the
+rows the config's length implies, its own seed and hash), and no other copy of the same
+(config_hash, seed) was kept before it. Everything else is reported with its reason; the
+exit status is 1 if anything was skipped, unless --allow-skips (then only the table of
+the runs kept is written).
 """
 import argparse
 import json
@@ -14,6 +18,7 @@ import time
 from dataclasses import dataclass
 from pathlib import Path
 
+import numpy as np
 import pandas as pd
 
 DEFAULT_ROOT = "outputs"
@@ -27,12 +32,55 @@ STALE_AFTER_S = 600.0
 @dataclass
 class RunInfo:
     path: Path  # the seed=<n> directory
-    status: str  # "completed" | "failed" | "running" | "incomplete" | "unknown"
+    status: str  # "completed" | "failed" | "running" | "incomplete" | "unknown" | "corrupt"
+    #              | "inconsistent" | "duplicate"
     reason: str | None  # why the run is skipped; None for completed runs
+    summary: dict | None = None  # its summary.json, where that is readable
 
     @property
     def metrics_path(self) -> Path:
         return self.path / "metrics.parquet"
+
+
+class DamagedSummary(ValueError):
+    pass
+
+
+def _number(info: dict, key: str, kind=(int, float)):
+    value = info.get(key)
+    if value is not None and (isinstance(value, bool) or not isinstance(value, kind)):
+        raise DamagedSummary(f"{key!r} is {value!r}, not {'an integer' if kind is int else 'a number'}")
+    return value
+
+
+def read_summary(path: Path) -> dict:
+    """summary.json as a dict whose fields collect reads have their types; DamagedSummary
+    says what is wrong (a torn write, an edit by hand, a disk error)."""
+    try:
+        text = path.read_text()
+    except (OSError, UnicodeDecodeError) as e:
+        raise DamagedSummary(f"unreadable ({e})") from None
+    if not text.strip():
+        raise DamagedSummary("empty")
+    try:
+        info = json.loads(text)
+    except ValueError as e:
+        raise DamagedSummary(f"invalid JSON ({e})") from None
+    if not isinstance(info, dict):
+        raise DamagedSummary(f"not a JSON object (a {type(info).__name__})")
+    for key in ("status", "reason", "error_kind", "git_commit", "config_hash"):
+        if info.get(key) is not None and not isinstance(info[key], str):
+            raise DamagedSummary(f"{key!r} is {info[key]!r}, not a string")
+    for key in ("heartbeat", "started_at"):
+        _number(info, key)
+    _number(info, "rows", int)
+    _number(info, "seed", int)
+    commits = info.get("git_commits")
+    # None entries are attempts outside a git checkout (the runner records what it knows).
+    if commits is not None and not (isinstance(commits, list) and all(isinstance(c, (str, type(None)))
+                                                                      for c in commits)):
+        raise DamagedSummary(f"'git_commits' is {commits!r}, not a list of commits")
+    return info
 
 
 def _classify(run_dir: Path, stale_after: float = STALE_AFTER_S) -> RunInfo:
@@ -40,14 +88,18 @@ def _classify(run_dir: Path, stale_after: float = STALE_AFTER_S) -> RunInfo:
     if not summary.is_file():
         return RunInfo(run_dir, "incomplete", "incomplete (no summary.json)")
     try:
-        info = json.loads(summary.read_text())
-        status = info.get("status")
-    except (OSError, ValueError, AttributeError) as e:
-        return RunInfo(run_dir, "incomplete", f"incomplete (unreadable summary.json: {e})")
+        info = read_summary(summary)
+    except DamagedSummary as e:
+        # The runner refuses such a run too (it cannot tell what state it is in).
+        return RunInfo(run_dir, "corrupt", f"damaged {summary}: {e}; remove it and re-run "
+                                           "(it resumes from its checkpoint, if any) or re-run with force=true")
+    status = info.get("status")
     if status == "completed":
-        return RunInfo(run_dir, "completed", None)
+        return RunInfo(run_dir, "completed", None, info)
     if status == "failed":
-        return RunInfo(run_dir, "failed", f"failed: {info.get('reason')}")
+        if info.get("error_kind") == "io":  # the runner's mark for an OSError (disk full, read-only fs)
+            return RunInfo(run_dir, "failed", f"I/O error: {info.get('reason')}", info)
+        return RunInfo(run_dir, "failed", f"failed: {info.get('reason')}", info)
     if status == "running":
         age = time.time() - float(info.get("heartbeat") or info.get("started_at") or 0)
         if age > stale_after:
@@ -78,12 +130,95 @@ def read_metrics(path: Path) -> pd.DataFrame:
     return df
 
 
+def _constant(df: pd.DataFrame, col: str):
+    """The one value of a per-run column; None where absent or missing."""
+    if col not in df.columns:
+        return None
+    values = df[col].dropna().unique()
+    if len(values) != 1:
+        return None
+    return values[0].item() if isinstance(values[0], np.generic) else values[0]
+
+
+def expected_steps(episodes: int, eval_every: int | None) -> list[int]:
+    """The steps the runner logs: one row per episode (step = its index) or, for a task
+    that evaluates every `eval_every` updates, one row before the first update and one
+    per evaluation after it, the last at `episodes` (step = updates done)."""
+    if not eval_every:
+        return list(range(episodes))
+    return [0, *range(eval_every, episodes + 1, eval_every), *([episodes] if episodes % eval_every else [])]
+
+
+def last_step(episodes: int, eval_every: int | None) -> int:
+    """The step of a complete run's final row (expected_steps(...)[-1])."""
+    return episodes if eval_every else episodes - 1
+
+
+def _steps(steps: list) -> str:
+    shown = steps if len(steps) <= 6 else [*steps[:3], "...", *steps[-2:]]
+    return ", ".join(str(s) for s in shown)
+
+
+def inconsistencies(run: RunInfo, df: pd.DataFrame) -> list[str]:
+    """Why a table that summary.json calls completed cannot be that run's result."""
+    problems = []
+    if "partial" in df.columns:
+        n = int(df["partial"].fillna(False).astype(bool).sum())
+        if n:
+            problems.append(f"{n} partial row{'s' * (n > 1)} in a completed run")
+    summary = run.summary or {}
+    for col, where in (("seed", run.path.name.removeprefix("seed=")), ("config_hash", run.path.parent.name)):
+        if col not in df.columns:
+            continue
+        values = df[col].dropna().unique()
+        if len(values) != 1:
+            problems.append(f"metrics.parquet holds {len(values)} values of {col}")
+            continue
+        mine = str(_constant(df, col))
+        if mine != where:
+            problems.append(f"metrics.parquet says {col} {mine}, its directory is "
+                            f"{run.path.name if col == 'seed' else run.path.parent.name}")
+        elif summary.get(col) is not None and str(summary[col]) != mine:
+            problems.append(f"summary.json says {col} {summary[col]}, metrics.parquet {mine}")
+    episodes, eval_every = _constant(df, "task.episodes"), _constant(df, "task.eval_every")
+    if isinstance(episodes, (int, float)) and episodes == int(episodes):
+        every = int(eval_every) if isinstance(eval_every, (int, float)) and eval_every > 0 else None
+        want, have = expected_steps(int(episodes), every), df["step"].tolist()
+        if have != want:
+            config = f"task.episodes={int(episodes)}" + (
+                f", task.eval_every={every}: one row per evaluation plus the first" if every else "")
+            if len(have) != len(want):
+                span = f"steps {min(have)}..{max(have)}" if have else "no steps"
+                problems.append(f"{len(have)} rows, {span}; the config expects {len(want)} ({config})")
+            else:
+                problems.append(f"steps {_steps(have)}; the config expects {_steps(want)} ({config})")
+    if summary.get("rows") is not None and summary["rows"] != len(df):
+        problems.append(f"summary.json says {summary['rows']} rows, metrics.parquet has {len(df)}")
+    return problems
+
+
+def _commits(summary: dict) -> tuple[str | None, str | None]:
+    """(git_commit, git_commits joined by ';'); a run from before summary.json listed every
+    commit it ran under has run under its git_commit alone, as far as anyone can tell."""
+    commit = summary.get("git_commit")
+    return commit, ";".join(c or "unknown" for c in summary.get("git_commits") or []) or commit
+
+
+def _is_canonical(run: RunInfo, df: pd.DataFrame, root) -> bool:
+    """Whether the directory is where the runner writes this run (not a copy elsewhere)."""
+    if root is None:
+        return False
+    want = (str(_constant(df, "task.name")), str(_constant(df, "algo.name")), run.path.parent.name,
+            run.path.name)
+    return run.path.relative_to(root).parts == want
+
+
 def collect(root, stale_after: float = STALE_AFTER_S) -> tuple[pd.DataFrame, list[RunInfo]]:
     """(rows of all completed runs, skipped runs with their reasons)."""
-    return load_runs(find_runs(root, stale_after))
+    return load_runs(find_runs(root, stale_after), root)
 
 
-def load_runs(runs: list[RunInfo]) -> tuple[pd.DataFrame, list[RunInfo]]:
+def load_runs(runs: list[RunInfo], root=None) -> tuple[pd.DataFrame, list[RunInfo]]:
     frames, skipped = [], []
     for run in runs:
         if run.status != "completed":
@@ -93,10 +228,35 @@ def load_runs(runs: list[RunInfo]) -> tuple[pd.DataFrame, list[RunInfo]]:
             skipped.append(RunInfo(run.path, "incomplete", "incomplete (no metrics.parquet)"))
             continue
         try:
-            frames.append(read_metrics(run.metrics_path))
+            df = read_metrics(run.metrics_path)
         except Exception as e:  # pyarrow raises several types for truncated/garbage files
             skipped.append(RunInfo(run.path, "corrupt", f"corrupt metrics.parquet: {e}"))
-    df = pd.concat(frames, ignore_index=True) if frames else pd.DataFrame()
+            continue
+        problems = inconsistencies(run, df)
+        if problems:
+            skipped.append(RunInfo(run.path, "inconsistent", "inconsistent: " + "; ".join(problems)))
+            continue
+        frames.append((run, df))
+    # One (config_hash, seed) is one run however many copies lie under the root (a backup
+    # copied into it, a directory moved and copied back): the copy where the runner
+    # writes it wins, else the shallowest, else the first by path.
+    kept: dict[tuple, Path] = {}
+    out = []
+    for run, df in sorted(frames, key=lambda f: (not _is_canonical(*f, root), len(f[0].path.parts),
+                                                 str(f[0].path))):
+        key = (_constant(df, "config_hash"), _constant(df, "seed"))
+        if None in key:
+            key = (run.path.parent.name, run.path.name)
+        if key in kept:
+            first = kept[key]
+            shown = first.relative_to(root) if root is not None else first
+            skipped.append(RunInfo(run.path, "duplicate", f"duplicate of {shown} (config_hash "
+                                                          f"{key[0]}, seed {key[1]}): counted once"))
+            continue
+        kept[key] = run.path
+        commit, commits = _commits(run.summary or {})
+        out.append(df.assign(git_commit=commit, git_commits=commits))
+    df = pd.concat(out, ignore_index=True) if out else pd.DataFrame()
     return df, skipped
 
 
@@ -120,6 +280,8 @@ def main(argv=None) -> int:
     parser.add_argument("--out", default=DEFAULT_OUT, help=f"table to write (default: {DEFAULT_OUT})")
     parser.add_argument("--stale-after", type=float, default=STALE_AFTER_S, metavar="S",
                         help="a running run silent this long counts as killed (default: %(default)s)")
+    parser.add_argument("--allow-skips", action="store_true",
+                        help="write the table of the runs kept even if some were skipped, and exit 0")
     args = parser.parse_args(argv)
 
     root = Path(args.root)
@@ -127,21 +289,30 @@ def main(argv=None) -> int:
         print(f"error: output root {root} does not exist", file=sys.stderr)
         return 2
     runs = find_runs(root, args.stale_after)
-    df, skipped = load_runs(runs)
-    # Failed runs first, then the unfinished ones (resumable), then unreadable files.
+    df, skipped = load_runs(runs, root)
+    # Failed runs first, then the unfinished ones (resumable), then damaged files and
+    # tables that are not what their summary says, then extra copies.
     for kinds, title in ((("failed",), "failed"), (("running", "incomplete", "unknown"), "incomplete"),
-                         (("corrupt",), "corrupt")):
+                         (("corrupt",), "corrupt"), (("inconsistent",), "inconsistent"),
+                         (("duplicate",), "duplicate")):
         group = [r for r in skipped if r.status in kinds]
         if group:
             print(f"{title} ({len(group)}):")
         for run in group:
-            prefix = "warning: " if run.status == "corrupt" else ""
+            prefix = "warning: " if run.status in ("corrupt", "inconsistent") else ""
             print(f"  {prefix}skipped {run.path.relative_to(root)}: {run.reason}")
     if df.empty:
         print(f"error: no completed run found under {root} ({len(skipped)} skipped)", file=sys.stderr)
         return 1
+    kept = len(runs) - len(skipped)
+    if skipped and not args.allow_skips:
+        # A table quietly missing runs reads as a result; say so and let the caller choose.
+        print(f"error: {len(skipped)} run(s) skipped (listed above), {kept} consistent; nothing "
+              f"written to {args.out}. Finish or repair them, or pass --allow-skips to collect "
+              f"the {kept} alone", file=sys.stderr)
+        return 1
     write_atomic(df, args.out)
-    print(f"collected {len(runs) - len(skipped)} runs ({len(df)} rows), skipped {len(skipped)} -> {args.out}")
+    print(f"collected {kept} runs ({len(df)} rows), skipped {len(skipped)} -> {args.out}")
     return 0
 
 

@@ -24,6 +24,7 @@ import matplotlib.pyplot as plt  # noqa: E402
 import numpy as np  # noqa: E402
 import pandas as pd  # noqa: E402
 
+from analysis.collect import last_step  # noqa: E402
 # The statistics live in stats.py (shared with report.py); re-exported here for callers.
 from analysis.stats import THRESHOLD, mean_se, seed_curves, seed_hits, steps_to_threshold  # noqa: E402,F401
 
@@ -35,7 +36,8 @@ METRICS = {
     "zero_var_frac", "success_prompt_frac", "clip_frac", "kl", "q_success", "q_fail",
     "absA_success", "absA_fail", "rollouts", "wall_s",
 }
-NOT_LEGEND = METRICS | {"seed", "config_hash", "task.name", "algo.name"}
+# Provenance, not config: two lines differing only by commit are one configuration.
+NOT_LEGEND = METRICS | {"seed", "config_hash", "task.name", "algo.name", "git_commit", "git_commits"}
 LOG_FLOOR = 1e-4  # a log axis cannot show the band's lower edge at or below zero
 
 # Fixed colours so an algorithm looks the same in every figure.
@@ -114,13 +116,58 @@ def legend_labels(df: pd.DataFrame) -> dict:
     return labels
 
 
+def expected_last_step(g: pd.DataFrame) -> int | None:
+    """The step a complete run of this line ends at, from its config columns; None for a
+    table without them (then the last step every seed logged stands in)."""
+    if "task.episodes" not in g.columns:
+        return None
+    episodes = g["task.episodes"].dropna().unique()
+    if len(episodes) != 1:
+        return None
+    every = g["task.eval_every"].dropna().unique() if "task.eval_every" in g.columns else []
+    return last_step(int(episodes[0]), int(every[0]) if len(every) == 1 and every[0] > 0 else None)
+
+
+def _missing_last(key, g: pd.DataFrame) -> str | None:
+    last = expected_last_step(g)
+    if last is None:
+        return None
+    have = set(g.loc[(g["step"] == last) & g["error"].notna(), "seed"])
+    lacking = sorted(set(g["seed"]) - have)
+    if not lacking:
+        return None
+    seeds = f"seed{'s' * (len(lacking) > 1)} {', '.join(str(s) for s in lacking)}"
+    return (f"{key[1]} on {key[0]} (config {key[2]}): {seeds} of {g['seed'].nunique()} lack the "
+            f"last step {last} (task.episodes={int(g['task.episodes'].dropna().iloc[0])}); an "
+            f"earlier step is not its final error: finish or re-collect those runs")
+
+
+def incomplete_groups(df: pd.DataFrame) -> dict[tuple, str]:
+    """Lines some of whose seeds stop before the config's last step, with the reason."""
+    out = {}
+    for key, g in df.groupby(GROUP, sort=True):
+        why = _missing_last(key, g)
+        if why:
+            out[key] = why
+    return out
+
+
 def summarise(df: pd.DataFrame, thr: float = THRESHOLD) -> pd.DataFrame:
-    """One row per line: final error mean/SE at the last step all seeds logged,
-    first step the seed-mean curve is below thr (NA if never), and how many seeds ever were."""
+    """One row per line: final error mean/SE at the config's last step (or, for a table
+    without task.episodes, the last step all seeds logged), first step the seed-mean curve
+    is below thr (NA if never), and how many seeds ever were. A line some of whose seeds
+    lack the config's last step raises ValueError: its earlier steps are not final."""
     labels = legend_labels(df)
     rows = []
     for key, g in df.groupby(GROUP, sort=True):
+        why = _missing_last(key, g)
+        if why:
+            raise ValueError(why)
         wide = seed_curves(g)
+        last = expected_last_step(g)
+        if last is not None:
+            # Every seed logged it (above); a seed with rows past it does not move the end.
+            wide = wide.loc[:last]
         mean, se = mean_se(wide)
         n = g["seed"].nunique()
         hit = steps_to_threshold(mean.index, mean.values, thr)
@@ -145,7 +192,9 @@ def format_summary(summary: pd.DataFrame) -> str:
     for task, t in summary.groupby("task.name", sort=True):
         lines = [f"== {task}", f"{'line':<50} {'final error':>22} {'steps to 1%':>12} {'seeds <1%':>12}"]
         for _, r in t.iterrows():
-            final = f"{r.final_error_mean:.4f} ± {r.final_error_se:.4f} @{r.final_step}"
+            # One seed has no spread to show: "± 0.0000" would read as a measured zero.
+            spread = f" ± {r.final_error_se:.4f}" if r.n_seeds > 1 else ""
+            final = f"{r.final_error_mean:.4f}{spread} @{r.final_step}"
             hit = "—" if pd.isna(r.steps_to_1pct) else str(r.steps_to_1pct)
             below = f"{r.seeds_below_1pct}/{r.n_seeds} seeds"
             lines.append(f"{r.label:<50} {final:>22} {hit:>12} {below:>12}")
@@ -230,12 +279,19 @@ def main(argv=None) -> int:
     if df.empty:
         print(f"error: {results} has no rows", file=sys.stderr)
         return 1
+    refused = incomplete_groups(df)
+    for why in refused.values():
+        print(f"error: refused {why}", file=sys.stderr)
+    if refused:
+        df = df[~df.set_index(GROUP).index.isin(list(refused))]
+        if df.empty:
+            return 1
     if args.figure:
-        return draw_figures(df, args.figure, args.out)
+        return draw_figures(df, args.figure, args.out) or int(bool(refused))
     print(format_summary(summarise(df)))
     for path in plot_results(df, args.out, args.yscale):
         print(f"wrote {path}")
-    return 0
+    return 1 if refused else 0
 
 
 def draw_figures(df: pd.DataFrame, names, out_dir) -> int:

@@ -13,7 +13,10 @@ def job_specs(cfg: dict, explicit: frozenset):
     n = cfg.get("seeds_per_job", 1)
     if not isinstance(n, int) or isinstance(n, bool) or n < 1:
         raise ConfigError(f"seeds_per_job must be a positive integer, got {n!r}")
-    return [build({**cfg, "seed": cfg.get("seed", 0) + i}, explicit) for i in range(n)]
+    seed = cfg.get("seed", 0)
+    if not isinstance(seed, int) or isinstance(seed, bool):
+        return [build(cfg, explicit)]  # refuses the seed, naming the rule; no arithmetic on it
+    return [build({**cfg, "seed": seed + i}, explicit) for i in range(n)]
 
 
 def explicit_keys(overrides) -> frozenset:

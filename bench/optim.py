@@ -15,6 +15,11 @@ import math
 
 import torch
 
+# Every optimizer here takes a step size (lr, alpha). The paper's are 1e-3 and 0.1; above
+# 10 a step of Adam, Muon or the normalised step moves each parameter by more than the
+# whole scale of the initialisation, so such a value is a typo (1e1 for 1e-1), not a run.
+MAX_STEP_SIZE = 10.0
+
 # SPEC 3.1: quintic Newton-Schulz coefficients used by optax.contrib.muon.
 NS_COEFFS = (3.4445, -4.7750, 2.0315)
 
@@ -177,8 +182,10 @@ def check_optimizer(name, hparams):
         raise ValueError(f"optim={name} takes the keys {', '.join(wanted)}; got "
                          f"{', '.join(sorted(hparams)) or 'none'}")
     for key, value in hparams.items():
-        if isinstance(value, bool) or not isinstance(value, (int, float)) or value <= 0:
-            raise ValueError(f"optim.{key} must be a positive number, got {value!r}")
+        if isinstance(value, bool) or not isinstance(value, (int, float)) or not (
+                math.isfinite(value) and 0 < value <= MAX_STEP_SIZE):
+            raise ValueError(f"optim.{key} must be a positive number, finite and at most "
+                             f"{MAX_STEP_SIZE:g}, got {value!r}")
 
 
 def build_optimizer(name, params, **hparams):

@@ -94,6 +94,8 @@ def test_cli_by_path(tree, tmp_path):
     out = tmp_path / "res" / "results.parquet"
     cmd = [sys.executable, "analysis/collect.py", str(tree), "--out", str(out)]
     p = subprocess.run(cmd, cwd=REPO, capture_output=True, text=True)
+    assert p.returncode == 1 and "--allow-skips" in p.stderr and not out.exists()
+    p = subprocess.run([*cmd, "--allow-skips"], cwd=REPO, capture_output=True, text=True)
     assert p.returncode == 0, p.stderr
     assert "failed: loss is nan" in p.stdout
     assert "incomplete (running, heartbeat" in p.stdout
@@ -107,8 +109,8 @@ def test_cli_by_path(tree, tmp_path):
     # Writing into ROOT itself and collecting again must not pick up the previous output.
     inside = tree / "results.parquet"
     for _ in range(2):
-        p = subprocess.run([sys.executable, "analysis/collect.py", str(tree), "--out", str(inside)],
-                           cwd=REPO, capture_output=True, text=True)
+        p = subprocess.run([sys.executable, "analysis/collect.py", str(tree), "--out", str(inside),
+                            "--allow-skips"], cwd=REPO, capture_output=True, text=True)
         assert p.returncode == 0, p.stderr
     assert len(pd.read_parquet(inside)) == 13
     assert not list(tree.glob("*.tmp"))

@@ -66,12 +66,20 @@ class BenchSweeper(BasicSweeper):
                         example = f"{' '.join(job)} = {' '.join(taken[first])}"
                     self._duplicates.add(tuple(job))
                     continue
-                if isinstance(per_job, int) and any(abs(first - s) < per_job for s in taken):
-                    raise ConfigError(
-                        f"seeds_per_job={per_job}: jobs starting at seeds {sorted([*taken, first])} "
-                        f"would train the same seed twice; step the seeds by {per_job}, "
-                        f"e.g. seed=range(0,100,{per_job})")
                 taken[first] = list(job)
+            # Packed seeds overlap iff two neighbouring starts are closer than seeds_per_job:
+            # one sort per config instead of comparing every job with every other.
+            if isinstance(per_job, int) and per_job > 1:
+                for taken in seen.values():
+                    ordered = sorted(taken)
+                    for a, b in zip(ordered, ordered[1:]):
+                        if b - a < per_job:
+                            job = taken[b]
+                            raise ConfigError(
+                                f"seeds_per_job={per_job}: jobs starting at seeds {a} and {b} "
+                                f"would train the same seed twice (seeds {a}..{a + per_job - 1} "
+                                f"and {b}..{b + per_job - 1}); step the seeds by {per_job}, "
+                                f"e.g. seed=range(0,100,{per_job})")
         except (ConfigError, ImportError) as e:
             print(f"error: {e}\n  (in job: {' '.join(job)}; nothing was launched)",
                   file=sys.stderr, flush=True)
