@@ -1,0 +1,137 @@
+"""Which verdicts a rule change moved: the report regenerated with the rules before and
+after a commit, on one results table, row by row.
+
+    python analysis/rule_log.py COMMIT [COMMIT ...] [--results FILE] [--worktree]
+
+For each COMMIT it extracts `analysis/` and `conf/` at COMMIT^ and at COMMIT (`git
+archive`, into a temporary folder; the checkout is not touched), writes both reports
+without figures and prints every row whose verdict differs, as markdown. --worktree
+compares HEAD with the working tree instead: run it before committing a rule change and
+paste its output into the commit message. A rule judged on data it was changed after
+must say what it moved; this is how the report's rule-change log is computed.
+"""
+from __future__ import annotations
+
+import argparse
+import re
+import shutil
+import subprocess
+import sys
+import tempfile
+from pathlib import Path
+
+import pandas as pd
+
+ROOT = Path(__file__).resolve().parents[1]
+SECTION = re.compile(r"^## .*\(`(\w+)`\)\s*$")
+# Number rows are keyed by what the paper printed and where; claim rows by the claim.
+NUMBER_KEY = ["citation", "setting", "algorithm", "metric", "paper"]
+CLAIM_KEY = ["citation", "claim"]  # a claim keeps its identity when its metric is redefined
+
+
+def _cells(line: str) -> list[str]:
+    return [c.strip().replace("\\|", "|") for c in re.split(r"(?<!\\)\|", line.strip())[1:-1]]
+
+
+def verdict_rows(markdown: str) -> pd.DataFrame:
+    """Every verdict of a report: section, key (the row's identity) and verdict."""
+    out, section, header = [], None, None
+    for line in markdown.splitlines():
+        m = SECTION.match(line)
+        if m:
+            section, header = m.group(1), None
+            continue
+        if section is None or not line.startswith("|"):
+            header = None
+            continue
+        cells = _cells(line)
+        if header is None:
+            header = cells
+            continue
+        if set(line) <= set("|-: "):
+            continue
+        row = dict(zip(header, cells))
+        if "verdict" not in row:
+            continue
+        key_cols = NUMBER_KEY if "algorithm" in row else CLAIM_KEY
+        if not all(k in row for k in key_cols):
+            continue
+        out.append({"section": section, "key": " · ".join(row[k] for k in key_cols),
+                    "verdict": row["verdict"]})
+    return pd.DataFrame(out, columns=["section", "key", "verdict"]).drop_duplicates(["section", "key"])
+
+
+def moves(before: str, after: str) -> pd.DataFrame:
+    """Rows present in both reports whose verdict changed."""
+    b, a = verdict_rows(before), verdict_rows(after)
+    both = b.merge(a, on=["section", "key"], suffixes=("_before", "_after"))
+    return both[both["verdict_before"] != both["verdict_after"]].reset_index(drop=True)
+
+
+def moves_markdown(table: pd.DataFrame) -> str:
+    if table.empty:
+        return "(no verdict moved)"
+    return "\n".join(f"- `{r.section}` {r.key}: {r.verdict_before} → {r.verdict_after}"
+                     for r in table.itertuples())
+
+
+_DRIVER = """
+import sys
+sys.path.insert(0, sys.argv[1])
+from analysis import figures, report
+def no_figure(*a, **k):
+    raise figures.NoData("figures skipped")
+figures.draw = no_figure
+sys.exit(report.main(["--results", sys.argv[2], "--out", sys.argv[3], "--findings", sys.argv[4]]))
+"""
+
+
+def report_at(tree: Path, results: Path, out: Path) -> str:
+    """The report a tree holding analysis/ and conf/ writes for results (no figures)."""
+    empty = out.with_suffix(".findings.md")
+    empty.write_text("")
+    subprocess.run([sys.executable, "-c", _DRIVER, str(tree), str(results), str(out), str(empty)],
+                   check=True, cwd=tree, stdout=subprocess.DEVNULL)
+    return out.read_text()
+
+
+def extract(commit: str, dest: Path) -> Path:
+    dest.mkdir(parents=True)
+    archive = subprocess.run(["git", "archive", commit, "analysis", "conf"], cwd=ROOT,
+                             check=True, capture_output=True).stdout
+    subprocess.run(["tar", "-x", "-C", str(dest)], input=archive, check=True)
+    return dest
+
+
+def main(argv=None) -> int:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("commits", nargs="*", help="rule-changing commits")
+    parser.add_argument("--results", default="reproduction/results.parquet")
+    parser.add_argument("--worktree", action="store_true", help="HEAD against the working tree")
+    args = parser.parse_args(argv)
+    results = Path(args.results).resolve()
+    tmp = Path(tempfile.mkdtemp(prefix="rule_log_"))
+    try:
+        pairs = [(f"{c}^", c) for c in args.commits]
+        if args.worktree:
+            pairs.append(("HEAD", None))
+        for i, (old, new) in enumerate(pairs):
+            before = report_at(extract(old, tmp / f"{i}a"), results, tmp / f"{i}a.md")
+            if new is None:
+                tree = tmp / f"{i}b"
+                tree.mkdir()
+                for part in ("analysis", "conf"):
+                    shutil.copytree(ROOT / part, tree / part)
+            else:
+                tree = extract(new, tmp / f"{i}b")
+            after = report_at(tree, results, tmp / f"{i}b.md")
+            found = moves(before, after)
+            title = new or "working tree"
+            print(f"### {title}: {len(found)} verdict(s) moved\n\n{moves_markdown(found)}\n", flush=True)
+    finally:
+        shutil.rmtree(tmp, ignore_errors=True)
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
