@@ -30,7 +30,12 @@ from analysis.experiments import ALIASES, EXPERIMENTS
 PAPER = Path(__file__).with_name("paper_numbers.csv")
 PAPER_SEEDS = Path(__file__).with_name("paper_seeds.csv")
 SETTINGS = ["H", "V", "K", "B", "epochs", "eta", "match", "D", "reward", "target"]
-VERDICT_ORDER = [V.REPRODUCED, V.WITHIN_NOISE, V.DIFFERS, V.TOO_SHORT, V.HOLDS, V.FAILS, V.NOT_RUN]
+VERDICT_ORDER = [V.REPRODUCED, V.INCONCLUSIVE, V.DIFFERS, V.TOO_SHORT, V.HOLDS, V.FAILS, V.NOT_RUN]
+
+
+def verdict_kind(verdict: str) -> str:
+    """'inconclusive (3 seeds)' -> 'inconclusive': the summary counts kinds."""
+    return verdict.split(" (")[0]
 
 
 def load_paper(path=PAPER) -> pd.DataFrame:
@@ -109,10 +114,10 @@ def measure(rows: pd.DataFrame, metric: str, n_paper: int | None = None) -> Ours
         hits = stats.seed_hits(stats.seed_curves(rows, common=False), thr)
         ours = stats.mean_steps_to_threshold(wide, thr)
         if n_paper and wide.shape[1] > n_paper:
-            value, lo, hi, se = stats.steps_at_seed_count(wide, n_paper, thr)
+            value, lo, hi, se = stats.steps_at_seed_count(wide, n_paper, thr, level=V.LEVEL)
             return Ours(value, se, lo, hi, wide.shape[1], int(wide.index[-1]), hits,
                         all_seeds=ours)
-        lo, hi, se = stats.steps_bootstrap(wide, thr)
+        lo, hi, se = stats.steps_bootstrap(wide, thr, level=V.LEVEL)
         return Ours(ours, se, lo, hi, wide.shape[1], int(wide.index[-1]), hits,
                     by_seeds=stats.steps_by_seed_count(wide, thr))
     y, scale = {"final_error_pct": ("error", 100), "auc_error": ("error", 100),
@@ -127,8 +132,11 @@ def measure(rows: pd.DataFrame, metric: str, n_paper: int | None = None) -> Ours
         wide = np.log10(wide.clip(lower=LOG_FLOOR))
     if metric == "final_error_pct":
         f = stats.final_stats(wide)
-        return f and Ours(f.mean * scale, f.se * scale, f.lo * scale, f.hi * scale, f.n_seeds, f.step,
-                          per_seed=tuple(v * scale for v in f.values))
+        if f is None:
+            return None
+        lo, hi = stats.t_interval(f.values, V.LEVEL)
+        return Ours(f.mean * scale, f.se * scale, lo * scale, hi * scale, f.n_seeds, f.step,
+                    per_seed=tuple(v * scale for v in f.values))
     c = stats.curve_mean(wide)
     return c and Ours(c.mean * scale, c.se * scale, None, None, c.n_seeds, int(wide.index[-1]))
 
@@ -160,18 +168,22 @@ def seed_tails(row, ours: Ours, paper_seeds: dict) -> tuple | None:
     return stats.subset_mean_tails(values, ours.n_seeds, ours.value)
 
 
-def number_verdict(row, ours: Ours, tails: tuple | None = None) -> str:
+def number_verdict(row, ours: Ours) -> str:
     paper = V.parse_paper(row["value"])
-    spread = float(row["replicate_spread"]) if row["replicate_spread"] else 0.0
-    if paper.kind == "never":
-        return V.never_verdict(ours.value, ours.hi)
+    if ours.source:  # computed from SPEC's formulas, not from runs
+        return V.formula_verdict(paper, ours.value)
+    n = ours.n_seeds
     if paper.kind == "bound":
-        return V.bound_verdict(paper, ours.value, ours.se, ours.lo, ours.hi)
+        return V.bound_verdict(paper, ours.lo, ours.hi, n)
+    margin = V.MARGINS[row["family"]]
+    if paper.kind == "never":
+        run_length = int(row["episodes"]) if row["episodes"] else (ours.last_step or 0) + 1
+        return V.never_verdict(margin, ours.lo, ours.hi, n, run_length)
     if row["offset"]:  # the paper's x axis is offset from ours (MNIST: see the note)
         paper = V.Paper("number", paper.value + float(row["offset"]), paper.r, approx=paper.approx)
     if row["metric"].startswith("steps_to_"):
-        return V.steps_verdict(paper, ours.value, ours.lo, ours.hi, ours.se, spread, ours.last_step)
-    return V.number_verdict(paper, ours.value, ours.se, ours.lo, ours.hi, spread, tails)
+        return V.steps_verdict(paper, margin, ours.value, ours.lo, ours.hi, n, ours.last_step)
+    return V.number_verdict(paper, margin, ours.lo, ours.hi, n)
 
 
 def number_line(row, sel, paper_seeds: dict | None = None) -> dict:
@@ -181,7 +193,7 @@ def number_line(row, sel, paper_seeds: dict | None = None) -> dict:
     out = {"citation": row["citation"], "setting": setting, "algorithm": row["algo"],
            "metric": row["metric"], "paper": paper}
     if ours is None:
-        return {**out, "ours": "", "95 % interval": "", "seeds": "", "verdict": V.NOT_RUN,
+        return {**out, "ours": "", "90 % interval": "", "seeds": "", "verdict": V.NOT_RUN,
                 "notes": row["note"]}
     notes = [row["note"]] if row["note"] else []
     if ours.hits is not None:
@@ -207,8 +219,8 @@ def number_line(row, sel, paper_seeds: dict | None = None) -> dict:
         notes.append(f"our runs stop at step {ours.last_step} (the paper ran {row['episodes']})")
     se = f" ± {_num(ours.se, 2)}" if ours.se is not None and ours.value is not None and not ours.source else ""
     interval = "" if ours.source else f"[{_num(ours.lo)}, {_num(ours.hi)}]"
-    return {**out, "ours": _num(ours.value) + se, "95 % interval": interval,
-            "seeds": str(ours.n_seeds or ""), "verdict": number_verdict(row, ours, tails),
+    return {**out, "ours": _num(ours.value) + se, "90 % interval": interval,
+            "seeds": str(ours.n_seeds or ""), "verdict": number_verdict(row, ours),
             "notes": "; ".join(notes)}
 
 
@@ -217,13 +229,22 @@ def _claim_once(sel, row, left, op, right, cond_extra=None):
     def get(items):
         return [ours_for(sel, row, algo, {**(cond_extra or {}), **quals}) for algo, quals in items]
     a, b = get(left), get(right)
-    if any(o is None for o in a + b):
-        return None, ""
     name = lambda it: it[0] + "".join(f"[{k}={v}]" for k, v in it[1].items())  # noqa: E731
-    text = ", ".join(f"{name(it)} {_num(o.value)}" for it, o in zip(left + right, a + b))
+    text = ", ".join(f"{name(it)} {_num(o.value)} ({o.n_seeds} seeds)"
+                     for it, o in zip(left + right, a + b) if o is not None)
+    ran_a, ran_b = [o for o in a if o is not None], [o for o in b if o is not None]
+    complete = len(ran_a) == len(a) and len(ran_b) == len(b)
     if op == "~":
-        return V.close_verdict(a[0].value, a[0].se, b[0].value, b[0].se), text
-    return V.ordering_verdict([o.value for o in a], [o.value for o in b], op), text
+        if not complete:
+            return None, text
+        n = min(a[0].n_seeds, b[0].n_seeds)
+        return V.close_verdict(a[0].value, a[0].se, b[0].value, b[0].se, n), text
+    if not (ran_a and ran_b):
+        return None, text
+    n = min(o.n_seeds for o in ran_a + ran_b)
+    verdict = V.ordering_verdict([o.value for o in ran_a], [o.value for o in ran_b], op, n)
+    # items not run yet can still break a claim that holds so far, never mend one that fails
+    return (verdict if complete or verdict == V.FAILS else None), text
 
 
 def ordering_line(row, sel) -> dict:
@@ -243,11 +264,16 @@ def ordering_line(row, sel) -> dict:
         verdict, _ = _claim_once(sel, row, left, op, right, extra)
         if verdict is not None:
             results.append((", ".join(f"{k}={_fmt(v)}" for k, v in extra.items()), verdict))
-    need = int(row["at_least"])
+    need, out_of = int(row["at_least"]), int(row["out_of"] or row["at_least"])
     held = sum(v == V.HOLDS for _, v in results)
-    failed = [s for s, v in results if v != V.HOLDS]
+    failed = [s for s, v in results if v == V.FAILS]
+    unsure = [(s, v) for s, v in results if V.INCONCLUSIVE in v]
     text = f"holds in {held} of {len(results)}" + (f"; fails at {'; '.join(failed)}" if failed else "")
-    verdict = V.NOT_RUN if len(results) < need else V.count_verdict(held, need)
+    if unsure:
+        text += "; inconclusive at " + "; ".join(f"{s} ({v.split('(')[1]}" for s, v in unsure)
+    verdict = V.count_verdict(held, len(failed), need, out_of)
+    if verdict == V.NOT_RUN and held + len(unsure) >= need:
+        verdict = V.inconclusive(min(int(v.split("(")[1].split()[0]) for _, v in unsure))
     notes = row["note"] + (f" (needs {need})" if row["note"] else f"needs {need}")
     return {**out, "ours": text if results else "", "verdict": verdict, "notes": notes}
 
@@ -302,6 +328,14 @@ def md_table(lines: list[dict]) -> str:
     return "\n".join(rows)
 
 
+def margins_table() -> str:
+    """The declared margins, each with the reasoning it was derived by."""
+    lines = [{"family": f"`{name}`", "δ": (f"× {m.delta:g}" if m.scale == "ratio" else f"± {m.delta:g}"),
+              "derived from the paper's numbers": m.why} for name, m in V.MARGINS.items()]
+    return "Margins (`verdicts.MARGINS`; the family of each row is a column of `paper_numbers.csv`):\n\n" \
+        + md_table(lines)
+
+
 def build(df: pd.DataFrame, out: Path, fig_dir: Path, runs_root: Path | None = None,
           given_hw: str | None = None, source: str = "", paper: pd.DataFrame | None = None,
           findings: str = "") -> str:
@@ -339,7 +373,7 @@ def build(df: pd.DataFrame, out: Path, fig_dir: Path, runs_root: Path | None = N
         if not numbers and not claims:
             text += [exp.note or "The paper gives no numbers of its own for this figure.", ""]
         sections.append("\n".join(text))
-        counts = pd.Series([l["verdict"] for l in numbers + claims], dtype=object).value_counts()
+        counts = pd.Series([verdict_kind(l["verdict"]) for l in numbers + claims], dtype=object).value_counts()
         summary.append({"result": f"`{name}`", "runs": "—" if sel.empty else str(n_runs),
                         **{v: str(counts.get(v, 0)) for v in VERDICT_ORDER}})
     tuned_lines = tuned.lines(df)  # issue 9: only when `<algo>_tuned` runs exist
@@ -349,7 +383,8 @@ def build(df: pd.DataFrame, out: Path, fig_dir: Path, runs_root: Path | None = N
     head = ["# Reproduction report: Target Policy Optimization (Kaddour 2026)", "",
             f"Generated by `python analysis/report.py` from {source or 'the results table'} "
             f"({len(df)} rows). Do not edit by hand: regenerate it.", "",
-            "## How the verdicts are computed", "", V.RULES, "## Summary", "", md_table(summary), ""]
+            "## How the verdicts are computed", "", V.RULES, margins_table(), "", "## Summary", "",
+            md_table(summary), ""]
     if findings:  # hand-written: why a verdict differs, with the evidence and commands
         head += [findings.strip(), ""]
     return "\n".join(head + sections)

@@ -8,7 +8,9 @@ All functions are pure: tables in, numbers out.
 """
 from __future__ import annotations
 
+import math
 from dataclasses import dataclass
+from functools import lru_cache
 
 import numpy as np
 import pandas as pd
@@ -56,6 +58,50 @@ def bootstrap_ci(values, level: float = LEVEL, n_resamples: int = N_RESAMPLES,
     means = v[rng.integers(0, len(v), size=(n_resamples, len(v)))].mean(axis=1)
     a = (1 - level) / 2
     return float(np.quantile(means, a)), float(np.quantile(means, 1 - a))
+
+
+
+@lru_cache(maxsize=None)
+def t_quantile(q: float, df: int) -> float:
+    """Quantile of Student's t with df degrees of freedom, 0.5 <= q < 1: the density's
+    integral from 0 (trapezoids on a fine grid, far enough out for df = 1) solved for
+    q - 0.5. Written here because the project does not depend on scipy."""
+    if not 0.5 <= q < 1 or df < 1:
+        raise ValueError(f"need 0.5 <= q < 1 and df >= 1, got q={q}, df={df}")
+    log_c = math.lgamma((df + 1) / 2) - math.lgamma(df / 2) - 0.5 * math.log(df * math.pi)
+    x = np.linspace(0.0, 1000.0, 2_000_001)
+    density = np.exp(log_c - (df + 1) / 2 * np.log1p(x * x / df))
+    area = np.concatenate([[0.0], np.cumsum((density[1:] + density[:-1]) / 2 * np.diff(x))])
+    return float(np.interp(q - 0.5, area, x))
+
+
+def t_interval(values, level: float = 0.90) -> tuple[float, float]:
+    """Two-sided Student-t interval of the mean over seeds (s with ddof = 1); a single
+    seed has no spread to measure: (-inf, inf)."""
+    v = np.asarray(values, dtype=float)
+    if len(v) < 2:
+        return -math.inf, math.inf
+    half = t_quantile(0.5 + level / 2, len(v) - 1) * v.std(ddof=1) / math.sqrt(len(v))
+    return float(v.mean() - half), float(v.mean() + half)
+
+
+def rank_sum_test(a, b, n_permutations: int = 20_000, seed: int = BOOT_SEED) -> float:
+    """Two-sided permutation p-value of the Mann-Whitney rank-sum statistic (mid-ranks for
+    ties, which a 0 %-or-100 % outcome has many of): how often relabelling the pooled
+    seeds moves a's rank sum at least as far from its null mean as observed."""
+    a, b = np.asarray(a, dtype=float), np.asarray(b, dtype=float)
+    pooled = np.concatenate([a, b])
+    order = pooled.argsort(kind="stable")
+    ranks = np.empty(len(pooled))
+    ranks[order] = np.arange(1, len(pooled) + 1)
+    for v in np.unique(pooled):  # mid-ranks
+        ranks[pooled == v] = ranks[pooled == v].mean()
+    null_mean = len(a) * (len(pooled) + 1) / 2
+    observed = abs(ranks[: len(a)].sum() - null_mean)
+    rng = np.random.default_rng(seed)
+    perms = np.argsort(rng.random((n_permutations, len(pooled))), axis=1)[:, : len(a)]
+    sums = ranks[perms].sum(axis=1)
+    return float((1 + np.sum(np.abs(sums - null_mean) >= observed - 1e-9)) / (1 + n_permutations))
 
 
 @dataclass(frozen=True)

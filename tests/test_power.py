@@ -75,3 +75,66 @@ def test_every_number_row_has_a_declared_family():
     assert (claims["family"] == "").all()
     over = claims[claims["over"] != ""]
     assert (over["out_of"].astype(int) >= over["at_least"].astype(int)).all()
+
+
+# ---- power: the rule fed the paper's own per-seed final errors (terminal reward, H = 10) ----
+
+def _rate(values, k, paper, family="terminal_error", n_draws=1000, replace=False, seed=0):
+    """Fraction of k-seed draws of values whose verdict against the printed paper value
+    is 'reproduced' and 'differs': all k-subsets when few, else n_draws drawn."""
+    from itertools import combinations
+
+    from analysis import stats
+
+    v = np.asarray(values, dtype=float)
+    rng = np.random.default_rng(seed)
+    if not replace and math.comb(len(v), k) <= n_draws:
+        draws = [list(c) for c in combinations(range(len(v)), k)]
+    else:
+        draws = [rng.choice(len(v), k, replace=replace) for _ in range(n_draws)]
+    p, margin = V.parse_paper(paper), V.MARGINS[family]
+    got = [V.number_verdict(p, margin, *stats.t_interval(v[d], V.LEVEL), k) for d in draws]
+    return np.mean([g == V.REPRODUCED for g in got]), np.mean([g == V.DIFFERS for g in got])
+
+
+SEEDS = report.load_paper_seeds()
+TPO, GRPO = SEEDS["terminal-tpo-H10"], SEEDS["terminal-grpo-H10"]
+CLAIMED = range(V.MIN_SEEDS, len(TPO) + 1)  # seed counts at which the rule claims a verdict
+
+
+@pytest.mark.parametrize("k", CLAIMED)
+def test_grpo_seeds_do_not_reproduce_tpos_row(k):
+    assert _rate(GRPO, k, "7.4")[0] <= 0.05
+
+
+@pytest.mark.parametrize("k", CLAIMED)
+def test_tpo_seeds_do_not_reproduce_grpos_row(k):
+    assert _rate(TPO, k, "50.4")[0] <= 0.05
+
+
+@pytest.mark.parametrize("k", CLAIMED)
+def test_a_correct_implementations_seeds_do_not_differ(k):
+    # k of the paper's own seeds against its own printed row
+    assert _rate(TPO, k, "7.4")[1] <= 0.05
+    assert _rate(GRPO, k, "50.4")[1] <= 0.05
+
+
+def test_the_minimum_seed_count_is_needed(monkeypatch):
+    below = V.MIN_SEEDS - 1
+    assert V.number_verdict(V.parse_paper("7.4"), V.MARGINS["terminal_error"], 7.0, 7.8,
+                            below).startswith(V.INCONCLUSIVE)
+    # without the minimum, one seed fewer breaks a 5 % error rate: all 4,845 4-subsets of
+    # GRPO's seeds, 5.3 % of which "differ" from GRPO's own row
+    monkeypatch.setattr(V, "MIN_SEEDS", 1)
+    worst = max(_rate(GRPO, below, "7.4", n_draws=5000)[0], _rate(TPO, below, "50.4", n_draws=5000)[0],
+                _rate(TPO, below, "7.4", n_draws=5000)[1], _rate(GRPO, below, "50.4", n_draws=5000)[1])
+    assert worst > 0.05
+
+
+def test_a_correct_implementation_passes_at_the_papers_seed_count():
+    # the paper's own 20 TPO seeds, and 20-seed draws with replacement from them (another
+    # run of the same implementation), against TPO's printed row
+    assert _rate(TPO, 20, "7.4")[0] == 1.0
+    reproduced, differs = _rate(TPO, 20, "7.4", n_draws=2000, replace=True)
+    assert reproduced >= 0.6 and differs <= 0.05
+    assert _rate(GRPO, 20, "50.4", replace=True)[1] <= 0.05  # nor is correct GRPO "differs"

@@ -23,51 +23,69 @@ def test_parse_paper():
     assert P("—").kind == P("-").kind == "never"
 
 
+M = V.MARGINS
+
+
 def test_number_verdict():
-    assert V.number_verdict(P("6.9"), 7.2, 0.5, 6.0, 8.1) == V.REPRODUCED
-    assert V.number_verdict(P("6.9"), 7.0, 0.1, 6.93, 7.2) == V.REPRODUCED  # 6.9 stands for 6.85..6.95
-    assert V.number_verdict(P("6.9"), 7.5, 0.3, 7.0, 8.0) == V.WITHIN_NOISE  # 0.55 <= 2 * 0.3
-    assert V.number_verdict(P("6.9"), 9.0, 0.3, 8.5, 9.5) == V.DIFFERS
-    # The paper's own replicate spread widens "within noise" (TPO K = 32: 2.6 vs 0.05 %).
-    assert V.number_verdict(P("0.05"), 2.0, 0.1, 1.8, 2.2, spread=2.55) == V.WITHIN_NOISE
-    assert V.number_verdict(P("0.05"), 2.0, 0.1, 1.8, 2.2, spread=0.0) == V.DIFFERS
-    assert V.number_verdict(P("0.05"), 2.0, 0.1, 1.8, 2.2, spread=float("nan")) == V.DIFFERS
-    # A mean that 3 of the paper's own seeds often give is noise, however far from its mean
-    assert V.number_verdict(P("7.4"), 0.04, 0.03, 0.0, 0.13, seed_tails=(0.39, 1.0)) == V.WITHIN_NOISE
-    assert V.number_verdict(P("7.4"), 0.04, 0.03, 0.0, 0.13, seed_tails=(0.01, 1.0)) == V.DIFFERS
+    term = M["terminal_error"]  # ± 11.075 around 6.9 ± 0.05: [-4.225, 18.025]
+    assert V.number_verdict(P("6.9"), term, 1.0, 18.0, 20) == V.REPRODUCED
+    assert V.number_verdict(P("6.9"), term, 1.0, 18.1, 20) == "inconclusive (20 seeds)"
+    assert V.number_verdict(P("6.9"), term, 18.1, 30.0, 20) == V.DIFFERS
+    assert V.number_verdict(P("6.9"), term, -9.0, -4.3, 20) == V.DIFFERS  # below, too
+    # the margin is the family's: MNIST's ± 1.2 around 2.9 makes 4.0..4.2 differ
+    assert V.number_verdict(P("2.9"), M["mnist_error"], 3.8, 4.0, 20) == V.REPRODUCED
+    assert V.number_verdict(P("2.9"), M["mnist_error"], 4.2, 4.3, 20) == V.DIFFERS
+    # below the minimum seed count nothing is claimed, however narrow the interval
+    assert V.number_verdict(P("6.9"), term, 6.9, 6.9, V.MIN_SEEDS - 1) == f"inconclusive ({V.MIN_SEEDS - 1} seeds)"
+    assert V.number_verdict(P("6.9"), term, 50.0, 60.0, V.MIN_SEEDS - 1).startswith(V.INCONCLUSIVE)
 
 
 def test_bound_verdict():
-    assert V.bound_verdict(P(">95"), 97.0, 1.0, 95.5, 98.0) == V.REPRODUCED
-    assert V.bound_verdict(P(">95"), 93.0, 1.5, 90.0, 96.0) == V.REPRODUCED  # interval reaches above
-    assert V.bound_verdict(P(">95"), 93.0, 1.5, 90.0, 94.5) == V.WITHIN_NOISE
-    assert V.bound_verdict(P(">95"), 50.0, 2.0, 46.0, 54.0) == V.DIFFERS
-    assert V.bound_verdict(P("<2.3"), 1.0, 0.2, 0.7, 1.4) == V.REPRODUCED
-    assert V.bound_verdict(P("<2.3"), 5.0, 0.2, 4.6, 5.4) == V.DIFFERS
+    assert V.bound_verdict(P(">95"), 95.5, 98.0, 20) == V.REPRODUCED
+    assert V.bound_verdict(P(">95"), 90.0, 96.0, 20) == "inconclusive (20 seeds)"
+    assert V.bound_verdict(P(">95"), 46.0, 54.0, 20) == V.DIFFERS
+    assert V.bound_verdict(P("<2.3"), 0.7, 1.4, 20) == V.REPRODUCED
+    assert V.bound_verdict(P("<2.3"), 4.6, 5.4, 20) == V.DIFFERS
+    assert V.bound_verdict(P(">99"), 100.0, 100.0, 3) == "inconclusive (3 seeds)"
 
 
 def test_steps_and_never_verdicts():
-    assert V.steps_verdict(P("58"), 60, 52, 66, 3.0, 0, 999) == V.REPRODUCED
-    assert V.steps_verdict(P("58"), 70, 66, 75, 6.0, 0, 999) == V.WITHIN_NOISE  # 11.5 <= 12
-    assert V.steps_verdict(P("58"), 70, 66, 75, None, 0, 999) == V.DIFFERS  # censored: no SE
-    assert V.steps_verdict(P("58"), 70, 66, 75, None, 41, 999) == V.WITHIN_NOISE  # 96 vs 58 vs 55
-    assert V.steps_verdict(P("904"), None, None, None, None, 0, 500) == V.TOO_SHORT
-    assert V.steps_verdict(P("58"), None, 900, None, None, 0, 999) == V.DIFFERS
-    assert V.steps_verdict(P("904"), 950, 800, None, None, 0, 999) == V.REPRODUCED  # open above
-    assert V.never_verdict(None, None) == V.REPRODUCED
-    assert V.never_verdict(700, None) == V.WITHIN_NOISE  # some resamples never cross
-    assert V.never_verdict(300, 400) == V.DIFFERS
+    m = M["vocab_steps"]  # 58 ± 0.5 -> [57.5 / 1.2895, 58.5 * 1.2895] = [44.6, 75.4]
+    assert V.steps_verdict(P("58"), m, 60, 45, 75, 20, 999) == V.REPRODUCED
+    assert V.steps_verdict(P("58"), m, 60, 44, 75, 20, 999) == "inconclusive (20 seeds)"
+    assert V.steps_verdict(P("58"), m, 90, 76, 110, 20, 999) == V.DIFFERS
+    assert V.steps_verdict(P("58"), m, 40, 30, 44, 20, 999) == V.DIFFERS
+    assert V.steps_verdict(P("58"), m, 60, 45, None, 20, 999) == "inconclusive (20 seeds)"  # open above
+    assert V.steps_verdict(P("904"), m, None, None, None, 20, 500) == V.TOO_SHORT
+    assert V.steps_verdict(P("58"), m, None, None, None, 20, 999) == V.DIFFERS  # never, in a long run
+    # never within 1000 episodes cannot be told from a crossing at 1,100 (872 × 1.29)
+    assert V.steps_verdict(P("872"), m, None, None, None, 20, 999) == "inconclusive (20 seeds)"
+    assert V.steps_verdict(P("58"), m, 60, 45, 75, 4, 999) == "inconclusive (4 seeds)"
+    run = 1000  # paper "—": never within the run
+    assert V.never_verdict(m, None, None, 20, run) == V.REPRODUCED
+    assert V.never_verdict(m, 700, None, 20, run) == "inconclusive (20 seeds)"
+    assert V.never_verdict(m, 300, 770, 20, run) == V.DIFFERS  # 770 < 1000 / 1.2895
+    assert V.never_verdict(m, 300, 780, 20, run) == "inconclusive (20 seeds)"
+    assert V.never_verdict(m, None, None, 3, run) == "inconclusive (3 seeds)"
+    assert V.formula_verdict(P("0.73"), 0.7312) == "reproduced (formula check)"
+    assert V.formula_verdict(P("0.73"), 0.7361) == "differs (formula check)"
 
 
 def test_ordering_verdicts():
-    assert V.ordering_verdict([6.9], [14.5, 66.6, 12.0], "<") == V.HOLDS
-    assert V.ordering_verdict([6.9, 13.0], [12.0], "<") == V.FAILS
-    assert V.ordering_verdict([None], [200], ">") == V.HOLDS  # PPO never, DG at 200
-    assert V.ordering_verdict([None], [None], ">") == V.FAILS
+    assert V.ordering_verdict([6.9], [14.5, 66.6, 12.0], "<", 20) == V.HOLDS
+    assert V.ordering_verdict([6.9], [14.5, 66.6, 12.0], "<", 3) == "inconclusive (3 seeds)"
+    assert V.ordering_verdict([6.9, 13.0], [12.0], "<", 3) == V.FAILS  # fails at any seed count
+    assert V.ordering_verdict([None], [200], ">", 20) == V.HOLDS  # PPO never, DG at 200
+    assert V.ordering_verdict([None], [None], ">", 20) == V.FAILS
     assert V.ordering_verdict([], [1.0], "<") == V.FAILS
-    assert V.close_verdict(3.0, 0.2, 3.3, 0.1) == V.HOLDS
-    assert V.close_verdict(3.0, 0.2, 4.0, 0.1) == V.FAILS
-    assert V.count_verdict(7, 7) == V.HOLDS and V.count_verdict(6, 7) == V.FAILS
+    assert V.close_verdict(3.0, 0.2, 3.3, 0.1, 20) == V.HOLDS
+    assert V.close_verdict(3.0, 0.2, 3.3, 0.1, 3) == "inconclusive (3 seeds)"
+    assert V.close_verdict(3.0, 0.2, 4.0, 0.1, 20) == V.FAILS
+    # over settings: 7 of 8 needed; fails as soon as 2 failed, whatever is still to run
+    assert V.count_verdict(7, 1, 7, 8) == V.HOLDS
+    assert V.count_verdict(3, 2, 7, 8) == V.FAILS
+    assert V.count_verdict(3, 1, 7, 8) == V.NOT_RUN
+    assert V.count_verdict(2, 1, 4, 4) == V.FAILS  # "in every column": one failure is enough
     left, op, right = V.parse_claim("tpo[D=1000] ~ tpo[D=0]")
     assert left == [("tpo", {"D": "1000"})] and op == "~" and right == [("tpo", {"D": "0"})]
     assert V.parse_claim("tpo,dg < pg,grpo")[2] == [("pg", {}), ("grpo", {})]
@@ -122,28 +140,22 @@ def test_paper_seeds_are_the_printed_means():
             assert abs(np.mean(values) - paper.value) <= paper.r, (group, printed)
 
 
-def test_seed_tails_in_the_verdict():
+def test_seed_tails_are_a_note_not_a_way_to_pass():
     seeds, p = report.load_paper_seeds(), report.load_paper()
     row = p[(p["replicate_group"] == "terminal-grpo-H10") & (p["match"] == "prompts")].iloc[0]
-    assert row["value"] == "50.4" and float(row["replicate_spread"]) < 2  # SE, spread: differs
+    assert row["value"] == "50.4"
 
     def ours(*per_seed):
-        return report.Ours(float(np.mean(per_seed)), 0.0, min(per_seed), max(per_seed),
-                           len(per_seed), per_seed=per_seed)
+        lo, hi = report.stats.t_interval(per_seed, V.LEVEL)
+        return report.Ours(float(np.mean(per_seed)), 0.0, lo, hi, len(per_seed), per_seed=per_seed)
 
     # GRPO's seeds are all or nothing: 7 of the paper's 20 end at exactly 0 %, so 3 solved
-    # seeds are C(7, 3) = 35 of the C(20, 3) = 1140 subsets (3.1 %): a draw from its seeds
+    # seeds are C(7, 3) = 35 of the C(20, 3) = 1140 subsets (3.1 %): the old route passed it
     solved = ours(0.0, 0.0, 0.0)
-    tails = report.seed_tails(row, solved, seeds)
-    assert tails == (pytest.approx(35 / 1140), 1.0)
-    assert report.number_verdict(row, solved, tails) == V.WITHIN_NOISE
-    assert report.number_verdict(row, solved) == V.DIFFERS
-    # 6 seeds end at 100 %: 3 failed seeds are 20 of 1140 (1.8 %), below a 2.5 % tail
-    failed = ours(100.0, 100.0, 100.0)
-    tails = report.seed_tails(row, failed, seeds)
-    assert tails == (1.0, pytest.approx(20 / 1140))
-    assert report.number_verdict(row, failed, tails) == V.DIFFERS
-    # more of our seeds than the paper has, or a row without per-seed values: no tails
+    assert report.seed_tails(row, solved, seeds) == (pytest.approx(35 / 1140), 1.0)
+    assert report.number_verdict(row, solved) == "inconclusive (3 seeds)"
+    # five solved seeds: an interval [0, 0] outside 50.4 ± 11.1, whatever the tails say
+    assert report.number_verdict(row, ours(*[0.0] * 5)) == V.DIFFERS
     assert report.seed_tails(row, ours(*[0.0] * 21), seeds) is None
     other = p[p["replicate_group"] == "terminal-tpo-H7"].iloc[0]
     assert report.seed_tails(other, solved, seeds) is None
@@ -194,13 +206,14 @@ def test_report_cli(tmp_path):
     assert report.main(["--results", str(res), "--out", str(out), "--hardware", "2-core test VM"]) == 0
     text = out.read_text()
 
-    assert "## How the verdicts are computed" in text and "within noise" in text
+    assert "## How the verdicts are computed" in text and "inconclusive (n seeds)" in text
+    assert "`terminal_error` | ± 11.075 |" in text  # the margins table beside the rules
     row = next(l for l in text.splitlines()
                if l.startswith("| Table: terminal reward, prompt-matched |") and "H=7," in l
                and "| tpo |" in l)
-    assert "| 6.9 |" in row and "| reproduced |" in row and "| 3 |" in row
+    assert "| 6.9 |" in row and "| inconclusive (3 seeds) |" in row and "| 3 |" in row
     assert "per seed: 6.9, 6.9, 6.9" in row  # few seeds: each one listed, sorted
-    for word in (V.DIFFERS, V.HOLDS, V.NOT_RUN):
+    for word in (V.FAILS, V.NOT_RUN):
         assert f"| {word} |" in text
     # Sections without results say so; those with results link their figure.
     vocab = text.split("(`vocab_sweep`)")[1].split("\n## ")[0]

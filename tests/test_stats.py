@@ -190,3 +190,32 @@ def test_steps_at_seed_count_is_the_statistic_of_fewer_seeds():
     assert stats.steps_at_seed_count(never, 2)[2:] == (None, None)
     with pytest.raises(ValueError, match="k=6"):
         stats.steps_at_seed_count(wide, 6)
+
+
+def test_t_quantile_against_printed_tables():
+    # Student's t tables: t(0.95; 1) = 6.314, t(0.95; 4) = 2.132, t(0.95; 19) = 1.729,
+    # t(0.975; 9) = 2.262; a very large df tends to the normal's 1.645
+    for q, df, want in ((0.95, 1, 6.314), (0.95, 4, 2.132), (0.95, 19, 1.729), (0.975, 9, 2.262),
+                        (0.95, 100_000, 1.645)):
+        assert stats.t_quantile(q, df) == pytest.approx(want, abs=1e-3)
+    with pytest.raises(ValueError):
+        stats.t_quantile(0.3, 4)
+
+
+def test_t_interval():
+    v = [1.0, 2.0, 3.0, 4.0, 5.0]  # mean 3, s = sqrt(2.5), t(0.95; 4) = 2.132
+    lo, hi = stats.t_interval(v, 0.90)
+    assert (lo + hi) / 2 == pytest.approx(3.0)
+    assert (hi - lo) / 2 == pytest.approx(2.132 * math.sqrt(2.5) / math.sqrt(5), rel=1e-3)
+    assert stats.t_interval([0.0, 0.0, 0.0]) == (0.0, 0.0)
+    assert stats.t_interval([0.4]) == (-math.inf, math.inf)
+
+
+def test_rank_sum_test():
+    # fully separated 5 vs 5: two-sided exact p = 2 / C(10, 5) = 2 / 252
+    assert stats.rank_sum_test([0, 1, 2, 3, 4], [5, 6, 7, 8, 9]) == pytest.approx(2 / 252, abs=0.002)
+    same = stats.rank_sum_test([0, 0, 100, 100], [0, 100, 0, 100])
+    assert same > 0.9
+    # ties: a 0-or-100 outcome, 1 of 6 solved against 5 of 6
+    p = stats.rank_sum_test([0, 100, 100, 100, 100, 100], [0, 0, 0, 0, 0, 100])
+    assert 0.01 < p < 0.2
