@@ -211,7 +211,8 @@ def test_report_cli(tmp_path):
     row = next(l for l in text.splitlines()
                if l.startswith("| Table: terminal reward, prompt-matched |") and "H=7," in l
                and "| tpo |" in l)
-    assert "| 6.9 |" in row and "| inconclusive (3 seeds) |" in row and "| 3 |" in row
+    assert "| 6.9 |" in row and "| inconclusive (3 seeds) |" in row and "| 3 (< 20) |" in row
+    assert "below the paper's 20 seeds: ours are seeds 0, 1, 2" in row
     assert "per seed: 6.9, 6.9, 6.9" in row  # few seeds: each one listed, sorted
     for word in (V.FAILS, V.NOT_RUN):
         assert f"| {word} |" in text
