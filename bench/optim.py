@@ -182,8 +182,9 @@ def check_optimizer(name, hparams):
         raise ValueError(f"optim={name} takes the keys {', '.join(wanted)}; got "
                          f"{', '.join(sorted(hparams)) or 'none'}")
     for key, value in hparams.items():
+        # NaN fails both comparisons and inf the bound: no separate finiteness test.
         if isinstance(value, bool) or not isinstance(value, (int, float)) or not (
-                math.isfinite(value) and 0 < value <= MAX_STEP_SIZE):
+                0 < value <= MAX_STEP_SIZE):
             raise ValueError(f"optim.{key} must be a positive number, finite and at most "
                              f"{MAX_STEP_SIZE:g}, got {value!r}")
 

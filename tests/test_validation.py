@@ -25,6 +25,7 @@ REFUSED = [
     (["algo=ppo", "algo.clip_eps=-0.2"], "algo.clip_eps", "positive"),
     (["algo=grpo", "algo.kl_coef=-1"], "algo.kl_coef", ">= 0"),
     (["algo=grpo", "algo.kl_coef=nan"], "algo.kl_coef", "finite"),
+    (["algo=grpo_no_kl", "algo.kl_coef=inf"], "algo.kl_coef", "finite"),
     (["optim.lr=nan"], "optim.lr", "finite"),
     (["optim.lr=inf"], "optim.lr", "finite"),
     (["optim.lr=100"], "optim.lr", "at most 10"),
