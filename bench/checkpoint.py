@@ -9,6 +9,7 @@ seed or run length is refused rather than resumed under this run's label.
 """
 from __future__ import annotations
 
+from io import BytesIO
 from pathlib import Path
 from typing import Any
 
@@ -35,8 +36,10 @@ def save(run_dir: Path, state: dict[str, Any], pause_s: float = 0.0) -> None:
     or the new one, never a torn file; a failed write (a full disk) leaves no temp file.
     `pause_s` holds the temp file before the rename (test-only: lets a test kill a run
     mid-write)."""
+    buffer = BytesIO()  # serialised first: torch.save reports a full disk as a RuntimeError
+    torch.save({"version": VERSION, **state}, buffer)
     with io.atomic_path(run_dir / CHECKPOINT) as tmp:
-        torch.save({"version": VERSION, **state}, tmp)
+        tmp.write_bytes(buffer.getbuffer())
         if pause_s:
             import time
             time.sleep(pause_s)
@@ -49,9 +52,11 @@ def load(run_dir: Path) -> dict[str, Any] | None:
     try:
         state = torch.load(path, map_location="cpu", weights_only=True)
     except Exception as e:  # truncated, garbage, or an arbitrary pickle: never unpickle it
-        first = str(e).strip().splitlines()[0] if str(e).strip() else type(e).__name__
+        # torch's own text for a refused unpickle advises weights_only=False: not for us
+        first = (str(e).strip().splitlines() or [""])[0]
+        detail = type(e).__name__ + (f": {first[:160]}" if first and "weights_only" not in first else "")
         raise CheckpointError(f"{path} is damaged or not a tpo-bench checkpoint "
-                              f"({type(e).__name__}: {first[:200]}); {REMEDY}") from None
+                              f"({detail}); {REMEDY}") from None
     if not isinstance(state, dict) or state.get("version") != VERSION:
         got = state.get("version") if isinstance(state, dict) else type(state).__name__
         raise CheckpointError(f"{path}: checkpoint version {got!r} is not {VERSION}; {REMEDY}")
@@ -83,10 +88,10 @@ def check_identity(run_dir: Path, state: dict[str, Any], ours: dict[str, Any],
                                   f"{ours['episodes']} episodes; {REMEDY}")
         return [f"checkpoint predates identity records: resumed because the directory's "
                 f"config.json has this run's config hash and seed"]
-    for field in MUST_MATCH:
-        if theirs.get(field) != ours[field]:
-            raise CheckpointError(f"{path} belongs to another run: its {field} is "
-                                  f"{theirs.get(field)!r}, this run's is {ours[field]!r}; {REMEDY}")
+    wrong = [f"its {field} is {theirs.get(field)!r}, this run's is {ours[field]!r}"
+             for field in MUST_MATCH if theirs.get(field) != ours[field]]
+    if wrong:
+        raise CheckpointError(f"{path} belongs to another run: {'; '.join(wrong)}; {REMEDY}")
     if theirs.get("git_commit") != ours["git_commit"]:
         if not allow_code_change:
             raise CheckpointError(

@@ -378,8 +378,8 @@ def _attempt_record(prev: dict, spec: RunSpec, threads: int, identity_: dict) ->
                 "threads": threads, "slurm_job_id": os.environ.get("SLURM_JOB_ID")})
     # Runs from before the attempt log: their attempt count and the commit they started under.
     earlier = 0 if spec.force else max(prev.get("attempts", 0) - (len(log) - 1), 0)
-    commits = [] if spec.force or not prev.get("git_commit") else \
-        prev.get("git_commits") or [prev["git_commit"]]
+    legacy = not spec.force and "attempts_log" not in prev and prev.get("git_commit")
+    commits = (prev.get("git_commits") or [prev["git_commit"]]) if legacy else []
     for a in log:
         if not commits or commits[-1] != a["git_commit"]:
             commits.append(a["git_commit"])

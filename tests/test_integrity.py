@@ -1,0 +1,270 @@
+"""Run integrity (issue 17): the same command gives the same numbers, and no fault --
+a second process, a foreign checkpoint, a signal, a full disk, a damaged file --
+corrupts or mislabels a result silently."""
+import json
+import os
+import shutil
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import pandas as pd
+import pytest
+import torch
+
+from conftest import REPO, TINY, run_bench, run_dirs
+
+SLOW = [*TINY, "task.episodes=12", "checkpoint_every=3"]
+
+
+def start(*args: str, env: dict | None = None) -> subprocess.Popen:
+    return subprocess.Popen([sys.executable, "-m", "bench", *args], cwd=REPO, text=True,
+                            stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
+                            env={**os.environ, **(env or {})})
+
+
+def wait_line(p: subprocess.Popen, text: str) -> None:
+    """Read the process's output until a line contains `text`."""
+    for line in p.stdout:
+        if text in line:
+            return
+    raise AssertionError(f"{text!r} never printed")
+
+
+def wait_for(predicate, timeout=180.0):
+    deadline = time.time() + timeout
+    while time.time() < deadline:
+        if predicate():
+            return
+        time.sleep(0.05)
+    raise AssertionError("timed out waiting")
+
+
+def metrics(d: Path) -> pd.DataFrame:
+    return pd.read_parquet(d / "metrics.parquet").drop(columns=["wall_s"])
+
+
+def summary(d: Path) -> dict:
+    return json.loads((d / "summary.json").read_text())
+
+
+def the_run(root: Path) -> Path:
+    [d] = run_dirs(root)
+    return d
+
+
+@pytest.fixture(scope="module")
+def reference(tmp_path_factory):
+    root = tmp_path_factory.mktemp("ref")
+    run_bench(*SLOW, f"output_root={root}")
+    return metrics(the_run(root))
+
+
+# ------------------------------------------------------------------ item 0: determinism
+
+def test_default_settings_give_identical_metrics_even_on_shared_cores(tmp_path):
+    """Two runs of one command at once, with the default thread setting, on cores they
+    share (each other's load): bit-identical metrics. With torch's own default (one thread
+    per core) this machine diverged within a few episodes."""
+    args = ["task=demo", "task.episodes=30", "log_every=100"]
+    procs = [start(*args, f"output_root={tmp_path / name}") for name in ("a", "b")]
+    for p in procs:
+        assert p.wait(timeout=600) == 0, p.stdout.read()
+    a, b = (metrics(the_run(tmp_path / name)) for name in ("a", "b"))
+    pd.testing.assert_frame_equal(a, b, check_exact=True)
+
+
+# ------------------------------------------------------------------ item 1: one process per run
+
+def test_second_process_on_a_held_run_skips_it_naming_the_holder(tmp_path, reference):
+    first = start(*SLOW, "debug.sleep=2.5", f"output_root={tmp_path}")  # outlasts the second's start
+    wait_for(lambda: list(tmp_path.rglob("checkpoint.pt")))
+    second = run_bench(*SLOW, f"output_root={tmp_path}", check=False)
+    assert second.returncode == 1
+    assert f"held by pid {first.pid}" in second.stderr and "skipped" in second.stderr
+    assert first.wait(timeout=300) == 0
+    d = the_run(tmp_path)
+    s = summary(d)
+    # the second process neither trained nor counted an attempt nor removed a temp file
+    assert s["status"] == "completed" and s["attempts"] == 1 and len(s["attempts_log"]) == 1
+    pd.testing.assert_frame_equal(metrics(d), reference, check_exact=True)
+
+
+def test_a_killed_holder_leaves_no_stale_lock(tmp_path, reference):
+    first = start(*SLOW, "debug.sleep=0.3", f"output_root={tmp_path}")
+    wait_for(lambda: list(tmp_path.rglob("checkpoint.pt")))
+    first.send_signal(signal.SIGKILL)
+    first.wait()
+    again = run_bench(*SLOW, f"output_root={tmp_path}")
+    assert "resumed from checkpoint" in again.stdout
+    pd.testing.assert_frame_equal(metrics(the_run(tmp_path)), reference, check_exact=True)
+
+
+# ------------------------------------------------------------------ item 2: checkpoint identity
+
+def _interrupted_run(root: Path, *args: str) -> Path:
+    """A run with a checkpoint at step 3, as a kill leaves it."""
+    p = start(*SLOW, *args, "debug.sleep=0.3", f"output_root={root}")
+    wait_for(lambda: list(root.rglob("checkpoint.pt")))
+    p.send_signal(signal.SIGKILL)
+    p.wait()
+    return the_run(root)
+
+
+@pytest.mark.parametrize("theirs,ours,field,values", [
+    (["optim.lr=0.01"], ["optim.lr=0.001"], "config_hash", None),
+    (["seed=0"], ["seed=1"], "seed", ("0", "1")),
+    (["task.episodes=40"], ["task.episodes=20"], "episodes", ("40", "20")),
+])
+def test_checkpoint_from_another_run_is_refused(tmp_path, theirs, ours, field, values):
+    src = _interrupted_run(tmp_path / "src", *theirs)
+    # the destination: the same command as `ours`, interrupted, with the foreign file copied in
+    dst = _interrupted_run(tmp_path / "dst", *ours)
+    before = (dst / "summary.json").read_text()
+    shutil.copy(src / "checkpoint.pt", dst / "checkpoint.pt")
+    proc = run_bench(*SLOW, *ours, f"output_root={tmp_path / 'dst'}", check=False)
+    assert proc.returncode == 1
+    msg = proc.stderr
+    assert str(dst / "checkpoint.pt") in msg and f"its {field} is" in msg and "force=true" in msg
+    if values:
+        assert f"its {field} is {values[0]}" in msg and f"this run's is {values[1]}" in msg
+    assert (dst / "summary.json").read_text() == before  # nothing recorded over it
+    forced = run_bench(*SLOW, *ours, "force=true", f"output_root={tmp_path / 'dst'}")
+    assert "resumed" not in forced.stdout and summary(dst)["status"] == "completed"
+
+
+def test_old_checkpoint_without_identity_resumes_only_in_its_own_directory(tmp_path, reference):
+    d = _interrupted_run(tmp_path / "a")
+    state = torch.load(d / "checkpoint.pt", weights_only=True)
+    del state["identity"]  # as written before identity was recorded
+    torch.save(state, d / "checkpoint.pt")
+    # the whole directory copied under another seed: its config.json gives it away
+    moved = tmp_path / "b" / d.relative_to(tmp_path / "a").parent / "seed=1"
+    shutil.copytree(d, moved)
+    refused = run_bench(*SLOW, "seed=1", f"output_root={tmp_path / 'b'}", check=False)
+    assert refused.returncode == 1 and "records no identity" in refused.stderr
+    assert "config.json has seed 0, this run's is 1" in refused.stderr
+    resumed = run_bench(*SLOW, f"output_root={tmp_path / 'a'}")
+    assert "predates identity records" in resumed.stdout
+    pd.testing.assert_frame_equal(metrics(d), reference, check_exact=True)
+
+
+def test_resume_across_a_code_change_is_recorded_and_can_be_refused(tmp_path, reference):
+    d = _interrupted_run(tmp_path)
+    state = torch.load(d / "checkpoint.pt", weights_only=True)
+    state["identity"]["git_commit"] = "0123abc"
+    torch.save(state, d / "checkpoint.pt")
+    s = summary(d)
+    s["git_commit"], s["attempts_log"][0]["git_commit"] = "0123abc", "0123abc"
+    (d / "summary.json").write_text(json.dumps(s))
+    refused = run_bench(*SLOW, "resume_across_commits=false", f"output_root={tmp_path}", check=False)
+    assert refused.returncode == 1 and "0123abc" in refused.stderr
+    assert "resume_across_commits" in refused.stderr
+    resumed = run_bench(*SLOW, f"output_root={tmp_path}")
+    assert "resuming across a code change" in resumed.stdout
+    s = summary(d)
+    assert s["git_commits"][0] == "0123abc" and len(s["git_commits"]) == 2
+    assert s["git_commits"][1] == s["git_commit"] != "0123abc"
+
+
+def test_threads_changed_on_resume_is_recorded(tmp_path):
+    d = _interrupted_run(tmp_path, "threads=1")
+    again = run_bench(*SLOW, "threads=2", f"output_root={tmp_path}")
+    assert "threads [1, 2] across attempts" in again.stdout
+    s = summary(d)
+    assert s["threads_used"] == [1, 2] and [a["threads"] for a in s["attempts_log"]] == [1, 2]
+
+
+# ------------------------------------------------------------------ item 7: signals
+
+@pytest.mark.parametrize("sig", [signal.SIGTERM, signal.SIGINT])
+def test_stop_signal_checkpoints_at_the_boundary_and_records_interrupted(tmp_path, reference, sig):
+    args = [*SLOW, "checkpoint_every=1000", "debug.sleep=0.3", f"output_root={tmp_path}"]
+    p = start(*args)
+    wait_line(p, "step 2/12")  # a few episodes in; the periodic checkpoint (every 1000) never comes
+    p.send_signal(sig)
+    assert p.wait(timeout=120) == 128 + sig
+    d = the_run(tmp_path)
+    s = summary(d)
+    assert s["status"] == "interrupted" and s["reason"] == signal.Signals(sig).name
+    state = torch.load(d / "checkpoint.pt", weights_only=True)
+    assert 0 < state["next_step"] < 12 and len(state["rows"]) == state["next_step"]
+    again = run_bench(*args[:-2], f"output_root={tmp_path}")
+    assert f"resumed from checkpoint at step {state['next_step']}" in again.stdout
+    pd.testing.assert_frame_equal(metrics(d), reference, check_exact=True)
+
+
+def test_usr2_checkpoints_at_once_and_training_goes_on(tmp_path, reference):
+    p = start(*SLOW, "checkpoint_every=1000", "debug.sleep=0.3", f"output_root={tmp_path}")
+    wait_line(p, "step 2/12")
+    p.send_signal(signal.SIGUSR2)
+    wait_for(lambda: list(tmp_path.rglob("checkpoint.pt")), timeout=60)
+    assert p.wait(timeout=300) == 0
+    d = the_run(tmp_path)
+    assert summary(d)["status"] == "completed"
+    pd.testing.assert_frame_equal(metrics(d), reference, check_exact=True)
+
+
+# ------------------------------------------------------------------ item 6: I/O errors
+
+@pytest.fixture
+def small_disk(tmp_path):
+    """A 512 KiB tmpfs: room for a run's small files, not for a checkpoint (~1.2 MB)."""
+    mnt = tmp_path / "disk"
+    mnt.mkdir()
+    if subprocess.run(["mount", "-t", "tmpfs", "-o", "size=512k", "tmpfs", str(mnt)],
+                      capture_output=True).returncode != 0:
+        pytest.skip("cannot mount a tmpfs here (needs root)")
+    yield mnt
+    subprocess.run(["umount", "-l", str(mnt)], check=False)
+
+
+def test_disk_full_mid_run_is_recorded_as_failed_with_the_os_error(small_disk):
+    proc = run_bench(*SLOW, f"output_root={small_disk}", check=False)
+    assert proc.returncode == 1
+    d = the_run(small_disk)
+    s = summary(d)
+    assert s["status"] == "failed" and s["error_kind"] == "io"
+    assert "No space left on device" in s["reason"]
+    assert not list(d.glob(".*.tmp"))  # the torn checkpoint temp does not stay on the full disk
+    assert not (d / "checkpoint.pt").exists()
+
+
+# ------------------------------------------------------------------ item 8: damaged files
+
+@pytest.mark.parametrize("content,what", [("", "is empty"), ("{\"status\": ", "is not valid JSON"),
+                                          ("[1, 2]", "not an object")])
+def test_damaged_summary_is_named_with_the_fix(tmp_path, content, what):
+    d = _interrupted_run(tmp_path)
+    (d / "summary.json").write_text(content)
+    proc = run_bench("-m", *SLOW, "seed=0,1", f"output_root={tmp_path}", check=False)
+    assert proc.returncode == 1 and "Traceback" not in proc.stderr
+    assert f"{d / 'summary.json'} {what}" in proc.stderr and "force=true" in proc.stderr
+    assert "1 completed" in proc.stdout  # the other job ran; the sweep printed its report
+    assert (d / "summary.json").read_text() == content
+
+
+@pytest.mark.parametrize("damage", ["truncate", "garbage"])
+def test_damaged_checkpoint_is_named_with_the_fix(tmp_path, damage):
+    d = _interrupted_run(tmp_path)
+    ck = d / "checkpoint.pt"
+    data = ck.read_bytes()
+    ck.write_bytes(data[: len(data) // 3] if damage == "truncate" else os.urandom(2048))
+    proc = run_bench(*SLOW, f"output_root={tmp_path}", check=False)
+    assert proc.returncode == 1 and "Traceback" not in proc.stderr
+    assert f"{ck} is damaged" in proc.stderr and "force=true" in proc.stderr
+    assert "weights_only" not in proc.stderr + proc.stdout
+
+
+# ------------------------------------------------------------------ item 9: permissions
+
+def test_output_files_follow_the_umask(tmp_path):
+    p = subprocess.run(["sh", "-c", f"umask 002 && exec {sys.executable} -m bench "
+                        + " ".join([*SLOW, "debug.sleep=0.2", f"output_root={tmp_path}"])],
+                       cwd=REPO, text=True, capture_output=True, timeout=600)
+    assert p.returncode == 0, p.stderr
+    d = the_run(tmp_path)
+    for name in ("summary.json", "config.json", "metrics.parquet"):
+        assert (d / name).stat().st_mode & 0o777 == 0o664, name
