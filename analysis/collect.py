@@ -12,7 +12,6 @@ the runs kept is written).
 """
 import argparse
 import json
-import os
 import sys
 import time
 from dataclasses import dataclass
@@ -20,6 +19,8 @@ from pathlib import Path
 
 import numpy as np
 import pandas as pd
+
+from bench import io
 
 DEFAULT_ROOT = "outputs"
 DEFAULT_OUT = "outputs/results.parquet"  # where analysis/plot.py looks by default
@@ -261,17 +262,8 @@ def load_runs(runs: list[RunInfo], root=None) -> tuple[pd.DataFrame, list[RunInf
 
 
 def write_atomic(df: pd.DataFrame, out) -> None:
-    """Write to a temp file next to `out`, then rename, so readers never see half a file."""
-    out = Path(out)
-    out.parent.mkdir(parents=True, exist_ok=True)
-    # Not mkstemp: it would leave the result readable by its owner only.
-    tmp = out.with_name(f".{out.name}.{os.getpid()}.tmp")
-    try:
-        df.to_parquet(tmp, index=False)
-        os.replace(tmp, out)
-    except BaseException:
-        tmp.unlink(missing_ok=True)
-        raise
+    """Through the project's one atomic writer: readers never see half a file."""
+    io.write_parquet(Path(out), df)
 
 
 def main(argv=None) -> int:

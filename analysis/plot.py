@@ -25,6 +25,7 @@ import numpy as np  # noqa: E402
 import pandas as pd  # noqa: E402
 
 from analysis.collect import last_step  # noqa: E402
+from bench import io  # noqa: E402
 # The statistics live in stats.py (shared with report.py); re-exported here for callers.
 from analysis.stats import THRESHOLD, mean_se, seed_curves, seed_hits, steps_to_threshold  # noqa: E402,F401
 
@@ -238,7 +239,7 @@ def plot_results(df: pd.DataFrame, out_dir, yscale: str = "auto") -> list[Path]:
         fig.tight_layout()
         for ext in ("png", "pdf"):
             path = out_dir / f"{_filename(task)}.{ext}"
-            fig.savefig(path, dpi=150)
+            io.save_figure(fig, path, dpi=150)
             paths.append(path)
         plt.close(fig)
     return paths

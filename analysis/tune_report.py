@@ -22,6 +22,8 @@ matplotlib.use("Agg")
 import matplotlib.pyplot as plt  # noqa: E402
 from matplotlib.ticker import MaxNLocator  # noqa: E402
 
+from bench import io  # noqa: E402
+
 DEFAULT_DIR = Path("outputs/.optuna")
 MIN_COMPLETE = 5
 YLABEL = {"final": "final error", "auc": "mean error over the run (AUC)"}
@@ -78,7 +80,7 @@ def plot_history(study, kinds: dict, path: Path) -> None:
                  f"x {setup.get('episodes')} episodes", fontsize=9)
     ax.legend(fontsize=7)
     fig.tight_layout()
-    fig.savefig(path, dpi=120)
+    io.save_figure(fig, path, dpi=120)
     plt.close(fig)
 
 
@@ -102,7 +104,7 @@ def plot_importance(study, n_complete: int, path: Path) -> str:
     ax.set_xlabel("importance (normalised)")
     ax.set_title(f"{study.study_name}: parameter importance ({n_complete} complete trials)", fontsize=9)
     fig.tight_layout()
-    fig.savefig(path, dpi=120)
+    io.save_figure(fig, path, dpi=120)
     plt.close(fig)
     return "importance: " + ", ".join(f"{k} {v:.2f}" for k, v in imp.items())
 

@@ -86,8 +86,8 @@ def check_identity(run_dir: Path, state: dict[str, Any], ours: dict[str, Any],
         if state.get("next_step", 0) > ours["episodes"]:
             raise CheckpointError(f"{path} is at step {state['next_step']}, past this run's "
                                   f"{ours['episodes']} episodes; {REMEDY}")
-        return [f"checkpoint predates identity records: resumed because the directory's "
-                f"config.json has this run's config hash and seed"]
+        return ["checkpoint predates identity records: resumed because the directory's "
+                "config.json has this run's config hash and seed"]
     wrong = [f"its {field} is {theirs.get(field)!r}, this run's is {ours[field]!r}"
              for field in MUST_MATCH if theirs.get(field) != ours[field]]
     if wrong:

@@ -15,7 +15,6 @@ import hashlib
 import http.client
 import os
 import sys
-import tempfile
 import urllib.request
 import zlib
 from dataclasses import dataclass
@@ -23,6 +22,8 @@ from pathlib import Path
 
 import numpy as np
 import torch
+
+from bench import io
 
 BASE_URL = "https://ossci-datasets.s3.amazonaws.com/mnist/"
 ENV_VAR = "TPO_BENCH_MNIST_DIR"
@@ -124,10 +125,9 @@ def _missing_message(folder: Path, missing: list[str], why: str) -> str:
 def _download(url: str, dest: Path, md5: str) -> None:
     """Stream url to a temp file beside dest, check its MD5, then rename into place: an
     interrupted or corrupt download never leaves a file that looks complete."""
-    fd, tmp = tempfile.mkstemp(dir=dest.parent, prefix=f".{dest.name}.", suffix=".tmp")
-    try:
+    with io.atomic_path(dest) as tmp:
         digest = hashlib.md5()
-        with os.fdopen(fd, "wb") as out, urllib.request.urlopen(url, timeout=TIMEOUT_S) as r:
+        with open(tmp, "wb") as out, urllib.request.urlopen(url, timeout=TIMEOUT_S) as r:
             total = int(r.headers.get("Content-Length") or 0)
             done, shown = 0, -1
             while chunk := r.read(1 << 16):
@@ -143,10 +143,6 @@ def _download(url: str, dest: Path, md5: str) -> None:
         if digest.hexdigest() != md5:
             raise DataError(f"{dest}: downloaded from {url} with MD5 {digest.hexdigest()}, "
                             f"expected {md5}; nothing was kept")
-        os.replace(tmp, dest)
-    finally:
-        if os.path.exists(tmp):
-            os.unlink(tmp)
 
 
 def fetch_mnist(data_dir: str | Path | None = None, download: bool = True,

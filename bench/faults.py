@@ -13,7 +13,6 @@ exits 1 if any row was lost or mislabelled.
 from __future__ import annotations
 
 import argparse
-import os
 import random
 import shutil
 import signal

@@ -64,6 +64,10 @@ class Boundary:
     def pending(self) -> bool:
         return self.stop is not None or self.checkpoint_now
 
+    @property
+    def why(self) -> str:
+        return self.stop or signal.Signals(CHECKPOINT_SIGNAL).name
+
     def after_checkpoint(self) -> None:
         """Called once the boundary's checkpoint is on disk."""
         if self.stop is not None:

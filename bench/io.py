@@ -63,6 +63,14 @@ def write_parquet(path: Path, df: pd.DataFrame) -> None:
         df.to_parquet(tmp, index=False)
 
 
+def save_figure(fig, path: str | Path, **savefig_kwargs) -> None:
+    """A matplotlib figure through the atomic writer (the format from the real suffix:
+    the temp name's .tmp says nothing)."""
+    path = Path(path)
+    with atomic_path(path) as tmp:
+        fig.savefig(tmp, format=path.suffix.lstrip("."), **savefig_kwargs)
+
+
 def read_json(path: Path) -> Any:
     with open(path) as f:
         return json.load(f)

@@ -543,6 +543,8 @@ def _train(spec: RunSpec, state: dict | None, ident: dict, rows: list, heartbeat
             }, pause_s=spec.debug.get("checkpoint_pause", 0.0))
             heartbeat(checkpoint_step=done)
             last_beat = time.time()
+            if boundary.pending:
+                print(f"[{label}] checkpoint at step {done} ({boundary.why})", flush=True)
             boundary.after_checkpoint()
         elif time.time() - last_beat > HEARTBEAT_S:
             heartbeat()

@@ -11,6 +11,7 @@ from __future__ import annotations
 import functools
 import json
 import os
+import re
 import shutil
 import subprocess
 import sys
@@ -305,6 +306,10 @@ def test_requeued_job_resumes_from_checkpoint(slurm, tmp_path, how):
     if how == "usr2_preemption":
         assert any("Caught signal SIGUSR2" in p.read_text() for p in
                    (out / ".submitit").glob("*/*/*_log.err")), text
+        # the checkpoint was taken at the signal, not left at the last periodic one
+        logs = "".join(p.read_text() for p in job_logs)
+        step = re.search(r"checkpoint at step (\d+) \(SIGUSR2\)", logs)
+        assert step and f"resumed from checkpoint at step {step.group(1)}" in logs, logs
 
     # the same config and seed, uninterrupted and without SLURM
     run_bench(*SLOW, f"output_root={tmp_path / 'local'}")

@@ -11,6 +11,8 @@ from typing import Any
 
 import yaml
 
+from bench import io
+
 OBJECTIVES = ("final", "auc")
 # The runner records a NaN/inf loss as a failed run with this reason (bench.runner.run).
 DIVERGED_PREFIX = "FloatingPointError"
@@ -98,12 +100,8 @@ def tuned_config(algo_section: dict, params: dict[str, Any], name: str) -> dict:
 
 def write_best(path: Path, body: dict, header: list[str]) -> None:
     """Write atomically (a reader never sees half a config)."""
-    path.parent.mkdir(parents=True, exist_ok=True)
     text = "# @package _global_\n" + "".join(f"# {line}\n" for line in header)
-    text += yaml.safe_dump(body, sort_keys=False)
-    tmp = path.with_name(f".{path.name}.tmp")
-    tmp.write_text(text)
-    tmp.replace(path)
+    io.write_text(path, text + yaml.safe_dump(body, sort_keys=False))
 
 
 @dataclass

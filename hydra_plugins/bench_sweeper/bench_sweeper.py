@@ -6,6 +6,7 @@ and what failed -- exiting non-zero when anything failed.
 from __future__ import annotations
 
 import sys
+from collections import Counter
 from typing import Any, List
 
 from hydra._internal.core_plugins.basic_sweeper import BasicSweeper
@@ -97,8 +98,12 @@ class BenchSweeper(BasicSweeper):
         runs = [r for batch in returns for job in batch
                 for r in (job.return_value or {}).get("runs", [])]
         failed = [r for r in runs if r["status"] != "completed"]
+        # held (another process is training it) and refused (a damaged or foreign file)
+        # are not failures of a training run, but not done either: named apart.
+        others = Counter(r["status"] for r in failed if r["status"] != "failed")
         print(f"[sweep] {len(jobs)} jobs, {len(runs)} runs: {len(runs) - len(failed)} "
-              f"completed, {len(failed)} failed", flush=True)
+              f"completed, {len(failed) - sum(others.values())} failed"
+              + "".join(f", {n} {status}" for status, n in sorted(others.items())), flush=True)
         for r in failed:
             print(f"[sweep] {r['status']}: {r['run_dir']}: {r['reason']}", file=sys.stderr, flush=True)
         if failed:
