@@ -359,7 +359,8 @@ def _progress(label: str, done: int, episodes: int, row: dict, last: dict, evalu
 def _threads(requested: int) -> int:
     """threads=N pins N torch threads; threads=0 takes the cores this process was allotted
     (a SLURM job's CPUs, else its CPU affinity mask) rather than torch's one per core."""
-    n = requested or int(os.environ.get("SLURM_CPUS_PER_TASK") or 0) or len(os.sched_getaffinity(0))
+    allotted = len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else os.cpu_count()
+    n = requested or int(os.environ.get("SLURM_CPUS_PER_TASK") or 0) or allotted or 1
     torch.set_num_threads(n)
     return torch.get_num_threads()
 
@@ -404,7 +405,7 @@ def run(spec: RunSpec) -> dict[str, Any]:
     rd = rundir.RunDir(spec.run_dir)
     for locked in (False, True):  # again under the lock: another may just have finished
         try:
-            prev = {} if spec.force and not spec.run_dir.exists() else rd.previous()
+            prev = rd.previous()
         except io.DamagedFile as e:
             if not spec.force:
                 rd.release()
