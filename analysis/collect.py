@@ -266,6 +266,23 @@ def write_atomic(df: pd.DataFrame, out) -> None:
     io.write_parquet(Path(out), df)
 
 
+def merge(existing: pd.DataFrame, new: pd.DataFrame) -> tuple[pd.DataFrame, list[tuple]]:
+    """`new`'s runs into `existing` (a committed snapshot): a (config_hash, seed) in both is
+    taken from `new` (a re-run or a finished resume), never kept twice. Columns of `new`
+    that `existing` stores as float32 are stored so too (the snapshot is kept small that
+    way). Returns the table and the replaced keys."""
+    keys = ["config_hash", "seed"]
+    new_keys = set(map(tuple, new[keys].drop_duplicates().itertuples(index=False)))
+    old_keys = existing[keys].apply(tuple, axis=1)
+    replaced = sorted(set(old_keys) & new_keys)
+    new = new.copy()
+    for col in new.columns.intersection(existing.columns):
+        if existing[col].dtype == np.float32 and new[col].dtype == np.float64:
+            new[col] = new[col].astype(np.float32)
+    merged = pd.concat([existing[~old_keys.isin(new_keys)], new], ignore_index=True)
+    return merged, replaced
+
+
 def main(argv=None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("root", nargs="?", default=DEFAULT_ROOT, help="output root (default: outputs/)")
@@ -274,6 +291,9 @@ def main(argv=None) -> int:
                         help="a running run silent this long counts as killed (default: %(default)s)")
     parser.add_argument("--allow-skips", action="store_true",
                         help="write the table of the runs kept even if some were skipped, and exit 0")
+    parser.add_argument("--merge-into", metavar="TABLE",
+                        help="merge the runs into this existing table instead of writing --out "
+                             "(a run already there is replaced by its copy from ROOT)")
     args = parser.parse_args(argv)
 
     root = Path(args.root)
@@ -303,6 +323,12 @@ def main(argv=None) -> int:
               f"written to {args.out}. Finish or repair them, or pass --allow-skips to collect "
               f"the {kept} alone", file=sys.stderr)
         return 1
+    if args.merge_into:
+        df, replaced = merge(pd.read_parquet(args.merge_into), df)
+        args.out = args.merge_into
+        if replaced:
+            print(f"replaced {len(replaced)} run(s) already in {args.merge_into}: "
+                  + ", ".join(f"{h} seed={s}" for h, s in replaced))
     write_atomic(df, args.out)
     print(f"collected {kept} runs ({len(df)} rows), skipped {len(skipped)} -> {args.out}")
     return 0

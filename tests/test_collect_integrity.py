@@ -227,3 +227,25 @@ def test_reproduction_results_still_summarise():
     s = plot.summarise(df)
     last = df.groupby(plot.GROUP)["step"].max()
     assert (s.set_index(plot.GROUP)["final_step"] == last.reindex(s.set_index(plot.GROUP).index)).all()
+
+
+def test_merge_into_a_snapshot_replaces_a_run_once_and_keeps_its_float32(root, tmp_path):
+    """--merge-into: the committed snapshot gains the new runs; a run it already holds is
+    replaced by the new copy (never held twice); metrics it stores as float32 stay so."""
+    first = collect.load_runs(collect.find_runs(root), root)[0]
+    demo0 = first[(first["task.name"] == "demo") & (first["seed"] == 0)]
+    stale = demo0.assign(error=np.float32(0.5)).astype({"error": np.float32})  # an older copy
+    # a run only the snapshot has (as from another output root)
+    others = first[first["task.name"] != "demo"].assign(config_hash="0000000000").astype({"error": np.float32})
+    snapshot = tmp_path / "snapshot.parquet"
+    pd.concat([stale, others], ignore_index=True).to_parquet(snapshot, index=False)
+    p = __import__("conftest").run_script("analysis/collect.py", str(root), "--merge-into", str(snapshot))
+    assert "replaced 1 run(s)" in p.stdout and "seed=0" in p.stdout
+    merged = pd.read_parquet(snapshot)
+    keys = merged.groupby(["config_hash", "seed"])["step"].count()
+    assert len(keys) == 4 and ("0000000000", 0) in keys.index  # 3 collected, 1 kept
+    assert keys.loc[("0000000000", 0)] == len(others)
+    d0 = merged[(merged["task.name"] == "demo") & (merged["seed"] == 0)]
+    assert len(d0) == len(demo0) and not (d0["error"] == 0.5).any()
+    assert merged["error"].dtype == np.float32
+    np.testing.assert_array_equal(d0["error"].to_numpy(), demo0["error"].to_numpy(np.float32))
