@@ -239,9 +239,7 @@ def render(name: str, df: pd.DataFrame):
     return fig
 
 
-def draw(name: str, df: pd.DataFrame, out_dir, dpi: int = 150) -> list[Path]:
-    """Draw one figure as PNG and PDF into out_dir; returns the paths (PNG first)."""
-    fig = render(name, df)
+def _save(fig, name: str, out_dir, dpi: int) -> list[Path]:
     out_dir = Path(out_dir)
     out_dir.mkdir(parents=True, exist_ok=True)
     paths = []
@@ -251,3 +249,55 @@ def draw(name: str, df: pd.DataFrame, out_dir, dpi: int = 150) -> list[Path]:
         fig.savefig(paths[-1], dpi=dpi, metadata={"CreationDate": None} if ext == "pdf" else None)
     plt.close(fig)
     return paths
+
+
+def draw(name: str, df: pd.DataFrame, out_dir, dpi: int = 150) -> list[Path]:
+    """Draw one figure as PNG and PDF into out_dir; returns the paths (PNG first)."""
+    return _save(render(name, df), name, out_dir, dpi)
+
+
+@dataclass(frozen=True)
+class SeedGroup:
+    """One method's per-seed final errors (%), ours and the paper's (analysis/paper_seeds.csv)."""
+    algo: str
+    ours: tuple
+    paper: tuple
+
+
+SEEDS_FIGURE = "terminal_seeds"
+
+
+def render_seed_distributions(groups, title: str):
+    """Per-seed final error as empirical CDFs, ours beside the paper's, one panel per method.
+    A terminal-reward seed ends near 0 % or stalls far above, so a seed mean hides what the
+    CDF shows: how many seeds solved the task (the dotted line is stats.SOLVED_PCT)."""
+    if not groups:
+        raise NoData("no method with the paper's per-seed values has runs")
+    fig, axes = plt.subplots(1, len(groups), figsize=(3.8 * len(groups), 3.0), squeeze=False)
+    for ax, g in zip(axes.flat, groups):
+        for j, (who, values) in enumerate((("ours", g.ours), ("paper", g.paper))):
+            xs = sorted(values)
+            ys = [(i + 1) / len(xs) for i in range(len(xs))]
+            label = (f"{g.algo} {who}: {stats.n_below(xs)}/{len(xs)} seeds "
+                     f"< {stats.SOLVED_PCT:g} %")
+            # a step from 0 before the first seed and on to the axis' end after the last
+            ax.step([0.0, *xs, 100.0], [0.0, *ys, 1.0], where="post", lw=1.3,
+                    ls=plot.LINESTYLES[j], color=plot.color_for(g.algo), label=label)
+            # unclipped: seeds at exactly 0 % or 100 % sit on the axis' ends
+            ax.plot(xs, ys, ls="none", marker="ox"[j], ms=4, color=plot.color_for(g.algo), clip_on=False)
+        ax.axvline(stats.SOLVED_PCT, color="k", lw=0.6, ls=":")
+        # linear below 1 %, where solved seeds differ, logarithmic up to 100 %
+        ax.set_xscale("symlog", linthresh=1.0)
+        ax.set(xlim=(-0.1, 100), ylim=(0, 1.02), xlabel="final exact-match error (%)",
+               ylabel="fraction of seeds at or below",
+               title=f"{g.algo}: rank-sum p = {stats.rank_sum_test(g.ours, g.paper):.2g}")
+        ax.title.set_fontsize(9)
+        ax.legend(fontsize=6, loc="lower right")
+        ax.grid(True, which="major", alpha=0.3)
+    fig.suptitle(title, fontsize=10)
+    fig.tight_layout()
+    return fig
+
+
+def draw_seed_distributions(groups, title: str, out_dir, dpi: int = 150) -> list[Path]:
+    return _save(render_seed_distributions(groups, title), SEEDS_FIGURE, out_dir, dpi)

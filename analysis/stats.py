@@ -85,6 +85,14 @@ def t_interval(values, level: float = 0.90) -> tuple[float, float]:
     return float(v.mean() - half), float(v.mean() + half)
 
 
+SOLVED_PCT = 1.0  # a terminal-reward seed either solves the task or stalls far above this
+
+
+def n_below(values, threshold: float = SOLVED_PCT) -> int:
+    """How many seeds end strictly below threshold: a bimodal outcome is a count, not a mean."""
+    return int(sum(float(v) < threshold for v in values))
+
+
 def rank_sum_test(a, b, n_permutations: int = 20_000, seed: int = BOOT_SEED) -> float:
     """Two-sided permutation p-value of the Mann-Whitney rank-sum statistic (mid-ranks for
     ties, which a 0 %-or-100 % outcome has many of): how often relabelling the pooled

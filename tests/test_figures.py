@@ -142,3 +142,30 @@ def test_redrawn_figures_are_byte_identical(table, tmp_path, monkeypatch):
     b = figures.draw("mnist", table, tmp_path / "b")
     for x, y in zip(a, b):
         assert x.read_bytes() == y.read_bytes(), x.name
+
+
+def test_per_seed_distributions_beside_the_papers(tmp_path):
+    # 1.0 % sits on the threshold: a seed there has not solved the task
+    ours, paper = (0.0, 1.0, 90.0), (0.0, 0.125, 0.5, 14.375, 76.75)
+    groups = [figures.SeedGroup("tpo", ours, paper), figures.SeedGroup("grpo", (100.0,) * 3, paper)]
+    fig = figures.render_seed_distributions(groups, "per seed")
+    tpo, grpo = fig.axes
+    assert tpo.get_xscale() == "symlog"
+    labels = [t.get_text() for t in tpo.get_legend().get_texts()]
+    assert labels == ["tpo ours: 1/3 seeds < 1 %", "tpo paper: 3/5 seeds < 1 %"]
+    steps = [l for l in tpo.get_lines() if l.get_label() in labels]
+    # each curve is the empirical CDF: k/n at the k-th smallest seed
+    assert list(steps[0].get_xdata())[1:-1] == sorted(ours)
+    assert np.allclose(steps[0].get_ydata()[1:-1], [1 / 3, 2 / 3, 1])
+    assert np.allclose(steps[1].get_ydata()[1:-1], [0.2, 0.4, 0.6, 0.8, 1.0])
+    assert steps[0].get_linestyle() != steps[1].get_linestyle()
+    assert all(l.get_color() == plot.COLORS["tpo"] for l in steps)
+    assert all(l.get_color() == plot.COLORS["grpo"] for l in grpo.get_lines()[:2])
+    assert tpo.get_title() == f"tpo: rank-sum p = {stats.rank_sum_test(ours, paper):.2g}"
+    assert tpo.get_title() != grpo.get_title()
+    plot.plt.close(fig)
+    paths = figures.draw_seed_distributions(groups, "per seed", tmp_path, dpi=60)
+    assert [p.name for p in paths] == ["terminal_seeds.png", "terminal_seeds.pdf"]
+    assert all(p.stat().st_size > 5000 for p in paths)
+    with pytest.raises(figures.NoData):
+        figures.render_seed_distributions([], "per seed")

@@ -225,10 +225,12 @@ def test_report_cli(tmp_path):
     for link in links:
         assert (out.parent / link).is_file()
         assert (out.parent / link).with_suffix(".pdf").is_file()
-    # The summary counts every verdict of a section.
-    summary = next(l for l in text.splitlines() if l.startswith("| `terminal_h_sweep` |"))
-    cells = [c.strip() for c in summary.strip("|").split("|")]
-    assert sum(int(c) for c in cells[2:]) == 42
+    # The summary counts every verdict of a section (none of these repeats another's).
+    summary = summary_table(text)["`terminal_h_sweep`"]
+    assert sum(int(summary[v]) for v in report.VERDICT_ORDER) == 42
+    # The hero figure draws the H sweep's runs: they are counted where they are judged.
+    hero = summary_table(text)["`hero`"]
+    assert int(hero["runs"]) > 0 and hero["runs counted here"] == "0"
 
 
 def test_report_without_results(tmp_path, capsys):
@@ -336,3 +338,115 @@ def test_report_validation_split_table_and_findings(tmp_path):
     assert "validation split" in section and "test file" in section
     assert report.main(["--results", str(res), "--out", str(out),
                         "--findings", str(tmp_path / "none.md")]) == 2
+
+
+# ---- the summary counts each paper number and each run once (issue 18) ----
+
+def summary_table(text: str) -> dict:
+    """result -> {column: cell} of the report's summary table."""
+    after = text.split("## Summary\n")[1].lstrip("\n").splitlines()
+    block = after[:next(i for i, l in enumerate(after) if not l.startswith("|"))]
+    head = [c.strip() for c in block[0].strip("|").split("|")]
+    return {cells[0]: dict(zip(head, cells)) for cells in
+            ([c.strip() for c in l.strip("|").split("|")] for l in block[2:])}
+
+
+def paper_rows(p, *picks):
+    """Rows of paper_numbers.csv by (experiment, algo, H, match, value)."""
+    out = []
+    for exp, algo, h, match, value in picks:
+        hit = p[(p["experiment"] == exp) & (p["algo"] == algo) & (p["H"] == h) & (p["match"] == match)
+                & (p["value"] == value) & (p["kind"] == "number")]
+        assert len(hit) == 1, (exp, algo, h, match, value)
+        out.append(hit)
+    return pd.concat(out, ignore_index=True)
+
+
+@pytest.fixture(scope="module")
+def shared_runs_report(tmp_path_factory):
+    """The H sweep and the ablations on one table, where the ablations' TPO and GRPO-no-KL
+    are the H sweep's runs and a grouped method's interaction-matched row is its
+    prompt-matched run, judged against six paper rows, one a reprint."""
+    df = results_table().assign(match_k=8)
+    df = df[df["experiment"].isin(["terminal_h_sweep", "ablations"])]
+    df = df[~((df["match"] == "interactions") & (df["algo.k"] == 8))]
+    p = report.load_paper()
+    paper = paper_rows(p, ("terminal_h_sweep", "tpo", "10", "prompts", "7.4"),
+                       ("terminal_h_sweep", "tpo", "10", "interactions", "19.0"),
+                       ("terminal_h_sweep", "grpo_no_kl", "10", "prompts", ">95"),
+                       ("terminal_h_sweep", "grpo", "10", "prompts", "50.4"),
+                       ("ablations", "tpo", "10", "prompts", "7.4"),
+                       ("ablations", "grpo_no_kl", "10", "prompts", ">99"))
+    paper.loc[paper["value"] == ">95", "seeds"] = "3"  # as many seeds as ours: not "below"
+    tmp = tmp_path_factory.mktemp("shared")
+    text = report.build(df, tmp / "R.md", tmp / "figures", paper=paper)
+    return df, text, tmp
+
+
+def test_summary_counts_a_reprinted_number_once(shared_runs_report):
+    _, text, _ = shared_runs_report
+    s = summary_table(text)
+    total = s["**total, each once**"]
+    # 7.4 printed in both tables is one number; 19.0 (another replicate) and >95 / >99
+    # (two printed values for one configuration) are numbers of their own, as is 50.4
+    assert total["paper numbers"] == "5" and total["repeats"] == "1"
+    assert s["`ablations`"]["paper numbers"] == "1" and s["`ablations`"]["repeats"] == "1"
+    verdicts = sum(int(total[v]) for v in report.VERDICT_ORDER)
+    assert verdicts == 5 and total["inconclusive"] == "5"  # 3 seeds each
+    abl = text.split("(`ablations`)")[1]
+    tpo = next(l for l in abl.splitlines() if "| tpo |" in l)
+    assert "repeats a row of `terminal_h_sweep`" in tpo
+    assert "repeats a row" not in next(l for l in abl.splitlines() if "| grpo_no_kl |" in l)
+
+
+def test_summary_counts_a_shared_run_once(shared_runs_report):
+    df, text, _ = shared_runs_report
+    s = summary_table(text)
+    runs = {name: set(map(tuple, experiments_runs(df, name))) for name in ("terminal_h_sweep", "ablations")}
+    shared = runs["terminal_h_sweep"] & runs["ablations"]
+    assert shared  # the fixture really shares runs
+    assert s["`terminal_h_sweep`"]["runs"] == str(len(runs["terminal_h_sweep"]))
+    assert s["`ablations`"]["runs"] == str(len(runs["ablations"]))
+    assert s["`ablations`"]["runs counted here"] == str(len(runs["ablations"] - shared))
+    assert s["**total, each once**"]["runs counted here"] == str(len(runs["terminal_h_sweep"] | runs["ablations"]))
+    # two printed values on each of two sets of runs; GRPO's 50.4 alone on its own
+    assert "4 of the 5 run-based verdicts on paper numbers share their runs" in text
+    assert "3 distinct sets of runs" in text
+
+
+def experiments_runs(df, name):
+    from analysis.experiments import select
+
+    return select(df, name)[["config_hash", "seed"]].drop_duplicates().itertuples(index=False)
+
+
+def test_summary_marks_rows_below_the_papers_seeds(shared_runs_report):
+    _, text, _ = shared_runs_report
+    s = summary_table(text)
+    # ours: 3 seeds; the paper's 20, except the >95 row set to 3 above
+    assert s["`terminal_h_sweep`"]["below paper's seeds"] == "3"
+    assert s["`terminal_h_sweep`"]["our seeds"] == "3" and s["`terminal_h_sweep`"]["paper's seeds"] == "3–20"
+    assert s["**total, each once**"]["below paper's seeds"] == "4"  # the repeat is not counted again
+
+
+def test_summary_counts_formula_checks_apart(tmp_path):
+    df = results_table()
+    df = df[df["experiment"] == "tabular_multi"]
+    p = report.load_paper()
+    paper = p[p["experiment"] == "tabular_multi"]
+    assert (paper["metric"] == "weight_p0.1").sum() == 3
+    text = report.build(df, tmp_path / "R.md", tmp_path / "figures", paper=paper)
+    total = summary_table(text)["**total, each once**"]
+    # the weights come from SPEC's formulas: three formula checks, none a run-based "reproduced"
+    assert total[V.FORMULA] == "3" and total[V.REPRODUCED] == "0"
+    assert total["paper numbers"] == "3" and total["claims"] == str((paper["kind"] == "ordering").sum())
+    assert sum(int(total[v]) for v in report.VERDICT_ORDER) == int(total["claims"])
+    assert "formula checks apart: 3" in text
+
+
+def test_report_draws_the_per_seed_distributions(shared_runs_report):
+    _, text, tmp = shared_runs_report
+    links = re.findall(r"!\[terminal_seeds\]\(([^)]+)\)", text)
+    assert links == ["figures/terminal_seeds.png"]  # one figure, in the first section with the seeds
+    assert (tmp / links[0]).is_file() and (tmp / links[0]).with_suffix(".pdf").is_file()
+    assert text.index("terminal_seeds.png") < text.index("(`ablations`)")
