@@ -1,6 +1,8 @@
+import json
 import os
 import subprocess
 import sys
+import time
 from pathlib import Path
 
 import pytest
@@ -30,6 +32,25 @@ def run_script(script: str, *args: str, check: bool = True) -> subprocess.Comple
 
 def run_dirs(root: Path) -> list[Path]:
     return sorted(p for p in Path(root).rglob("seed=*") if p.is_dir())
+
+
+def wait_for(predicate, timeout: float = 180.0) -> None:
+    deadline = time.time() + timeout
+    while time.time() < deadline:
+        if predicate():
+            return
+        time.sleep(0.05)
+    raise AssertionError("timed out waiting")
+
+
+def metrics(run_dir: Path):
+    """A run's metrics, timing aside (what must equal an uninterrupted run's)."""
+    import pandas as pd
+    return pd.read_parquet(run_dir / "metrics.parquet").drop(columns=["wall_s"])
+
+
+def summary(run_dir: Path) -> dict:
+    return json.loads((run_dir / "summary.json").read_text())
 
 
 @pytest.fixture

@@ -8,14 +8,13 @@ import shutil
 import signal
 import subprocess
 import sys
-import time
 from pathlib import Path
 
 import pandas as pd
 import pytest
 import torch
 
-from conftest import REPO, TINY, run_bench, run_dirs
+from conftest import REPO, TINY, metrics, run_bench, run_dirs, summary, wait_for
 
 SLOW = [*TINY, "task.episodes=12", "checkpoint_every=3"]
 
@@ -32,23 +31,6 @@ def wait_line(p: subprocess.Popen, text: str) -> None:
         if text in line:
             return
     raise AssertionError(f"{text!r} never printed")
-
-
-def wait_for(predicate, timeout=180.0):
-    deadline = time.time() + timeout
-    while time.time() < deadline:
-        if predicate():
-            return
-        time.sleep(0.05)
-    raise AssertionError("timed out waiting")
-
-
-def metrics(d: Path) -> pd.DataFrame:
-    return pd.read_parquet(d / "metrics.parquet").drop(columns=["wall_s"])
-
-
-def summary(d: Path) -> dict:
-    return json.loads((d / "summary.json").read_text())
 
 
 def the_run(root: Path) -> Path:
@@ -171,11 +153,11 @@ def test_resume_across_a_code_change_is_recorded_and_can_be_refused(tmp_path, re
 
 
 def test_threads_changed_on_resume_is_recorded(tmp_path):
-    d = _interrupted_run(tmp_path, "threads=1")
-    again = run_bench(*SLOW, "threads=2", f"output_root={tmp_path}")
-    assert "threads [1, 2] across attempts" in again.stdout
+    d = _interrupted_run(tmp_path, "threads=2")
+    again = run_bench(*SLOW, "threads=1", f"output_root={tmp_path}")
+    assert "threads [2, 1] across attempts" in again.stdout  # in the order they ran
     s = summary(d)
-    assert s["threads_used"] == [1, 2] and [a["threads"] for a in s["attempts_log"]] == [1, 2]
+    assert s["threads_used"] == [2, 1] and [a["threads"] for a in s["attempts_log"]] == [2, 1]
 
 
 # ------------------------------------------------------------------ item 7: signals
@@ -233,6 +215,24 @@ def test_disk_full_mid_run_is_recorded_as_failed_with_the_os_error(small_disk):
     assert "No space left on device" in s["reason"]
     assert not list(d.glob(".*.tmp"))  # the torn checkpoint temp does not stay on the full disk
     assert not (d / "checkpoint.pt").exists()
+
+
+def test_metrics_that_cannot_be_written_turn_the_record_into_failed(tmp_path, monkeypatch):
+    """The table is written before the summary: when the disk refuses the table, the
+    summary (small) says failed with both reasons instead of the status the run had."""
+    import errno
+
+    from bench import io, rundir
+
+    def full(path, df):
+        raise OSError(errno.ENOSPC, "No space left on device")
+
+    monkeypatch.setattr(io, "write_parquet", full)
+    rd = rundir.RunDir(tmp_path)
+    out = rd.finish(pd.DataFrame({"step": [0]}), {"status": "completed", "reason": None})
+    on_disk = summary(tmp_path)
+    assert on_disk == out and out["status"] == "failed" and out["error_kind"] == "io"
+    assert "metrics.parquet" in out["reason"] and "No space left" in out["reason"]
 
 
 # ------------------------------------------------------------------ item 8: damaged files

@@ -1,17 +1,13 @@
 """Interrupted, failed and badly configured runs (issue 5)."""
-import json
-import os
 import signal
 import subprocess
 import sys
-import time
-from pathlib import Path
 
 import pandas as pd
 import pytest
 import torch
 
-from conftest import REPO, TINY, run_bench, run_dirs, run_script
+from conftest import REPO, TINY, metrics, run_bench, run_dirs, run_script, summary, wait_for
 
 SLOW = [*TINY, "task.episodes=12", "checkpoint_every=3"]
 
@@ -19,23 +15,6 @@ SLOW = [*TINY, "task.episodes=12", "checkpoint_every=3"]
 def start_bench(*args: str) -> subprocess.Popen:
     return subprocess.Popen([sys.executable, "-m", "bench", *args], cwd=REPO, text=True,
                             stdout=subprocess.PIPE, stderr=subprocess.STDOUT)
-
-
-def wait_for(predicate, timeout=120.0):
-    deadline = time.time() + timeout
-    while time.time() < deadline:
-        if predicate():
-            return
-        time.sleep(0.05)
-    raise AssertionError("timed out waiting")
-
-
-def metrics(run_dir: Path) -> pd.DataFrame:
-    return pd.read_parquet(run_dir / "metrics.parquet").drop(columns=["wall_s"])
-
-
-def summary(run_dir: Path) -> dict:
-    return json.loads((run_dir / "summary.json").read_text())
 
 
 @pytest.fixture
