@@ -20,6 +20,7 @@ from pathlib import Path
 import pandas as pd
 
 from analysis import experiments, plot, stats
+from bench import io
 from analysis.experiments import ALIASES, EXPERIMENTS, TARGETS
 
 plt = plot.plt  # pyplot with the Agg backend already selected
@@ -246,7 +247,7 @@ def _save(fig, name: str, out_dir, dpi: int) -> list[Path]:
     for ext in ("png", "pdf"):
         paths.append(out_dir / f"{name}.{ext}")
         # No creation date in the PDF: a regenerated report changes only where data did.
-        fig.savefig(paths[-1], dpi=dpi, metadata={"CreationDate": None} if ext == "pdf" else None)
+        io.save_figure(fig, paths[-1], dpi=dpi, metadata={"CreationDate": None} if ext == "pdf" else None)
     plt.close(fig)
     return paths
 

@@ -29,6 +29,7 @@ from analysis import experiments, figures, stats, tuned
 from analysis.plot import _fmt
 from analysis import verdicts as V
 from analysis.experiments import ALIASES, EXPERIMENTS
+from bench import io
 
 PAPER = Path(__file__).with_name("paper_numbers.csv")
 PAPER_SEEDS = Path(__file__).with_name("paper_seeds.csv")
@@ -602,8 +603,7 @@ def main(argv=None) -> int:
         return 2
     text = build(df, out, fig_dir, runs, args.hardware, f"`{results}`",
                  findings=findings.read_text() if findings.is_file() else "")
-    out.parent.mkdir(parents=True, exist_ok=True)
-    out.write_text(text)
+    io.write_text(out, text)
     print(f"wrote {out}")
     return 0
 
