@@ -7,8 +7,17 @@ every run directory checked against an uninterrupted reference of its config.
 Faults: SIGKILL, SIGTERM, SIGINT at a random moment; a duplicate launch (the same
 command twice at once); ENOSPC (the run's output root on a 512 KiB tmpfs, too small for
 a checkpoint, grown after the failure; needs root, else that fault is left out and
-said so). Prints trials, faults injected, runs compared, rows lost, rows mislabelled;
-exits 1 if any row was lost or mislabelled.
+said so).
+
+Two checks per trial. Right after the fault, the record must say truthfully what
+happened (a repair by re-running must not be what saves it): `completed` and equal to
+the reference when a process finished it (a duplicate launch: one trains, the other
+must not touch it); `interrupted` after SIGTERM/SIGINT, with a checkpoint of the rows so
+far; `failed` with `error_kind: io` after ENOSPC; no temp file left by a writer that is
+gone. A record that says otherwise counts all its rows as mislabelled. Then, after the
+same command has been re-run until completed, every row must equal the reference's.
+Prints trials, faults injected, runs compared, rows lost, rows mislabelled; exits 1 if
+any row was lost or mislabelled.
 """
 from __future__ import annotations
 
@@ -65,33 +74,63 @@ def wait_started(root: Path, proc: subprocess.Popen, timeout: float = 120.0) -> 
         time.sleep(0.02)
 
 
-def signal_trial(args: list[str], root: Path, sig: int, rng: random.Random) -> None:
+def signal_trial(args: list[str], root: Path, sig: int, rng: random.Random) -> str:
+    """The status the record must have afterwards."""
     proc = bench(args, root)
     wait_started(root, proc)
     time.sleep(rng.uniform(0.0, 2.5))  # before, between or after checkpoints
-    if proc.poll() is None:
-        proc.send_signal(sig)
+    if proc.poll() is not None:
+        return "completed"
+    proc.send_signal(sig)
     proc.wait()
+    return "running" if sig == signal.SIGKILL else "interrupted"
 
 
-def duplicate_trial(args: list[str], root: Path, rng: random.Random) -> None:
+def duplicate_trial(args: list[str], root: Path, rng: random.Random) -> str:
     first = bench(args, root)
     time.sleep(rng.uniform(0.0, 1.5))
     second = bench(args, root)
     first.wait()
     second.wait()
+    return "completed"
 
 
-def enospc_trial(args: list[str], root: Path) -> bool:
-    """False where no tmpfs can be mounted here."""
+def enospc_trial(args: list[str], root: Path) -> str | None:
+    """None where no tmpfs can be mounted here."""
     root.mkdir(parents=True)
     if subprocess.run(["mount", "-t", "tmpfs", "-o", "size=512k", "tmpfs", str(root)],
                       capture_output=True).returncode != 0:
-        return False
+        return None
     bench(args, root).wait()
-    # the operator frees space; the same command then repairs the run
-    subprocess.run(["mount", "-o", "remount,size=64m", str(root)], check=True)
-    return True
+    return "failed"
+
+
+def after_fault(root: Path, expected: str, reference: pd.DataFrame) -> tuple[int, str | None]:
+    """(rows mislabelled, problem) of the record as the fault left it."""
+    d = run_dir(root)
+    if d is None:
+        return 0, None if expected == "running" else "no run directory"
+    try:
+        s = io.read_json_object(d / SUMMARY)
+    except (OSError, io.DamagedFile) as e:
+        return len(reference), f"summary unreadable after the fault: {e}"
+    try:
+        rows = len(pd.read_parquet(d / METRICS))
+    except (OSError, ValueError):
+        rows = 0
+    temps = [p.name for p in d.glob(f".*{io.TEMP_SUFFIX}")]
+    wrong = None
+    if s.get("status") == "completed" and expected != "completed":
+        expected = "completed"  # the run ended before the fault could reach it
+    if s.get("status") != expected:
+        wrong = f"record says {s.get('status')!r} ({s.get('reason')}), expected {expected!r}"
+    elif expected == "failed" and s.get("error_kind") != "io":
+        wrong = f"failed without error_kind io: {s.get('reason')}"
+    elif expected == "completed" and (rows != len(reference) or s.get("attempts") != 1):
+        wrong = f"completed with {rows} rows, attempts {s.get('attempts')}"
+    elif temps and expected != "running":  # a killed writer's temp is expected; others not
+        wrong = f"temp files left: {temps}"
+    return (max(rows, 1) if wrong else 0), wrong
 
 
 def finish(args: list[str], root: Path) -> int:
@@ -151,17 +190,22 @@ def main(argv: list[str] | None = None) -> int:
         fault = rng.choice([f for f in FAULTS if can_mount or f != "enospc"])
         root = args.root / "trials" / f"{trial:03d}-{fault}"
         if fault in SIGNALS:
-            signal_trial(config, root, SIGNALS[fault], rng)
+            expected = signal_trial(config, root, SIGNALS[fault], rng)
         elif fault == "duplicate":
-            duplicate_trial(config, root, rng)
-        elif not enospc_trial(config, root):
+            expected = duplicate_trial(config, root, rng)
+        elif (expected := enospc_trial(config, root)) is None:
             can_mount = False
             print("[faults] cannot mount a tmpfs here (needs root): ENOSPC trials left out")
             fault = rng.choice(list(SIGNALS))
-            signal_trial(config, root, SIGNALS[fault], rng)
+            expected = signal_trial(config, root, SIGNALS[fault], rng)
         injected[fault] += 1
+        bad_record, record_problem = after_fault(root, expected, references[key])
+        if fault == "enospc":  # the operator frees space; the same command repairs the run
+            subprocess.run(["mount", "-o", "remount,size=64m", str(root)], check=True)
         attempts = finish(config, root)
         rows_lost, rows_bad, problem = compare(root, references[key])
+        rows_bad += bad_record
+        problem = "; ".join(p for p in (record_problem, problem) if p) or None
         compared += 1
         lost += rows_lost
         mislabelled += rows_bad

@@ -420,12 +420,15 @@ def run(spec: RunSpec) -> dict[str, Any]:
             return _not_run(spec, "held", f"held by {rundir.describe(holder)}; skipped (that "
                                           f"process is training it)")
     try:
-        return _attempt(spec, rd, prev)
+        # From here on a stop signal waits for an episode boundary (or the end).
+        with interrupts.Boundary() as boundary:
+            return _attempt(spec, rd, prev, boundary)
     finally:
         rd.release()
 
 
-def _attempt(spec: RunSpec, rd: rundir.RunDir, prev: dict) -> dict[str, Any]:
+def _attempt(spec: RunSpec, rd: rundir.RunDir, prev: dict,
+             boundary: interrupts.Boundary) -> dict[str, Any]:
     """One attempt at a run whose lock this process holds."""
     if spec.force:
         checkpoint.clear(rd.path)
@@ -461,8 +464,7 @@ def _attempt(spec: RunSpec, rd: rundir.RunDir, prev: dict) -> dict[str, Any]:
     rows: list[dict[str, Any]] = []
     status, reason, kind = "completed", None, None
     try:
-        with interrupts.Boundary() as boundary:
-            _train(spec, state, ident, rows, heartbeat, boundary, label, record["attempts"])
+        _train(spec, state, ident, rows, heartbeat, boundary, label, record["attempts"])
     except Exception as e:
         status, reason = "failed", f"{type(e).__name__}: {e}"
         kind = "io" if isinstance(e, OSError) else "diverged" if isinstance(e, FloatingPointError) else "error"

@@ -76,7 +76,8 @@ def test_nan_marks_run_failed_and_sweep_goes_on(tmp_path):
     partial = pd.read_parquet(failed / "metrics.parquet")
     assert list(partial["step"]) == [0, 1, 2, 3, 4] and partial["partial"].all()
     assert not pd.read_parquet(dirs["completed"] / "metrics.parquet")["partial"].any()
-    out = run_script("analysis/collect.py", str(tmp_path), "--out", str(tmp_path / "r.parquet"))
+    out = run_script("analysis/collect.py", str(tmp_path), "--out", str(tmp_path / "r.parquet"),
+                     "--allow-skips")  # the failed run is skipped and named; the good one kept
     assert "failed (1):" in out.stdout and "non-finite loss" in out.stdout
     assert len(pd.read_parquet(tmp_path / "r.parquet")) == 4
     # the same sweep without the fault repairs what failed and skips what is done
