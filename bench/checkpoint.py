@@ -9,6 +9,7 @@ seed or run length is refused rather than resumed under this run's label.
 """
 from __future__ import annotations
 
+import time
 from io import BytesIO
 from pathlib import Path
 from typing import Any
@@ -41,7 +42,6 @@ def save(run_dir: Path, state: dict[str, Any], pause_s: float = 0.0) -> None:
     with io.atomic_path(run_dir / CHECKPOINT) as tmp:
         tmp.write_bytes(buffer.getbuffer())
         if pause_s:
-            import time
             time.sleep(pause_s)
 
 
