@@ -6,6 +6,23 @@ import hydra
 from omegaconf import DictConfig, OmegaConf
 
 
+def register_sweepers() -> None:
+    """Hydra finds plugins by walking the `hydra_plugins` namespace, and an editable
+    install (setuptools' import hook) hides ours from that walk: outside the repository
+    root every multirun failed with "Unknown plugin class". Registering them by hand works
+    for every kind of install."""
+    from hydra.core.plugins import Plugins
+
+    # Scan first: Hydra's scan re-executes the modules it finds (Hydra's own sweeper base
+    # class included), so a class imported before it would subclass a stale copy.
+    plugins = Plugins.instance()
+    from hydra_plugins.bench_optuna.optuna_sweeper import OptunaSweeper
+    from hydra_plugins.bench_sweeper.bench_sweeper import BenchSweeper
+
+    for sweeper in (BenchSweeper, OptunaSweeper):
+        plugins.register(sweeper)
+
+
 def job_specs(cfg: dict, explicit: frozenset):
     """The RunSpecs of one job: seeds seed .. seed + seeds_per_job - 1."""
     from bench.runner import ConfigError, build
@@ -51,4 +68,5 @@ def main(cfg: DictConfig) -> dict:
 
 
 if __name__ == "__main__":
+    register_sweepers()
     main()

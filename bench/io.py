@@ -106,7 +106,15 @@ def package_versions() -> dict[str, str]:
 
 
 def git_commit() -> str | None:
+    """The checkout's commit ("-dirty" with uncommitted changes to tracked files), or None
+    when the code does not run from a checkout of its own."""
     try:
+        # A non-editable install sits in site-packages, which may lie inside some other
+        # repository (a venv in a project folder): that repository's commit is not ours.
+        top = subprocess.run(["git", "-C", str(REPO_ROOT), "rev-parse", "--show-toplevel"],
+                             capture_output=True, text=True, timeout=5)
+        if top.returncode != 0 or Path(top.stdout.strip()).resolve() != REPO_ROOT:
+            return None
         sha = subprocess.run(["git", "-C", str(REPO_ROOT), "rev-parse", "HEAD"],
                              capture_output=True, text=True, timeout=5)
         if sha.returncode != 0:

@@ -1,0 +1,70 @@
+"""The installed package works from any directory (issue 19, item 1): a multirun from a
+directory that is not the repository (editable install, as the README says), and a
+non-editable install (how cluster environments are usually built) that has nothing of
+the checkout on its path."""
+import json
+import os
+import shutil
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from conftest import REPO, TINY
+
+
+def _env(**extra: str) -> dict:
+    env = {k: v for k, v in os.environ.items() if k != "PYTHONPATH"}
+    return {**env, **extra}
+
+
+def _python(*args: str, cwd: Path, env: dict) -> subprocess.CompletedProcess:
+    return subprocess.run([sys.executable, *args], cwd=cwd, env=env, text=True,
+                          capture_output=True, timeout=600)
+
+
+def _completed(root: Path) -> list[dict]:
+    return [json.loads(p.read_text()) for p in sorted(root.rglob("summary.json"))]
+
+
+def test_multirun_from_another_directory(tmp_path: Path) -> None:
+    elsewhere = tmp_path / "elsewhere"
+    elsewhere.mkdir()
+    proc = _python("-m", "bench", "-m", "seed=0,1", *TINY, cwd=elsewhere, env=_env())
+    assert proc.returncode == 0, proc.stdout + proc.stderr
+    assert "Unknown plugin class" not in proc.stderr
+    runs = _completed(elsewhere / "outputs")
+    assert sorted(r["seed"] for r in runs) == [0, 1]
+    assert {r["status"] for r in runs} == {"completed"}
+
+
+def test_non_editable_install_runs_from_anywhere(tmp_path: Path) -> None:
+    if shutil.which("git") is None:
+        pytest.skip("git is needed to build the other repository around the install")
+    # The install lives inside another git repository, as a venv in a project folder
+    # does: the runs must not claim that repository's commit as the code's.
+    other = tmp_path / "other-project"
+    other.mkdir()
+    subprocess.run(["git", "init", "-q", str(other)], check=True)
+    subprocess.run(["git", "-C", str(other), "-c", "user.email=a@b", "-c", "user.name=a",
+                    "commit", "-q", "--allow-empty", "-m", "x"], check=True)
+    site = other / "site"
+    build = _python("-m", "pip", "install", "-q", "--no-deps", "--no-build-isolation",
+                    "--target", str(site), str(REPO), cwd=tmp_path, env=_env())
+    assert build.returncode == 0, build.stdout + build.stderr
+    shutil.rmtree(REPO / "build", ignore_errors=True)  # setuptools' scratch folder
+    env = _env(PYTHONPATH=str(site))
+    where = _python("-c", "import bench, analysis; print(bench.__file__); print(analysis.__file__)",
+                    cwd=tmp_path, env=env)
+    assert all(line.startswith(str(site)) for line in where.stdout.split()), where.stdout
+    sweep = _python("-m", "bench", "-m", "algo=tpo,dg", "seed=0", *TINY, cwd=tmp_path, env=env)
+    assert sweep.returncode == 0, sweep.stdout + sweep.stderr
+    runs = _completed(tmp_path / "outputs")
+    assert sorted(r["algo"] for r in runs) == ["dg", "tpo"]
+    assert {r["git_commit"] for r in runs} == {None}
+    collect = _python("-m", "analysis.collect", cwd=tmp_path, env=env)
+    assert collect.returncode == 0, collect.stdout + collect.stderr
+    plot = _python("-m", "analysis.plot", cwd=tmp_path, env=env)
+    assert plot.returncode == 0, plot.stdout + plot.stderr
+    assert (tmp_path / "outputs" / "plots" / "demo.png").stat().st_size > 0
