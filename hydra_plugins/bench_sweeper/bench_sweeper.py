@@ -16,6 +16,16 @@ from omegaconf import OmegaConf, open_dict
 
 class BenchSweeper(BasicSweeper):
     def setup(self, *, hydra_context, task_function, config) -> None:
+        self._slurm = str(OmegaConf.select(config, "hydra.launcher._target_") or "").endswith(
+            ".SlurmLauncher")
+        if self._slurm:
+            from bench import slurm
+
+            slurm.quiet_sacct_repeats()
+            folder = config.hydra.launcher._get_node("submitit_folder")
+            if folder is not None and folder._value() == slurm.PLUGIN_LOG_FOLDER:
+                with open_dict(config):  # the plugin's own preset: logs beside the results too
+                    config.hydra.launcher.submitit_folder = slurm.LOG_FOLDER
         try:
             super().setup(hydra_context=hydra_context, task_function=task_function, config=config)
         except Exception as e:  # typically a launcher preset whose plugin is not installed
@@ -23,6 +33,17 @@ class BenchSweeper(BasicSweeper):
             print(f"error: hydra/launcher could not be created ({target}): {e}\n"
                   f"  install its plugin (hydra-submitit-launcher for slurm_*, "
                   f"hydra-joblib-launcher for local), or pick another hydra/launcher",
+                  file=sys.stderr, flush=True)
+            sys.exit(2)
+
+    def _refuse_without_slurm(self) -> None:
+        """Before anything is submitted (a dry run too): sbatch reachable, the partition real."""
+        from bench import slurm
+
+        why = slurm.problem(OmegaConf.select(self.config, "hydra.launcher.partition"))
+        if why is not None:
+            choice = OmegaConf.select(self.config, "hydra.runtime.choices")["hydra/launcher"]
+            print(f"error: hydra/launcher={choice}: {why}; nothing was launched",
                   file=sys.stderr, flush=True)
             sys.exit(2)
 
@@ -89,6 +110,8 @@ class BenchSweeper(BasicSweeper):
             print(f"[sweep] {len(self._duplicates)} job(s) are the same run as another job and "
                   f"are launched once, e.g. {example}", flush=True)
         jobs = [job for job in jobs if tuple(job) not in self._duplicates]
+        if self._slurm:
+            self._refuse_without_slurm()
         if OmegaConf.select(self.config, "dry_run"):
             print(f"[dry run] {len(jobs)} valid jobs ({len(jobs) * per_job} runs); nothing launched")
             for job in jobs:

@@ -1,0 +1,95 @@
+"""A SLURM sweep is checked before anything is submitted (issue 19, item 2): without
+sbatch, with a controller that does not answer, or with a partition that does not exist,
+the sweep is refused in one line naming the launcher and the cause, exit 2, nothing
+created. These run anywhere: SLURM's commands are replaced by stand-ins on PATH."""
+import logging
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from bench import slurm
+from conftest import REPO, TINY
+
+
+def _sweep(tmp_path: Path, path: str, *extra: str) -> subprocess.CompletedProcess:
+    out = tmp_path / "outputs"
+    env = {**os.environ, "PATH": path}
+    return subprocess.run([sys.executable, "-m", "bench", "-m", "seed=0,1", *TINY,
+                           f"output_root={out}", *extra], cwd=REPO, env=env, text=True,
+                          capture_output=True, timeout=300)
+
+
+def _stand_ins(tmp_path: Path, sinfo: str) -> str:
+    """A PATH holding sbatch and srun that do nothing, and an sinfo running `sinfo`."""
+    bin_ = tmp_path / "bin"
+    bin_.mkdir()
+    for name, body in (("sbatch", "exit 0"), ("srun", "exit 0"), ("sinfo", sinfo)):
+        (bin_ / name).write_text(f"#!/bin/sh\n{body}\n")
+        (bin_ / name).chmod(0o755)
+    return str(bin_)
+
+
+def _nothing_created(tmp_path: Path) -> None:
+    assert not (tmp_path / "outputs").exists()
+
+
+@pytest.mark.parametrize("dry_run", ["dry_run=true", "dry_run=false"])
+def test_no_sbatch_is_refused_in_one_line(tmp_path, dry_run):
+    empty = tmp_path / "empty"
+    empty.mkdir()
+    proc = _sweep(tmp_path, str(empty), "hydra/launcher=slurm_cpu", dry_run)
+    assert proc.returncode == 2, proc.stdout + proc.stderr
+    [line] = proc.stderr.strip().splitlines()
+    assert line.startswith("error: hydra/launcher=slurm_cpu: SLURM is not reachable")
+    assert "sbatch, srun, sinfo not found on PATH" in line and "nothing was launched" in line
+    assert "valid jobs" not in proc.stdout and "Traceback" not in proc.stderr
+    _nothing_created(tmp_path)
+
+
+def test_controller_that_does_not_answer_is_named(tmp_path):
+    path = _stand_ins(tmp_path, "echo 'sinfo: error: Unable to process configuration file' >&2; exit 1")
+    proc = _sweep(tmp_path, path, "hydra/launcher=submitit_slurm")
+    assert proc.returncode == 2, proc.stdout + proc.stderr
+    [line] = proc.stderr.strip().splitlines()
+    assert line == ("error: hydra/launcher=submitit_slurm: SLURM is not answering: sinfo says: "
+                    "sinfo: error: Unable to process configuration file; nothing was launched")
+    _nothing_created(tmp_path)
+
+
+def test_unknown_partition_is_refused_naming_the_partitions(tmp_path):
+    path = _stand_ins(tmp_path, "printf 'debug*\\ncpu\\n'")
+    proc = _sweep(tmp_path, path, "hydra/launcher=slurm_cpu", "hydra.launcher.partition=gpu")
+    assert proc.returncode == 2, proc.stdout + proc.stderr
+    assert ("hydra.launcher.partition=gpu: no such SLURM partition (sinfo lists: debug, cpu)"
+            in proc.stderr)
+    _nothing_created(tmp_path)
+    # a partition sinfo lists (the default one too, without its '*') passes the check
+    for partition in ("cpu", "debug"):
+        ok = _sweep(tmp_path, path, "hydra/launcher=slurm_cpu",
+                    f"hydra.launcher.partition={partition}", "dry_run=true")
+        assert ok.returncode == 0 and "[dry run] 2 valid jobs" in ok.stdout, ok.stderr
+
+
+def test_local_launcher_is_not_checked(tmp_path):
+    empty = tmp_path / "empty"
+    empty.mkdir()
+    proc = _sweep(tmp_path, str(empty), "hydra/launcher=local", "dry_run=true")
+    assert proc.returncode == 0 and "[dry run] 2 valid jobs" in proc.stdout, proc.stderr
+
+
+def test_repeated_sacct_warning_is_said_once(capsys, caplog):
+    log = logging.getLogger("submitit")
+    slurm.quiet_sacct_repeats()
+    slurm.quiet_sacct_repeats()  # a second sweep in one process adds no second filter
+    with caplog.at_level(logging.WARNING, logger="submitit"):
+        for call in range(1, 4):
+            log.warning(f"Call #{call} - Bypassing sacct error Command '['sacct']' returned "
+                        f"non-zero exit status 1., status may be inaccurate.")
+        log.warning("another warning")
+    assert [r.getMessage() for r in caplog.records] == ["another warning"]
+    [line] = capsys.readouterr().err.splitlines()
+    assert line.startswith("[slurm] sacct is unavailable here (Command '['sacct']' returned non-zero")
+    assert "Bypassing" not in line and "Said once" in line
