@@ -15,7 +15,7 @@ from typing import Any
 NON_IDENTITY_KEYS = frozenset({
     "seed", "device", "output_root", "threads", "log_every", "plugins", "force", "hydra",
     "checkpoint_every", "debug", "seeds_per_job", "seeds", "experiment", "dry_run",
-    "resume_across_commits",
+    "resume_across_commits", "progress_every_s",
 })
 
 

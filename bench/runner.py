@@ -73,6 +73,8 @@ class RunSpec:
     """columns that describe but do not identify the run (the experiment preset)"""
     resume_across_commits: bool = True
     """resume a checkpoint written under another git commit (recorded either way)"""
+    progress_every_s: float = 30.0
+    """a progress line at least this often (besides every log_every episodes)"""
 
     @property
     def lr(self) -> float | None:
@@ -216,11 +218,18 @@ def build(cfg: dict[str, Any], explicit: frozenset[str] = frozenset()) -> RunSpe
         raise ConfigError(f"threads must be a non-negative integer (0: as many as this process "
                           f"was allotted), got {threads!r}")
     _check_device(cfg.get("device", "cpu"))
-    for key in ("log_every", "checkpoint_every"):
-        value = cfg.get(key, 1)
-        if not isinstance(value, int) or isinstance(value, bool) or value < 1:
-            raise ConfigError(f"{key} must be a positive integer, got {value!r}")
     checkpoint_every = cfg.get("checkpoint_every", 250)
+    if not isinstance(checkpoint_every, int) or isinstance(checkpoint_every, bool) or checkpoint_every < 1:
+        raise ConfigError(f"checkpoint_every must be a positive integer, got {checkpoint_every!r}")
+    log_every = cfg.get("log_every", 50)
+    if not isinstance(log_every, int) or isinstance(log_every, bool) or log_every < 0:
+        raise ConfigError(f"log_every must be a non-negative integer (0: no line by episode "
+                          f"count), got {log_every!r}")
+    progress_every_s = cfg.get("progress_every_s", 30)
+    if not isinstance(progress_every_s, (int, float)) or isinstance(progress_every_s, bool) or \
+            not math.isfinite(progress_every_s) or progress_every_s < 0:
+        raise ConfigError(f"progress_every_s must be a non-negative number of seconds (0: a line "
+                          f"every episode), got {progress_every_s!r}")
     _check_writable(cfg.get("output_root", "outputs"))
 
     run_task, hparams, notes, match = _match(cfg, task, algo, hparams)
@@ -242,7 +251,8 @@ def build(cfg: dict[str, Any], explicit: frozenset[str] = frozenset()) -> RunSpe
         optim_hparams=hparams, seed=seed, request=request, effective=effective, notes=notes,
         labels={"experiment": cfg.get("experiment")},
         resume_across_commits=bool(cfg.get("resume_across_commits", True)), device=str(cfg.get("device", "cpu")),
-        threads=int(cfg.get("threads", 0)), log_every=int(cfg.get("log_every", 50)),
+        threads=int(cfg.get("threads", 0)), log_every=log_every,
+        progress_every_s=float(progress_every_s),
         force=bool(cfg.get("force", False)), checkpoint_every=checkpoint_every,
         debug=dict(cfg.get("debug") or {}), config=science, config_hash=h,
         run_dir=run_dir(cfg.get("output_root", "outputs"), task.name, cfg["algo"]["name"], h, seed),
@@ -349,11 +359,21 @@ def train_episode(task, algo, request: Request, policy, opt, streams: Streams,
 
 def _progress(label: str, done: int, episodes: int, row: dict, last: dict, evaluates: bool,
               elapsed: float, resumed_at: int) -> None:
+    """One plain line, the same in a terminal and in a SLURM log (no \\r, no colours). The
+    rate counts this attempt's episodes only: a resumed run's earlier episodes took no time
+    here, and counting them would make the ETA far too short."""
     rate = (done - resumed_at) / max(elapsed, 1e-9)
-    test = f" last test error {last['error']:.4f}" if evaluates else ""
-    print(f"[{label}] step {done}/{episodes} error {row['error']:.4f}{test} "
-          f"reward {row['reward_mean']:.4f} loss {row['loss']:.4f} | "
-          f"{rate:.2f} ep/s | ETA {_fmt_eta((episodes - done) / max(rate, 1e-9))}", flush=True)
+    test = ""
+    if evaluates:  # the last evaluation: held-out test error, else the task's evaluated error
+        test = f" test error {last['test_error']:.4f}" if "test_error" in last else \
+            f" eval error {last['error']:.4f}"
+    line = (f"[{label}] step {done}/{episodes} error {row['error']:.4f}{test} "
+            f"reward {row['reward_mean']:.4f} loss {row['loss']:.4f} | "
+            f"{rate:.2f} ep/s | ETA {_fmt_eta((episodes - done) / max(rate, 1e-9))}\n")
+    # One write: a sweep's progress thread prints into the same stream (basic launcher), and
+    # print()'s separate write of the newline would let its line land inside this one.
+    sys.stdout.write(line)
+    sys.stdout.flush()
 
 
 def _threads(requested: int) -> int:
@@ -519,6 +539,7 @@ def _train(spec: RunSpec, state: dict | None, ident: dict, rows: list, heartbeat
     elif eval_every:
         rows.append({"step": 0, "rollouts": 0, "wall_s": 0.0, **spec.task.evaluate(policy)})
     t0, last_beat = time.perf_counter(), time.time()
+    started = last_line = time.monotonic()
     for step in range(start, episodes):
         row = train_episode(spec.task, spec.algo, spec.request, policy, opt, streams)
         if step == spec.debug.get("nan_at", -1):
@@ -533,9 +554,11 @@ def _train(spec: RunSpec, state: dict | None, ident: dict, rows: list, heartbeat
         elif done % eval_every == 0 or done == episodes:
             rows.append({**row, "train_error": row["error"], "step": done,
                          **spec.task.evaluate(policy)})
-        if done % spec.log_every == 0 or done == episodes:
-            _progress(label, done, episodes, row, rows[-1], bool(eval_every),
-                      time.perf_counter() - t0, start)
+        now = time.monotonic()
+        if (spec.log_every and done % spec.log_every == 0) or done == episodes or \
+                now - last_line >= spec.progress_every_s:
+            _progress(label, done, episodes, row, rows[-1], bool(eval_every), now - started, start)
+            last_line = now
         if spec.debug.get("sleep"):
             time.sleep(spec.debug["sleep"])
         if done < episodes and (done % spec.checkpoint_every == 0 or boundary.pending):
