@@ -56,6 +56,7 @@ class BenchSweeper(BasicSweeper):
     def sweep(self, arguments: List[str]) -> Any:
         from bench.__main__ import explicit_keys, job_specs
         from bench.runner import ConfigError
+        from hydra_plugins.bench_sweeper._progress import SweepProgress, every_s
 
         parser = OverridesParser.create(config_loader=self.hydra_context.config_loader)
         jobs = [job for batch in self.split_arguments(
@@ -66,6 +67,8 @@ class BenchSweeper(BasicSweeper):
         # resolve to the same run (match=interactions of a grouped method is its
         # prompt-matched run) are launched once: two processes must not train one directory.
         home: dict[tuple, str] = {}  # config overrides (no seed) -> run directory minus seed
+        packed: dict[tuple, int] = {}  # ... -> seeds per job (a job may set its own)
+        dirs: dict[tuple, list] = {}  # job -> its runs' directories, for the progress line
         seen: dict[str, dict[int, list[str]]] = {}
         per_job = OmegaConf.select(self.config, "seeds_per_job") or 1
         self._duplicates: set[tuple] = set()
@@ -81,7 +84,7 @@ class BenchSweeper(BasicSweeper):
                     with open_dict(cfg):
                         del cfg["hydra"]
                     specs = job_specs(OmegaConf.to_container(cfg, resolve=True), explicit_keys(job))
-                    home[key] = str(specs[0].run_dir.parent)
+                    home[key], packed[key] = str(specs[0].run_dir.parent), len(specs)
                 taken = seen.setdefault(home[key], {})
                 if first in taken:
                     if not self._duplicates:
@@ -89,6 +92,7 @@ class BenchSweeper(BasicSweeper):
                     self._duplicates.add(tuple(job))
                     continue
                 taken[first] = list(job)
+                dirs[tuple(job)] = [f"{home[key]}/seed={first + i}" for i in range(packed[key])]
             # Packed seeds overlap iff two neighbouring starts are closer than seeds_per_job:
             # one sort per config instead of comparing every job with every other.
             if isinstance(per_job, int) and per_job > 1:
@@ -117,7 +121,9 @@ class BenchSweeper(BasicSweeper):
             for job in jobs:
                 print("  " + " ".join(job))
             return []
-        returns = super().sweep(arguments)
+        with SweepProgress([d for job in jobs for d in dirs[tuple(job)]], every_s(self.config),
+                           force=bool(OmegaConf.select(self.config, "force"))):
+            returns = super().sweep(arguments)
         runs = [r for batch in returns for job in batch
                 for r in (job.return_value or {}).get("runs", [])]
         failed = [r for r in runs if r["status"] != "completed"]
