@@ -1,6 +1,6 @@
 """Gather every completed run under an output root into one parquet table.
 
-    python analysis/collect.py [ROOT] [--out FILE] [--allow-skips]
+    python analysis/collect.py [ROOT] [--out FILE] [--allow-skips] [--progress]
 
 A run is a `<root>/<task>/<algo>/<config_hash>/seed=<n>/` directory. It is kept only if
 its summary.json (written last by the runner) says "completed", its metrics.parquet reads
@@ -28,6 +28,46 @@ DEFAULT_OUT = "outputs/results.parquet"  # where analysis/plot.py looks by defau
 # checkpoint; silence for longer than this means the process is gone (OOM killer,
 # scancel, a dead node) and the run is only resumable, not running.
 STALE_AFTER_S = 600.0
+# Over many runs (a network file system, thousands of tables) collect says how far it got
+# on stderr (stdout is the report scripts parse): a line every PROGRESS_EVERY_S, and at
+# the end of a pass (summaries, then tables) its count when collect has taken
+# PROGRESS_AFTER_S so far, the pass covered PROGRESS_MANY runs or printed a line, and
+# always with --progress. A small, quick collect stays silent.
+PROGRESS_AFTER_S = 2.0
+PROGRESS_EVERY_S = 5.0
+PROGRESS_MANY = 1000
+
+
+class Progress:
+    """`collect: 340/560 run directories read (12 s)` lines on stderr for one pass."""
+
+    def __init__(self, what: str, forced: bool = False, started: float | None = None,
+                 stream=None, clock=time.monotonic):
+        self.what, self.forced, self.clock = what, forced, clock
+        self.stream = stream or sys.stderr
+        self.started = clock() if started is None else started  # shared by the passes
+        self.last: float | None = None  # when the last line was printed
+
+    def _say(self, done: int, total: int, now: float) -> None:
+        self.stream.write(f"collect: {done}/{total} {self.what} ({now - self.started:.0f} s)\n")
+        self.stream.flush()
+        self.last = now
+
+    def track(self, items: list):
+        """Yields `items`, saying how many were handled when it is time to."""
+        for done, item in enumerate(items, 1):
+            yield item
+            now = self.clock()
+            if done < len(items) and now - (self.started if self.last is None else self.last) >= PROGRESS_EVERY_S:
+                self._say(done, len(items), now)
+        now = self.clock()
+        if self.forced or self.last is not None or len(items) >= PROGRESS_MANY or \
+                now - self.started >= PROGRESS_AFTER_S:
+            self._say(len(items), len(items), now)
+
+
+def _tracked(items: list, progress: Progress | None):
+    return items if progress is None else progress.track(items)
 
 
 @dataclass
@@ -113,11 +153,11 @@ def _classify(run_dir: Path, stale_after: float = STALE_AFTER_S) -> RunInfo:
     return RunInfo(run_dir, "unknown", f"unknown status {status!r}")
 
 
-def find_runs(root, stale_after: float = STALE_AFTER_S) -> list[RunInfo]:
+def find_runs(root, stale_after: float = STALE_AFTER_S, progress: Progress | None = None) -> list[RunInfo]:
     """Every seed=<n> directory under root, classified by its summary.json."""
     root = Path(root)
     run_dirs = sorted(p for p in root.rglob("seed=*") if p.is_dir())
-    return [_classify(d, stale_after) for d in run_dirs]
+    return [_classify(d, stale_after) for d in _tracked(run_dirs, progress)]
 
 
 def read_metrics(path: Path) -> pd.DataFrame:
@@ -219,9 +259,10 @@ def collect(root, stale_after: float = STALE_AFTER_S) -> tuple[pd.DataFrame, lis
     return load_runs(find_runs(root, stale_after), root)
 
 
-def load_runs(runs: list[RunInfo], root=None) -> tuple[pd.DataFrame, list[RunInfo]]:
+def load_runs(runs: list[RunInfo], root=None,
+              progress: Progress | None = None) -> tuple[pd.DataFrame, list[RunInfo]]:
     frames, skipped = [], []
-    for run in runs:
+    for run in _tracked(runs, progress):
         if run.status != "completed":
             skipped.append(run)
             continue
@@ -294,14 +335,18 @@ def main(argv=None) -> int:
     parser.add_argument("--merge-into", metavar="TABLE",
                         help="merge the runs into this existing table instead of writing --out "
                              "(a run already there is replaced by its copy from ROOT)")
+    parser.add_argument("--progress", action="store_true",
+                        help=f"say how many run directories were read on stderr however fast "
+                             f"(by default only past {PROGRESS_AFTER_S:g} s or {PROGRESS_MANY} runs)")
     args = parser.parse_args(argv)
 
     root = Path(args.root)
     if not root.is_dir():
         print(f"error: output root {root} does not exist", file=sys.stderr)
         return 2
-    runs = find_runs(root, args.stale_after)
-    df, skipped = load_runs(runs, root)
+    started = time.monotonic()
+    runs = find_runs(root, args.stale_after, Progress("summaries read", args.progress, started))
+    df, skipped = load_runs(runs, root, Progress("run directories read", args.progress, started))
     # Failed runs first, then the unfinished ones (resumable), then damaged files and
     # tables that are not what their summary says, then extra copies.
     for kinds, title in ((("failed",), "failed"), (("running", "incomplete", "unknown"), "incomplete"),
