@@ -67,6 +67,37 @@ def main(cfg: DictConfig) -> dict:
             "error": summaries[-1].get("final", {}).get("error")}
 
 
-if __name__ == "__main__":
+def bad_input(error: BaseException | None) -> bool:
+    """Whether Hydra stopped on the command line or the config (an unknown group option or
+    key, a value of the wrong type, an override it cannot parse) rather than on a failure."""
+    from hydra.errors import (ConfigCompositionException, MissingConfigException,
+                              OverrideParseException)
+    from omegaconf.errors import OmegaConfBaseException
+
+    return isinstance(error, (ConfigCompositionException, MissingConfigException,
+                              OverrideParseException, OmegaConfBaseException))
+
+
+def cli() -> None:
+    """Exit codes, one convention whoever catches the problem: 0 done; 1 a run failed or
+    a file it met was refused; 2 bad input (nothing was created); 128 + N a signal N."""
     register_sweepers()
-    main()
+    try:
+        main()
+    except SystemExit as e:
+        # Hydra reports its errors and exits 1 from inside its handler, so the error it
+        # handled is the exit's context.
+        if e.code == 1 and bad_input(e.__context__):
+            sys.exit(2)
+        raise
+    except Exception as e:  # HYDRA_FULL_ERROR=1: Hydra re-raises instead
+        if bad_input(e):
+            import traceback
+
+            traceback.print_exc()
+            sys.exit(2)
+        raise
+
+
+if __name__ == "__main__":
+    cli()

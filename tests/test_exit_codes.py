@@ -1,0 +1,44 @@
+"""One exit-code convention (issue 19, item 8), whether Hydra or the harness catches the
+problem: 2 bad input (nothing created), 1 a run failed, 0 done. Before, Hydra's own
+refusals (an unknown option or key) exited 1, the harness's 2."""
+import pytest
+
+from conftest import TINY, run_bench
+
+# (override, what the refusal names): Hydra's refusals first, then the harness's.
+BAD = [
+    ("algo=nope", "algo/nope"),
+    ("+experiment=nope", "experiment/nope"),
+    ("hydra/launcher=nope", "hydra/launcher/nope"),
+    ("task.foo=1", "task.foo"),
+    ("algo=[a", "no viable alternative"),
+    ("algo.k=x", "algo.k"),
+    ("algo.eta=-1", "algo.eta"),
+    ("seed=abc", "seed"),
+]
+
+
+CASES = [(mode, *bad) for bad in BAD for mode in ("single", "multirun")
+         if mode == "single" or bad in BAD[:5]]  # the harness's sweep refusals: test_validation
+
+
+@pytest.mark.parametrize("mode,override,named", CASES, ids=[f"{c[0]}-{c[1]}" for c in CASES])
+def test_bad_input_exits_2_naming_it(out, mode, override, named):
+    sweep = ["-m", "seed=0,1"] if mode == "multirun" else []
+    proc = run_bench(*sweep, *TINY, override, f"output_root={out}", check=False)
+    assert proc.returncode == 2, proc.stdout + proc.stderr
+    assert named in proc.stderr
+    assert not out.exists()
+
+
+def test_bad_input_exits_2_with_hydra_full_error_too(out):
+    proc = run_bench(*TINY, "algo=nope", f"output_root={out}", check=False,
+                     env={"HYDRA_FULL_ERROR": "1"})
+    assert proc.returncode == 2 and "Traceback" in proc.stderr, proc.stderr
+    assert not out.exists()
+
+
+def test_a_failed_run_exits_1(out):
+    proc = run_bench(*TINY, "debug.nan_at=1", f"output_root={out}", check=False)
+    assert proc.returncode == 1, proc.stdout + proc.stderr
+    assert "non-finite loss" in proc.stderr
