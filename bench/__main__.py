@@ -6,6 +6,27 @@ import hydra
 from omegaconf import DictConfig, OmegaConf
 
 
+def groups_help() -> str:
+    """The groups `--help` lists: Hydra's own listing shows `tune` (search spaces the optuna
+    sweeper reads, not a choice) and hides the launchers under --hydra-help."""
+    from hydra.core.global_hydra import GlobalHydra
+
+    loader = GlobalHydra.instance().config_loader()
+    options = {g: sorted(loader.get_group_options(g)) for g in
+               ("algo", "task", "optim", "experiment", "hydra/launcher", "hydra/sweeper", "tune")}
+    return "\n".join([
+        *(f"{g}: {', '.join(options[g])}" for g in ("algo", "task", "optim")),
+        f"experiment (+experiment=NAME, with -m): {', '.join(options['experiment'])}",
+        f"hydra/launcher (with -m): {', '.join(options['hydra/launcher'])}",
+        f"hydra/sweeper (with -m; bench is the default): {', '.join(options['hydra/sweeper'])}",
+        f"search spaces for hydra/sweeper=optuna (conf/tune/, not a group): "
+        f"{', '.join(options['tune'])}",
+    ])
+
+
+OmegaConf.register_new_resolver("bench_groups", groups_help, replace=True)
+
+
 def register_sweepers() -> None:
     """Hydra finds plugins by walking the `hydra_plugins` namespace, and an editable
     install (setuptools' import hook) hides ours from that walk: outside the repository
