@@ -360,7 +360,7 @@ def main(argv=None) -> int:
             print(f"  {prefix}skipped {run.path.relative_to(root)}: {run.reason}")
     if df.empty:
         print(f"error: no completed run found under {root} ({len(skipped)} skipped)", file=sys.stderr)
-        return 1
+        return 1 if skipped else 2  # runs that failed or were refused, or nothing to collect
     kept = len(runs) - len(skipped)
     if skipped and not args.allow_skips:
         # A table quietly missing runs reads as a result; say so and let the caller choose.

@@ -117,13 +117,17 @@ def test_cli_by_path(tree, tmp_path):
 
 
 def test_cli_errors(tmp_path, capsys):
-    assert collect.main([str(tmp_path / "nope")]) != 0
+    # exit codes: 2 nothing to collect (bad input), 1 runs there but none usable
+    assert collect.main([str(tmp_path / "nope")]) == 2
     assert "does not exist" in capsys.readouterr().err
+    (tmp_path / "empty").mkdir()
+    assert collect.main([str(tmp_path / "empty"), "--out", str(tmp_path / "e.parquet")]) == 2
+    assert "no completed run found" in capsys.readouterr().err
 
     root = tmp_path / "outputs"
     write_run(root, "t", "tpo", "h", 0, [0.5], status="failed", reason="oom")
     out = tmp_path / "r.parquet"
-    assert collect.main([str(root), "--out", str(out)]) != 0
+    assert collect.main([str(root), "--out", str(out)]) == 1
     captured = capsys.readouterr()
     assert "no completed run" in captured.err
     assert "failed: oom" in captured.out
