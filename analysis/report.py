@@ -1,7 +1,12 @@
 """Write REPRODUCTION.md: every paper number beside ours, with a computed verdict.
 
-    python analysis/report.py [--results FILE] [--out REPRODUCTION.md] [--figures DIR]
-                              [--runs ROOT] [--hardware TEXT]
+    python analysis/report.py [--results FILE] [--out FILE] [--figures DIR]
+                              [--runs ROOT] [--hardware TEXT] [--findings FILE] [--quiet]
+
+Defaults: outputs/results.parquet -> outputs/REPRODUCTION.md and outputs/figures/; the
+committed REPRODUCTION.md is regenerated only by naming it (reproduction/README.md).
+A missing or empty results table, or one no paper number is judged on, is refused
+(exit 2) before anything is written.
 
 For each paper result (analysis/experiments.py) it draws the figure (analysis/figures.py),
 and for each row of analysis/paper_numbers.csv computes our statistic from whatever runs
@@ -18,15 +23,17 @@ import json
 import math
 import os
 import sys
+import time
 from collections import Counter
 from dataclasses import dataclass
 from pathlib import Path
 
 import numpy as np
 import pandas as pd
+import pyarrow.parquet as pq
 
 from analysis import experiments, figures, stats, tuned
-from analysis.plot import _fmt
+from analysis.plot import REQUIRED, _fmt
 from analysis import verdicts as V
 from analysis.experiments import ALIASES, EXPERIMENTS
 from bench import io
@@ -508,18 +515,57 @@ def summarise(parts: list[dict], table_runs: frozenset = frozenset()) -> tuple[l
     return table, text
 
 
+class NothingToReport(ValueError):
+    """The results table has no run that any paper number or claim is judged on."""
+
+
+class Progress:
+    """Brief lines on stderr, with the seconds since the start: a report on the full table
+    takes minutes, and a silent terminal looks hung."""
+
+    def __init__(self, quiet: bool = False):
+        self.start, self.quiet = time.monotonic(), quiet
+        self.last = self.start
+
+    def __call__(self, what: str, every: float = 0) -> None:
+        """every: a line inside a long step, shown only after that many silent seconds."""
+        now = time.monotonic()
+        if self.quiet or now - self.last < every:
+            return
+        self.last = now
+        print(f"report: {what} [{now - self.start:.1f} s]", file=sys.stderr, flush=True)
+
+
+def judged_anything(lines: list[dict]) -> bool:
+    """Whether some number row has runs (formula checks need none) or some claim found any."""
+    return any((l["_runs"] if "algorithm" in l else l["ours"]) for l in lines)
+
+
 def build(df: pd.DataFrame, out: Path, fig_dir: Path, runs_root: Path | None = None,
           given_hw: str | None = None, source: str = "", paper: pd.DataFrame | None = None,
-          findings: str = "") -> str:
+          findings: str = "", progress=None) -> str:
+    """The report's text; draws its figures into fig_dir. NothingToReport, before anything
+    is drawn, when no row of df is judged against a paper number or claim."""
+    progress = progress or (lambda what, every=0: None)
     paper = load_paper() if paper is None else paper
     paper_seeds = load_paper_seeds()
-    sections, parts, seed_groups, first = [], [], {}, {}
-    for name, exp in EXPERIMENTS.items():
+    progress(f"verdicts: {len(paper)} paper rows in {len(EXPERIMENTS)} sections")
+    judged, first = [], {}
+    for i, (name, exp) in enumerate(EXPERIMENTS.items()):
+        progress(f"verdicts: section {i + 1} of {len(EXPERIMENTS)} ({name})", every=30)
         sel = experiments.select(df, name) if not df.empty else df
         rows = paper[paper["experiment"] == name]
         numbers = [number_line(r, sel, paper_seeds) for _, r in rows[rows["kind"] == "number"].iterrows()]
         claims = [ordering_line(r, sel) for _, r in rows[rows["kind"] == "ordering"].iterrows()]
         mark_repeats(numbers + claims, name, first)
+        judged.append((name, exp, sel, numbers, claims))
+    if not any(judged_anything(numbers + claims) for *_, numbers, claims in judged):
+        raise NothingToReport("no row of the results table matches any paper number or claim "
+                              "(analysis/paper_numbers.csv)")
+    n_figures = sum(name in figures.FIGURES and not sel.empty for name, _, sel, _, _ in judged)
+    progress(f"drawing {n_figures} figure{'s' * (n_figures != 1)} into {fig_dir}")
+    sections, parts, seed_groups = [], [], {}
+    for name, exp, sel, numbers, claims in judged:
         text = [f"## {exp.title} (`{name}`)", ""]
         if sel.empty:
             text += [f"Not run yet: no results for this experiment ({experiments.how_to_run(name)}).", ""]
@@ -575,10 +621,38 @@ def build(df: pd.DataFrame, out: Path, fig_dir: Path, runs_root: Path | None = N
     return "\n".join(head + sections)
 
 
+def read_results(results: Path, say) -> pd.DataFrame | int:
+    """The collected table, or the exit status after a one-line error: 2 for nothing to
+    report on (no file, no rows, not the collected table's columns), 1 for a file that
+    cannot be read."""
+    make = "make it with `python analysis/collect.py` (or name another with --results)"
+    if not results.is_file():
+        print(f"error: results file {results} not found: {make}", file=sys.stderr)
+        return 2
+    try:
+        n_rows = pq.ParquetFile(results).metadata.num_rows
+        say(f"reading {results} ({n_rows:,} row{'s' * (n_rows != 1)})")
+        df = pd.read_parquet(results)
+    except Exception as e:  # a torn or foreign file: say which, not a traceback
+        print(f"error: cannot read {results}: {type(e).__name__}: {e}", file=sys.stderr)
+        return 1
+    if df.empty:
+        print(f"error: {results} has no rows: nothing to report; {make}", file=sys.stderr)
+        return 2
+    missing = [c for c in REQUIRED if c not in df.columns]
+    if missing:
+        print(f"error: {results} lacks the collected table's columns {', '.join(missing)}; {make}",
+              file=sys.stderr)
+        return 2
+    return df
+
+
 def main(argv=None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--results", default="outputs/results.parquet", help="table from analysis/collect.py")
-    parser.add_argument("--out", default="REPRODUCTION.md", help="the report to write")
+    # Not the committed REPRODUCTION.md: a report on your own runs must not overwrite the
+    # reproduction's (regenerate that one with the explicit command in reproduction/README.md).
+    parser.add_argument("--out", default="outputs/REPRODUCTION.md", help="the report to write")
     parser.add_argument("--figures", default=None, help="figure folder (default: <out folder>/figures)")
     parser.add_argument("--runs", default=None, help="output root holding the runs' summary.json "
                                                      "(default: the results file's folder)")
@@ -586,24 +660,28 @@ def main(argv=None) -> int:
     parser.add_argument("--findings", default=None,
                         help="markdown inserted after the summary: the differences chased down, "
                              "with evidence (default: reproduction/findings.md beside --out, if any)")
+    parser.add_argument("--quiet", action="store_true", help="no progress lines on stderr")
     args = parser.parse_args(argv)
 
     results, out = Path(args.results), Path(args.out)
-    if results.is_file():
-        df = pd.read_parquet(results)
-    else:  # still a useful report: every section "not run yet"
-        print(f"warning: results file {results} not found; every section will say not run yet",
-              file=sys.stderr)
-        df = pd.DataFrame()
     fig_dir = Path(args.figures) if args.figures else out.parent / "figures"
     runs = Path(args.runs) if args.runs else results.parent
     findings = Path(args.findings) if args.findings else out.parent / "reproduction" / "findings.md"
     if args.findings and not findings.is_file():
         print(f"error: --findings {findings}: no such file", file=sys.stderr)
         return 2
-    text = build(df, out, fig_dir, runs, args.hardware, f"`{results}`",
-                 findings=findings.read_text() if findings.is_file() else "")
+    say = Progress(args.quiet)
+    df = read_results(results, say)
+    if isinstance(df, int):
+        return df
+    try:
+        text = build(df, out, fig_dir, runs, args.hardware, f"`{results}`",
+                     findings=findings.read_text() if findings.is_file() else "", progress=say)
+    except NothingToReport as e:
+        print(f"error: {results}: {e}; nothing written", file=sys.stderr)
+        return 2
     io.write_text(out, text)
+    say(f"wrote {out}")
     print(f"wrote {out}")
     return 0
 

@@ -234,11 +234,16 @@ def test_report_cli(tmp_path):
 
 
 def test_report_without_results(tmp_path, capsys):
+    # nothing to report on is refused, not written as a report of "not run yet" sections
     out = tmp_path / "R.md"
-    assert report.main(["--results", str(tmp_path / "missing.parquet"), "--out", str(out)]) == 0
-    text = out.read_text()
-    assert text.count("Not run yet: no results") == len(EXPERIMENTS)
+    assert report.main(["--results", str(tmp_path / "missing.parquet"), "--out", str(out)]) == 2
     assert "not found" in capsys.readouterr().err
+    assert not out.exists() and not (tmp_path / "figures").exists()
+    # what the report says of sections without results, on a table that has some
+    text = report.build(results_table().query("experiment == 'tabular_single'"), out, tmp_path / "figures")
+    assert text.count("Not run yet: no results") == len(EXPERIMENTS) - 1
+    with pytest.raises(report.NothingToReport):
+        report.build(pd.DataFrame(), out, tmp_path / "figures")
 
 
 def test_hardware_from_summary_json(tmp_path):

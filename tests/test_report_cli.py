@@ -1,0 +1,120 @@
+"""analysis/report.py run as the README shows it, from a scratch working directory (issue
+19, item 3): its defaults write under outputs/, never over a REPRODUCTION.md in the
+directory, and an input with nothing to report on is refused before anything is written."""
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from synthetic import results_table
+
+REPO = Path(__file__).resolve().parent.parent
+COMMITTED = "# the committed report: must survive a default run byte for byte\n"
+
+
+def report(cwd: Path, *args: str) -> subprocess.CompletedProcess:
+    return subprocess.run([sys.executable, str(REPO / "analysis" / "report.py"), *args], cwd=cwd,
+                          text=True, capture_output=True, timeout=600)
+
+
+def listing(root: Path) -> dict:
+    return {str(p.relative_to(root)): p.read_bytes() for p in sorted(root.rglob("*")) if p.is_file()}
+
+
+@pytest.fixture
+def cwd(tmp_path: Path) -> Path:
+    (tmp_path / "REPRODUCTION.md").write_text(COMMITTED)
+    return tmp_path
+
+
+def assert_refused(proc, cwd: Path, before: dict, *words: str) -> None:
+    assert proc.returncode == 2, proc.stderr
+    errors = [line for line in proc.stderr.splitlines() if line.startswith("error:")]
+    assert len(errors) == 1 and all(w in errors[0] for w in words), proc.stderr
+    assert "Traceback" not in proc.stderr
+    assert listing(cwd) == before  # no report, no figures folder, nothing touched
+
+
+def test_default_run_without_results_is_refused_and_writes_nothing(cwd):
+    before = listing(cwd)
+    proc = report(cwd)
+    assert_refused(proc, cwd, before, "outputs/results.parquet", "not found",
+                   "python analysis/collect.py")
+    assert not (cwd / "outputs").exists()
+
+
+def test_a_table_without_rows_is_refused(cwd):
+    (cwd / "outputs").mkdir()
+    results_table().iloc[:0].to_parquet(cwd / "outputs" / "results.parquet")
+    before = listing(cwd)
+    assert_refused(report(cwd), cwd, before, "outputs/results.parquet", "no rows")
+
+
+def test_a_table_no_paper_number_is_judged_on_is_refused(cwd):
+    # a demo task no paper section selects: every section would say "not run yet"
+    demo = results_table().query("experiment == 'tabular_single'").assign(
+        **{"experiment": "probe", "task.impl": "demo", "task.name": "demo"})
+    (cwd / "outputs").mkdir()
+    demo.to_parquet(cwd / "outputs" / "results.parquet")
+    before = listing(cwd)
+    assert_refused(report(cwd), cwd, before, "matches any paper number", "nothing written")
+
+
+def test_an_unreadable_table_is_an_error_not_a_traceback(cwd):
+    (cwd / "outputs").mkdir()
+    (cwd / "outputs" / "results.parquet").write_text("not parquet")
+    before = listing(cwd)
+    proc = report(cwd)
+    assert proc.returncode == 1 and "cannot read outputs/results.parquet" in proc.stderr
+    assert "Traceback" not in proc.stderr and listing(cwd) == before
+
+
+def test_default_run_writes_under_outputs_and_leaves_the_committed_report(cwd):
+    df = results_table()
+    (cwd / "outputs").mkdir()
+    df[df["experiment"] == "tabular_single"].to_parquet(cwd / "outputs" / "results.parquet")
+    proc = report(cwd)
+    assert proc.returncode == 0, proc.stderr
+    assert (cwd / "REPRODUCTION.md").read_bytes() == COMMITTED.encode()
+    out = cwd / "outputs" / "REPRODUCTION.md"
+    text = out.read_text()
+    assert "## Summary" in text and "![tabular_single](figures/tabular_single.png)" in text
+    assert (cwd / "outputs" / "figures" / "tabular_single.png").is_file()
+    assert not (cwd / "figures").exists()  # the figures go beside the report, not into the cwd
+    assert f"wrote {Path('outputs') / 'REPRODUCTION.md'}" in proc.stdout
+    # what it is doing, on stderr, a line per step with the elapsed seconds
+    steps = [line.split(" [")[0] for line in proc.stderr.splitlines() if line.startswith("report: ")]
+    n_rows = (df["experiment"] == "tabular_single").sum()
+    assert steps[0] == f"report: reading outputs/results.parquet ({n_rows:,} rows)"
+    assert steps[1].startswith("report: verdicts: ")
+    assert steps[2:] == ["report: drawing 1 figure into outputs/figures", "report: wrote outputs/REPRODUCTION.md"]
+    assert all(line.endswith(" s]") for line in proc.stderr.splitlines() if line.startswith("report: "))
+    quiet = report(cwd, "--quiet")
+    assert quiet.returncode == 0 and "report:" not in quiet.stderr
+
+
+def test_the_committed_report_is_still_written_when_named(cwd):
+    df = results_table()
+    df[df["experiment"] == "tabular_single"].to_parquet(cwd / "results.parquet")
+    proc = report(cwd, "--results", "results.parquet", "--out", "REPRODUCTION.md",
+                  "--figures", "reproduction/figures", "--hardware", "test VM", "--quiet")
+    assert proc.returncode == 0, proc.stderr
+    text = (cwd / "REPRODUCTION.md").read_text()
+    assert "(reproduction/figures/tabular_single.png)" in text and "test VM" in text
+    assert not (cwd / "outputs").exists()
+
+
+def test_nothing_is_drawn_before_the_refusal(tmp_path):
+    # runs a figure is drawn from, judged by no paper row: refused before the first figure
+    from analysis import report
+
+    df = results_table().query("experiment == 'mnist_stale'")
+    paper = report.load_paper().query("experiment == 'tabular_single'")
+    with pytest.raises(report.NothingToReport):
+        report.build(df, tmp_path / "R.md", tmp_path / "figures", paper=paper)
+    assert not (tmp_path / "figures").exists()
+    # the same runs with their own paper row: a report, and the figure drawn
+    text = report.build(df, tmp_path / "R.md", tmp_path / "figures",
+                        paper=report.load_paper().query("experiment == 'mnist_stale'"))
+    assert "![mnist_stale](figures/mnist_stale.png)" in text
