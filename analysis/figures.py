@@ -72,7 +72,7 @@ def _sweep(name, x, xlabel, **kw):
 FIGURES = {f.name: f for f in [
     Figure("hero", (
         Panel("MNIST bandit", {"task": "mnist"}, xlabel="update", ylabel="test error"),
-        Panel("terminal reward, H = 10 (40-episode mov. avg.)", {"task": "seq"},
+        Panel("terminal reward, H = 10 (40-ep. moving avg.)", {"task": "seq"},
               scale="linear", smooth=40, ylabel=EXACT),
     ), ncols=2),
     Figure("tabular_single", (
@@ -83,7 +83,8 @@ FIGURES = {f.name: f for f in [
         Panel("error", xlabel="step"),
         Panel("misalignment to CE", y=("misalignment",), xlabel="step", ylabel="1 - cos(g, CE)"),
     ), ncols=2),
-    Figure("mnist", (Panel("MNIST bandit", xlabel="update", ylabel="test error"),), ncols=1),
+    # the paper's MNIST numbers include steps to 5 % error
+    Figure("mnist", (Panel("MNIST bandit", xlabel="update", ylabel="test error", hline=0.05),), ncols=1),
     Figure("mnist_holdout", (
         Panel("validation split (10k held-out training images)", xlabel="update",
               ylabel="validation error", hline=0.05),
@@ -139,14 +140,30 @@ def with_variant(df: pd.DataFrame) -> pd.DataFrame:
     return df.assign(**{VARIANT: reward.astype(str) + " " + target})
 
 
-def _curve(ax, p: Panel, d: pd.DataFrame) -> int:
+@dataclass
+class Entry:
+    """One drawn line, labelled once the whole figure is drawn: its seed count goes into
+    the label only where the lines' counts differ."""
+    handle: object
+    algo: str
+    parts: list
+    ns: set
+    tail: str = ""
+
+
+def _style(styles: dict, algo: str, label: str) -> str:
+    # per (algorithm, label) across the figure: the shared legend's style is every panel's
+    mine = styles.setdefault(algo, {})
+    return plot.LINESTYLES[mine.setdefault(label, len(mine)) % len(plot.LINESTYLES)]
+
+
+def _curve(ax, p: Panel, d: pd.DataFrame, per_line=(), styles=None) -> list[Entry]:
     # Which preset ran a line is not a config key: keep it out of the legend.
-    labels = plot.legend_labels(d.drop(columns=["experiment"], errors="ignore"))
-    drawn, seen = 0, {}
+    parts = plot.compact_labels(d.drop(columns=["experiment"], errors="ignore"), per_line)
+    styles = {} if styles is None else styles
+    drawn = []
     for key, g in d.groupby(plot.GROUP, sort=True):
-        algo = key[1]
-        n_line = seen.get(algo, 0)
-        seen[algo] = n_line + 1
+        algo, line_parts = parts[key]
         for j, y in enumerate(p.y):
             if y not in g.columns:
                 continue
@@ -158,15 +175,16 @@ def _curve(ax, p: Panel, d: pd.DataFrame) -> int:
             if p.scale == "log":  # a log axis cannot show a band edge at or below zero
                 floor = min(plot.LOG_FLOOR, mean[mean > 0].min()) if (mean > 0).any() else plot.LOG_FLOOR
                 lo, hi = lo.clip(lower=floor), hi.clip(lower=floor)
-            style = plot.LINESTYLES[(j if len(p.y) > 1 else n_line) % len(plot.LINESTYLES)]
-            label = labels[key] + (f" {y}" if len(p.y) > 1 else "")
-            ax.plot(mean.index, mean.values, color=plot.color_for(algo), ls=style, lw=1.3, label=label)
+            tail = f" {y}" if len(p.y) > 1 else ""
+            style = (plot.LINESTYLES[j % len(plot.LINESTYLES)] if len(p.y) > 1
+                     else _style(styles, algo, plot.label_text(algo, line_parts)))
+            line, = ax.plot(mean.index, mean.values, color=plot.color_for(algo), ls=style, lw=1.3)
             ax.fill_between(mean.index, lo.values, hi.values, color=plot.color_for(algo), alpha=0.2, lw=0)
-            drawn += 1
+            drawn.append(Entry(line, algo, line_parts, {wide.shape[1]}, tail))
     return drawn
 
 
-def _points(ax, p: Panel, d: pd.DataFrame) -> int:
+def _points(ax, p: Panel, d: pd.DataFrame, per_line=(), styles=None) -> list[Entry]:
     """final / steps panels: one marker line per algorithm (and series) over x."""
     if p.x == VARIANT:
         d = with_variant(d)
@@ -174,10 +192,11 @@ def _points(ax, p: Panel, d: pd.DataFrame) -> int:
     series = [ALIASES.get(s, s) for s in p.series]
     categorical = not pd.api.types.is_numeric_dtype(d[xcol])
     ticks = sorted(d[xcol].dropna().unique())
-    drawn, seen = 0, {}
+    styles = {} if styles is None else styles
+    drawn = []
     for key, g in d.groupby(["algo.name", *series], sort=True):
         key = key if isinstance(key, tuple) else (key,)
-        xs, ys, es, never = [], [], [], 0
+        xs, ys, es, ns, never = [], [], [], set(), 0
         for xv, gx in g.groupby(xcol, sort=True):
             wide = stats.seed_curves(experiments.pick_config(gx), p.y[0])
             if wide.empty:
@@ -194,22 +213,41 @@ def _points(ax, p: Panel, d: pd.DataFrame) -> int:
             xs.append(ticks.index(xv) if categorical else xv)
             ys.append(value)
             es.append(err)
+            ns.add(wide.shape[1])
         if not xs and not never:
             continue
-        n_line = seen.get(key[0], 0)
-        seen[key[0]] = n_line + 1
-        label = key[0] + "".join(f", {s}={plot._fmt(v)}" for s, v in zip(p.series, key[1:]))
-        label += f" ({never} never)" if never else ""
-        ax.errorbar(xs, ys, yerr=es, color=plot.color_for(key[0]), marker="o", ms=4, capsize=2,
-                    ls=plot.LINESTYLES[n_line % len(plot.LINESTYLES)], label=label)
-        drawn += 1
+        parts = [f"{plot.short_key(s)}={plot._fmt(v)}" for s, v in zip(series, key[1:])]
+        for col in per_line:  # what the title leaves to the lines, where a line has one value
+            values = g[col].dropna().unique() if col in g.columns and col not in series else []
+            if len(values) == 1:
+                parts.append(f"{plot.short_key(col)}={plot._fmt(values[0])}")
+        parts += [f"{never} never"] if never else []
+        line = ax.errorbar(xs, ys, yerr=es, color=plot.color_for(key[0]), marker="o", ms=4, capsize=2,
+                           ls=_style(styles, key[0], plot.label_text(key[0], parts)))
+        drawn.append(Entry(line, key[0], parts, ns))
     if categorical:
-        ax.set_xticks(range(len(ticks)), ticks, rotation=45, ha="right", fontsize=7)
+        ax.set_xticks(range(len(ticks)), ticks, rotation=45, ha="right", fontsize=plot.LEGEND_PT)
     return drawn
 
 
+PANEL_H = 2.4  # inches of one panel, title and axes labels included
+SUPTITLE_PT = 10
+
+
+def _skip(p: Panel) -> set:
+    """Columns a panel's own axes or title show: not repeated in the titles above it."""
+    shown = {ALIASES.get(k, k) for k in p.where}
+    if p.kind != "curve":
+        shown |= {ALIASES.get(p.x, p.x), *(ALIASES.get(s, s) for s in p.series)}
+        if p.x == VARIANT:
+            shown |= {"task.reward", "task.target"}
+    return shown
+
+
 def render(name: str, df: pd.DataFrame):
-    """The matplotlib figure of one paper figure; NoData if nothing in df belongs to it."""
+    """The matplotlib figure of one paper figure; NoData if nothing in df belongs to it.
+    Titles name the task's parameters from the data (figure title: those every panel
+    shares; panel titles: the rest), the bands' seed count, and a shared legend below."""
     spec = FIGURES[name]
     rows = experiments.select(df, spec.experiment or name)
     panels = [(p, rows[experiments.matches(rows, p.where)]) for p in spec.panels]
@@ -218,25 +256,54 @@ def render(name: str, df: pd.DataFrame):
                      f"{experiments.how_to_run(spec.experiment or name)}, then analysis/collect.py")
     ncols = min(spec.ncols, len(panels))
     nrows = math.ceil(len(panels) / ncols)
-    fig, axes = plt.subplots(nrows, ncols, figsize=(3.8 * ncols, 3.0 * nrows), squeeze=False)
-    for ax, (p, d) in zip(axes.flat, panels):
-        drawn = 0 if d.empty else (_curve if p.kind == "curve" else _points)(ax, p, d)
+    fig, axes = plt.subplots(nrows, ncols, figsize=(plot.COLUMN_IN * ncols, PANEL_H * nrows + 0.5),
+                             squeeze=False, layout="constrained")
+    # a final / steps panel's x axis (and series) shows what the title would say
+    items = [plot.title_items(d, skip=_skip(p) if p.kind != "curve" else ())
+             if not d.empty else None for p, d in panels]
+    # A key that differs between the lines of one panel is named on every line of every
+    # panel: the same run then has one label (and style) in the shared legend.
+    per_line = list(dict.fromkeys(c for i in items if i for c, text in i if text.endswith("per line")))
+    known = [set(i) for i in items if i is not None]
+    common = [it for it in next(i for i in items if i is not None)
+              if all(it in k for k in known) and it[0] not in per_line]
+    common += [(c, f"{plot.short_key(c)} per line") for c in per_line]
+    entries, styles = [], {}
+    for ax, (p, d), own in zip(axes.flat, panels, items):
+        drawn = [] if d.empty else (_curve if p.kind == "curve" else _points)(ax, p, d, per_line, styles)
+        entries += drawn
         if not drawn:
             ax.text(0.5, 0.5, "no data", ha="center", va="center", transform=ax.transAxes)
         else:
             ax.set_yscale(p.scale)
             if p.xscale == "log":
                 ax.set_xscale("log", base=2)
-            ax.legend(fontsize=6, loc="best")
-        if p.hline is not None and p.kind == "curve":
-            ax.axhline(p.hline, color="k", lw=0.6, ls=":")
-        ax.set(title=p.title, xlabel=p.xlabel, ylabel=p.ylabel)
-        ax.title.set_fontsize(9)
+        if p.hline is not None and p.kind == "curve" and drawn:
+            plot.threshold_line(ax, p.hline)
+        skip = _skip(p)
+        named = p.title.lower().replace(" = ", " ")  # "H = 10" in a title names "H 10"
+        extra = [text for col, text in own or () if (col, text) not in common and col not in skip
+                 and col not in per_line and text.lower() not in named]
+        ax.set(title="\n".join([plot.wrap(p.title.split(", ")), *([plot.wrap(extra)] if extra else [])]),
+               xlabel=p.xlabel, ylabel=p.ylabel)
+        ax.title.set_fontsize(plot.TITLE_PT)
         ax.grid(True, which="major", alpha=0.3)
     for ax in axes.flat[len(panels):]:
         ax.remove()
-    fig.suptitle(spec.title, fontsize=10)
-    fig.tight_layout()
+    ns = set().union(*(e.ns for e in entries)) if entries else set()
+    caption = [text for _, text in common] + ([plot.se_text(ns)] if ns else [])
+    fig.suptitle("\n".join([spec.title, plot.wrap(caption, plot.COLUMN_IN * ncols, SUPTITLE_PT)]),
+                 fontsize=SUPTITLE_PT)
+    handles, labels = [], []
+    for e in entries:
+        n = None if len(ns) == 1 else "–".join(map(str, sorted({min(e.ns), max(e.ns)})))
+        label = plot.label_text(e.algo, e.parts, n, e.tail)
+        e.handle.set_label(label)
+        if label not in labels:  # an algorithm in every panel is named once
+            handles.append(e.handle)
+            labels.append(label)
+    if handles:
+        plot.legend_below(fig, handles, labels)
     return fig
 
 
@@ -274,7 +341,8 @@ def render_seed_distributions(groups, title: str):
     CDF shows: how many seeds solved the task (the dotted line is stats.SOLVED_PCT)."""
     if not groups:
         raise NoData("no method with the paper's per-seed values has runs")
-    fig, axes = plt.subplots(1, len(groups), figsize=(3.8 * len(groups), 3.0), squeeze=False)
+    fig, axes = plt.subplots(1, len(groups), figsize=(plot.COLUMN_IN * len(groups), 3.0),
+                             squeeze=False, layout="constrained")
     for ax, g in zip(axes.flat, groups):
         for j, (who, values) in enumerate((("ours", g.ours), ("paper", g.paper))):
             xs = sorted(values)
@@ -292,11 +360,14 @@ def render_seed_distributions(groups, title: str):
         ax.set(xlim=(-0.1, 100), ylim=(0, 1.02), xlabel="final exact-match error (%)",
                ylabel="fraction of seeds at or below",
                title=f"{g.algo}: rank-sum p = {stats.rank_sum_test(g.ours, g.paper):.2g}")
-        ax.title.set_fontsize(9)
-        ax.legend(fontsize=6, loc="lower right")
+        ax.title.set_fontsize(plot.TITLE_PT)
         ax.grid(True, which="major", alpha=0.3)
-    fig.suptitle(title, fontsize=10)
-    fig.tight_layout()
+    fig.suptitle(title, fontsize=SUPTITLE_PT)
+    # each panel's own legend (ours and the paper's differ per method), under it
+    grow = max(plot.legend_below(fig, *ax.get_legend_handles_labels(), ax=ax, grow=False)
+               .get_window_extent().height for ax in axes.flat)
+    w, h = fig.get_size_inches()
+    fig.set_size_inches(w, h + grow / fig.dpi)
     return fig
 
 

@@ -1,3 +1,5 @@
+import re
+
 import numpy as np
 import pandas as pd
 import pytest
@@ -40,11 +42,14 @@ def test_layouts_scales_and_colours(table):
 
     # One colour per algorithm in every figure, named in the legend.
     for ax in vocab + terminal:
-        for line in ax.get_lines():
+        curves = [l for l in ax.get_lines() if not l.get_label().endswith("threshold")]
+        assert curves
+        for line in curves:
             algo = line.get_label().split(" ")[0]
-            if algo in plot.COLORS:
-                assert line.get_color() == plot.COLORS[algo]
-        assert ax.get_legend() is not None
+            assert line.get_color() == plot.COLORS[algo]
+    for fig_axes, algos in ((vocab, set(experiments.DENSE)), (terminal, set(experiments.TERMINAL))):
+        [legend] = fig_axes[0].figure.legends  # one legend under all panels
+        assert {t.get_text().split(" ")[0] for t in legend.get_texts()} == algos
 
     hero = axes["hero"]
     assert hero[0].get_yscale() == "log" and hero[1].get_yscale() == "linear"
@@ -63,7 +68,7 @@ def test_layouts_scales_and_colours(table):
     k = axes["k_sweep"][0]
     xs = sorted(k.get_lines()[0].get_xdata())
     assert xs == [4, 8, 16, 32, 64] and k.get_xscale() == "log"
-    assert sorted(t.get_text() for t in k.get_legend().get_texts()) == ["grpo", "tpo"]
+    assert sorted(t.get_text() for t in k.figure.legends[0].get_texts()) == ["grpo", "tpo"]
 
 
 def test_missing_panel_says_no_data(table):
@@ -169,3 +174,195 @@ def test_per_seed_distributions_beside_the_papers(tmp_path):
     assert all(p.stat().st_size > 5000 for p in paths)
     with pytest.raises(figures.NoData):
         figures.render_seed_distributions([], "per seed")
+
+
+# ---- what a reader needs on the figure (issue 19, item 6) ----
+
+from synthetic import run, seq  # noqa: E402
+
+
+@pytest.fixture(scope="module")
+def rendered(table):
+    """Paper figures drawn once for the checks below (rendering is the slow part)."""
+    cache = {}
+
+    def get(name):
+        if name not in cache:
+            cache[name] = figures.render(name, table)
+            cache[name].canvas.draw()  # the layout the saved file has
+        return cache[name]
+    yield get
+    for fig in cache.values():
+        plot.plt.close(fig)
+
+
+def title_of(fig) -> str:
+    return fig.get_suptitle()
+
+
+def legend_texts(fig) -> list[str]:
+    legends = fig.legends or [ax.get_legend() for ax in fig.axes if ax.get_legend()]
+    return [t.get_text() for leg in legends for t in leg.get_texts()]
+
+
+def probe(algos, H=6, V=3, B=50, reward="bag_of_tokens", seeds=None, floor=0.0, **kw):
+    """One task's table, one line per algorithm: {algo: K}; seeds: {algo: n} (default 3)."""
+    task = seq(reward, H=H, V=V, B=B, name="probe")
+    return pd.concat([run("probe", a, task, seeds=range((seeds or {}).get(a, 3)), floor=floor, k=k, **kw)
+                      for a, k in algos.items()], ignore_index=True)
+
+
+def test_task_figure_title_names_the_parameters_from_the_data():
+    fig = plot.render_task("probe", probe({"tpo": 4, "grpo": 4}, H=6, V=3, B=50))
+    title = title_of(fig)
+    for want in ("bag-of-tokens reward", "H 6", "V 3", "B 50", "K 4"):
+        assert re.search(rf"\b{want}\b", title), (want, title)
+    plot.plt.close(fig)
+    # other values, other title: read from the table, not written in the code
+    fig = plot.render_task("probe", probe({"tpo": 8, "dg": 1}, H=13, V=7, B=21, reward="terminal"))
+    title = title_of(fig)
+    for want in ("terminal reward", "H 13", "V 7", "B 21", "K per line"):
+        assert re.search(rf"\b{want}\b", title), (want, title)
+    # K differs between the lines: each label names its own
+    assert legend_texts(fig) == ["dg (K=1)", "tpo (K=8)"]
+    plot.plt.close(fig)
+    mnist = run("m", "tpo", {"impl": "mnist", "name": "mnist", "delay": 0, "batch_size": 100})
+    fig = plot.render_task("mnist", mnist)
+    assert title_of(fig).startswith("MNIST bandit") and "B 100" in title_of(fig)
+    assert not re.search(r"\b[HV] \d", title_of(fig))  # no sequence parameters on MNIST
+    plot.plt.close(fig)
+
+
+def test_paper_figure_titles_name_the_parameters_from_the_data(table, rendered):
+    # a panel's filter does not pin MNIST's batch size: what the title says is the table's
+    mnist = table.assign(**{"task.batch_size": np.where(table["task.impl"] == "mnist", 37, table["task.batch_size"])})
+    fig = figures.render("mnist", mnist)
+    assert "B 37" in title_of(fig) and "MNIST bandit" in title_of(fig)
+    plot.plt.close(fig)
+    title = title_of(rendered("zero_variance_masking"))
+    for want in ("terminal reward", "H 8", "V 2", "B 256", "K 32"):
+        assert re.search(rf"\b{want}\b", title), (want, title)
+    # what differs between panels is in the panel's title, what they share in the figure's
+    hero = rendered("hero")
+    assert "MNIST bandit" in hero.axes[0].get_title() and "V 2" in hero.axes[1].get_title()
+    assert "K per line" in title_of(hero)
+    assert "tpo (K=8)" in legend_texts(hero) and "dg (K=1)" in legend_texts(hero)
+    variants = rendered("task_variants")
+    assert "H 10" in title_of(variants) and "V 2" in title_of(variants)
+
+
+def test_the_seed_count_is_on_the_figure():
+    fig = plot.render_task("probe", probe({"tpo": 8, "grpo": 8}, seeds={"tpo": 5, "grpo": 5}))
+    assert "mean ± 1 SE over 5 seeds" in title_of(fig)
+    assert not any("n=" in t for t in legend_texts(fig))  # said once, not on every line
+    plot.plt.close(fig)
+    fig = plot.render_task("probe", probe({"tpo": 8, "dg": 1}, seeds={"tpo": 5, "dg": 2}))
+    assert "mean ± 1 SE over n seeds (n per line)" in title_of(fig)
+    assert legend_texts(fig) == ["dg (K=1, n=2)", "tpo (K=8, n=5)"]
+    plot.plt.close(fig)
+
+
+def test_paper_figures_say_the_seed_count(table, rendered):
+    assert "mean ± 1 SE over 3 seeds" in title_of(rendered("vocab_sweep"))
+    assert "mean ± 1 SE over 3 seeds" in title_of(rendered("k_sweep"))  # final-value panels too
+    # one line with fewer seeds: every label says its own
+    cut = table[~((table["experiment"] == "vocab_sweep") & (table["algo.name"] == "dg") & (table["seed"] == 2))]
+    fig = figures.render("vocab_sweep", cut)
+    assert "n per line" in title_of(fig)
+    texts = legend_texts(fig)
+    assert "dg (K=1, n=2)" in texts and "ppo (K=1, n=3)" in texts
+    plot.plt.close(fig)
+
+
+def threshold_lines(ax, thr):
+    return [l for l in ax.get_lines() if list(l.get_ydata()) == [thr, thr] and l.get_linestyle() == ":"]
+
+
+def test_task_figure_draws_the_threshold_it_reports():
+    fig = plot.render_task("probe", probe({"tpo": 8, "grpo": 8}))  # reaches 1 %
+    ax = fig.axes[0]
+    [line] = threshold_lines(ax, 0.01)
+    assert line.get_label() == "1 % threshold" and line.get_color() == "k"
+    assert "1 %" in [t.get_text() for t in ax.texts]
+    plot.plt.close(fig)
+    # a y range that stops above 1 %: no line, and the range is not stretched to show one
+    fig = plot.render_task("probe", probe({"tpo": 8}, floor=0.3))
+    assert not threshold_lines(fig.axes[0], 0.01) and fig.axes[0].get_ylim()[0] > 0.1
+    plot.plt.close(fig)
+
+
+def steps_thresholds() -> dict:
+    """experiment -> the thresholds of its steps-to-threshold numbers, from the paper's table."""
+    paper = pd.read_csv(figures.Path(__file__).resolve().parents[1] / "analysis" / "paper_numbers.csv",
+                        dtype=str, keep_default_na=False)
+    steps = paper[paper["metric"].str.startswith("steps_to_")]
+    return {e: {float(m.removeprefix("steps_to_").removesuffix("pct")) / 100 for m in g["metric"]}
+            for e, g in steps.groupby("experiment")}
+
+
+@pytest.mark.parametrize("experiment", sorted(steps_thresholds()))
+def test_paper_figures_draw_the_threshold_they_report(experiment, rendered):
+    names = [n for n, f in figures.FIGURES.items() if (f.experiment or n) == experiment]
+    assert names, f"no figure for {experiment}, which reports steps to a threshold"
+    for thr in steps_thresholds()[experiment]:
+        for name in names:
+            spec, fig = figures.FIGURES[name], rendered(name)
+            shown = 0
+            for p, ax in zip(spec.panels, fig.axes):
+                if p.kind == "steps":  # the panel's y is the steps: its threshold is this one
+                    assert p.hline == thr and f"{thr * 100:g} %" in p.ylabel + p.title
+                    shown += 1
+                elif p.kind == "curve":
+                    lo, hi = ax.get_ylim()
+                    lines = threshold_lines(ax, thr)
+                    assert len(lines) == (lo <= thr <= hi), (name, p.title)
+                    assert f"{thr * 100:g} %" in [t.get_text() for t in ax.texts] or not lines
+                    shown += len(lines)
+            assert shown, f"{name}: steps to {thr:.0%} reported, the level drawn nowhere"
+
+
+def check_legends(fig):
+    """Legible at a paper column: >= 7 pt when one panel is printed 3.3 in wide; and outside
+    every axes, inside the figure."""
+    fig.canvas.draw()
+    legends = [*fig.legends, *(ax.get_legend() for ax in fig.axes if ax.get_legend())]
+    assert legends
+    ncols = max(ax.get_subplotspec().get_gridspec().ncols for ax in fig.axes)
+    panel_in = fig.get_size_inches()[0] / ncols
+    for leg in legends:
+        for text in leg.get_texts():
+            assert text.get_fontsize() * 3.3 / panel_in >= 7, (text.get_text(), text.get_fontsize(), panel_in)
+        box = leg.get_window_extent()
+        assert fig.bbox.x0 - 1 <= box.x0 and box.x1 <= fig.bbox.x1 + 1 and fig.bbox.y0 - 1 <= box.y0
+        for ax in fig.axes:
+            assert not box.overlaps(ax.bbox), (leg, ax.get_title())
+
+
+@pytest.mark.parametrize("name", ["vocab_sweep", "hero", "dg_epochs", "k_sweep", "diagnostics", "eta_sweep"])
+def test_paper_figure_legends_are_legible_and_off_the_curves(name, rendered):
+    check_legends(rendered(name))
+
+
+def test_task_and_seed_figure_legends_are_legible_and_off_the_curves():
+    many = probe({"tpo": 8, "grpo": 8, "dg": 1, "ppo": 1, "grpo_no_kl": 8, "pg": 1})
+    for fig in (plot.render_task("probe", many),
+                figures.render_seed_distributions([figures.SeedGroup("tpo", (0.0, 1.0, 90.0), (0.0, 14.0)),
+                                                   figures.SeedGroup("grpo", (100.0,) * 3, (0.5, 76.0))], "s")):
+        check_legends(fig)
+        plot.plt.close(fig)
+
+
+def test_a_key_named_per_line_is_named_on_every_panel(table):
+    # H = 10 interaction-matched holds only grouped methods (K = 8 throughout): their lines
+    # still say K, so the shared legend has one entry and one style per run
+    # (a grouped method's interaction-matched runs are its prompt-matched ones, as the runner records them)
+    inter = (table["experiment"] == "terminal_h_sweep") & (table["match"] == "interactions")
+    cut = table[~(inter & ((table["task.sequence_length"] == 10) | (table["algo.k"] == 8)))].assign(match_k=8)
+    fig = figures.render("terminal_h_sweep", cut)
+    panel = fig.axes[7]
+    assert panel.get_title().startswith("interaction-matched, H = 10") and panel.get_lines()
+    assert [t for t in legend_texts(fig) if t.startswith("tpo")] == ["tpo (K=8)"]
+    styles = {l.get_linestyle() for ax in fig.axes for l in ax.get_lines() if l.get_label() == "tpo (K=8)"}
+    assert len(styles) == 1
+    assert "K per line" in title_of(fig) and not any("K 8" in ax.get_title() for ax in fig.axes)
+    plot.plt.close(fig)
