@@ -459,9 +459,9 @@ def main(argv=None) -> int:
     if missing:
         print(f"error: {results} lacks required columns: {', '.join(missing)}", file=sys.stderr)
         return 2
-    if df.empty:
+    if df.empty:  # nothing to draw: bad input, like a missing file
         print(f"error: {results} has no rows", file=sys.stderr)
-        return 1
+        return 2
     refused = incomplete_groups(df)
     for why in refused.values():
         print(f"error: refused {why}", file=sys.stderr)

@@ -243,12 +243,17 @@ def test_color_fallback_is_deterministic():
 
 
 def test_plot_cli_errors(tmp_path, capsys, results):
-    assert plot.main(["--results", str(tmp_path / "missing.parquet")]) != 0
+    # bad input (a missing, column-less or empty table) exits 2 and draws nothing
+    assert plot.main(["--results", str(tmp_path / "missing.parquet")]) == 2
     assert "not found" in capsys.readouterr().err
     bad = tmp_path / "bad.parquet"
     results.drop(columns=["config_hash"]).to_parquet(bad)
-    assert plot.main(["--results", str(bad), "--out", str(tmp_path / "p")]) != 0
+    assert plot.main(["--results", str(bad), "--out", str(tmp_path / "p")]) == 2
     assert "config_hash" in capsys.readouterr().err
+    empty = tmp_path / "empty.parquet"
+    results.iloc[:0].to_parquet(empty)
+    assert plot.main(["--results", str(empty), "--out", str(tmp_path / "p")]) == 2
+    assert "has no rows" in capsys.readouterr().err and not (tmp_path / "p").exists()
 
     good = tmp_path / "good.parquet"
     results.to_parquet(good)
