@@ -318,7 +318,7 @@ def _flat_params(model: torch.nn.Module) -> torch.Tensor:
     return torch.cat([p.detach().reshape(-1) for p in model.parameters()])
 
 
-def _fmt_eta(seconds: float) -> str:
+def fmt_duration(seconds: float) -> str:
     seconds = int(seconds)
     return f"{seconds // 3600}h{seconds % 3600 // 60:02d}m" if seconds >= 3600 else \
         f"{seconds // 60}m{seconds % 60:02d}s"
@@ -369,7 +369,7 @@ def _progress(label: str, done: int, episodes: int, row: dict, last: dict, evalu
             f" eval error {last['error']:.4f}"
     line = (f"[{label}] step {done}/{episodes} error {row['error']:.4f}{test} "
             f"reward {row['reward_mean']:.4f} loss {row['loss']:.4f} | "
-            f"{rate:.2f} ep/s | ETA {_fmt_eta((episodes - done) / max(rate, 1e-9))}\n")
+            f"{rate:.2f} ep/s | ETA {fmt_duration((episodes - done) / max(rate, 1e-9))}\n")
     # One write: a sweep's progress thread prints into the same stream (basic launcher), and
     # print()'s separate write of the newline would let its line land inside this one.
     sys.stdout.write(line)

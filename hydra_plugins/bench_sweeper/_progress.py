@@ -146,13 +146,13 @@ def eta_s(c: Counts) -> float | None:
 def line(c: Counts, wall_s: float, final: bool = False) -> str:
     """The final line (the launcher has returned: nothing left will run now) says how long
     the sweep took instead of an ETA."""
-    from bench.runner import _fmt_eta  # the runs' own ETA format
+    from bench.runner import fmt_duration  # the format of the runs' own ETA
 
     extra = "".join(f", {n} {what}" for n, what in ((c.interrupted, "interrupted"),
                                                     (c.unreadable, "unreadable")) if n)
     eta = eta_s(c)
     waiting = c.to_do - c.running - c.interrupted - c.unreadable
-    when = f"took {_fmt_eta(wall_s)}" if final else f"ETA {'—' if eta is None else _fmt_eta(eta)}"
+    when = f"took {fmt_duration(wall_s)}" if final else f"ETA {'—' if eta is None else fmt_duration(eta)}"
     return (f"[sweep] {c.done}/{c.total} runs done ({c.completed} completed, {c.skipped} already "
             f"complete), {c.running} running, {c.failed} failed{extra}, {waiting} waiting; {when}")
 
