@@ -32,7 +32,7 @@ import numpy as np
 import pandas as pd
 import pyarrow.parquet as pq
 
-from analysis import experiments, figures, stats, tuned
+from analysis import collect, experiments, figures, stats, tuned
 from analysis.plot import REQUIRED, _fmt
 from analysis import verdicts as V
 from analysis.experiments import ALIASES, EXPERIMENTS
@@ -660,6 +660,10 @@ def main(argv=None) -> int:
     parser.add_argument("--findings", default=None,
                         help="markdown inserted after the summary: the differences chased down, "
                              "with evidence (default: reproduction/findings.md beside --out, if any)")
+    parser.add_argument("--add-runs", action="append", default=[], metavar="ROOT",
+                        help="also the completed runs under this output root, each replacing "
+                             "its copy in the table if any (repeatable): new runs reach the "
+                             "report without rewriting a committed table")
     parser.add_argument("--quiet", action="store_true", help="no progress lines on stderr")
     args = parser.parse_args(argv)
 
@@ -674,8 +678,21 @@ def main(argv=None) -> int:
     df = read_results(results, say)
     if isinstance(df, int):
         return df
+    source = f"`{results}`"
+    for root in map(Path, args.add_runs):
+        if not root.is_dir():
+            print(f"error: --add-runs {root}: no such folder", file=sys.stderr)
+            return 2
+        added, skipped = collect.collect(root)
+        replaced = []
+        if not added.empty:
+            df, replaced = collect.merge(df, added)
+            source += f" and the completed runs under `{root.as_posix()}`"
+        n_added = 0 if added.empty else added.groupby(["config_hash", "seed"]).ngroups
+        say(f"added {n_added} completed run(s) from {root} ({len(replaced)} replacing the "
+            f"table's copy; {len(skipped)} not completed or skipped, left out)")
     try:
-        text = build(df, out, fig_dir, runs, args.hardware, f"`{results}`",
+        text = build(df, out, fig_dir, runs, args.hardware, source,
                      findings=findings.read_text() if findings.is_file() else "", progress=say)
     except NothingToReport as e:
         print(f"error: {results}: {e}; nothing written", file=sys.stderr)

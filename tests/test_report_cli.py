@@ -118,3 +118,35 @@ def test_nothing_is_drawn_before_the_refusal(tmp_path):
     text = report.build(df, tmp_path / "R.md", tmp_path / "figures",
                         paper=report.load_paper().query("experiment == 'mnist_stale'"))
     assert "![mnist_stale](figures/mnist_stale.png)" in text
+
+
+def _as_run(root: Path, rows, seed: int) -> None:
+    """A completed run directory holding these rows, as the runner writes one."""
+    import json
+
+    rows = rows.assign(seed=seed)
+    first = rows.iloc[0]
+    d = root / first["task.name"] / first["algo.name"] / first["config_hash"] / f"seed={seed}"
+    d.mkdir(parents=True)
+    rows.to_parquet(d / "metrics.parquet", index=False)
+    (d / "summary.json").write_text(json.dumps({"status": "completed", "rows": len(rows)}))
+
+
+def test_runs_added_from_a_root_join_the_table_without_rewriting_it(cwd):
+    df = results_table().query("experiment == 'tabular_single'")
+    table = cwd / "results.parquet"
+    df.to_parquet(table)
+    before = table.read_bytes()
+    (h, s), run = next(iter(df.groupby(["config_hash", "seed"])))
+    root = cwd / "runs"
+    _as_run(root, run, s)          # a run the table has: replaced, not counted twice
+    _as_run(root, run, s + 1000)   # a new seed: added
+    proc = report(cwd, "--results", "results.parquet", "--add-runs", "runs", "--out", "R.md")
+    assert proc.returncode == 0, proc.stderr
+    text = (cwd / "R.md").read_text()
+    assert f"from `results.parquet` and the completed runs under `runs` ({len(df) + len(run)} rows)" in text
+    assert "added 2 completed run(s) from runs (1 replacing the table's copy" in proc.stderr
+    assert table.read_bytes() == before
+    missing = report(cwd, "--results", "results.parquet", "--add-runs", "nope", "--out", "R2.md")
+    assert missing.returncode == 2 and "--add-runs nope: no such folder" in missing.stderr
+    assert not (cwd / "R2.md").exists()
