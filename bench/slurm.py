@@ -24,8 +24,8 @@ def problem(partition: str | None) -> str | None:
     if missing:
         return (f"SLURM is not reachable from this machine: {', '.join(missing)} not found on "
                 f"PATH (run from a cluster's login node, or pick hydra/launcher=local)")
-    try:
-        proc = subprocess.run(["sinfo", "--noheader", "--format=%P"], capture_output=True,
+    try:  # --all: hidden partitions take jobs too
+        proc = subprocess.run(["sinfo", "--all", "--noheader", "--format=%P"], capture_output=True,
                               text=True, timeout=SINFO_TIMEOUT_S)
     except subprocess.TimeoutExpired:
         return f"SLURM is not answering: sinfo gave no answer within {SINFO_TIMEOUT_S} s"
@@ -33,11 +33,35 @@ def problem(partition: str | None) -> str | None:
         said = next((line.strip() for line in proc.stderr.splitlines() if line.strip()),
                     f"exit {proc.returncode}")
         return f"SLURM is not answering: sinfo says: {said}"
-    partitions = [p.strip().rstrip("*") for p in proc.stdout.split()]
-    if partition is not None and str(partition) not in partitions:
+    partitions = list(dict.fromkeys(p.strip().rstrip("*") for p in proc.stdout.split()))
+    # sbatch takes a comma list: the job starts in whichever partition has room first
+    unknown = [p for p in str(partition).split(",") if p not in partitions] if partition else []
+    if unknown:
         return (f"hydra.launcher.partition={partition}: no such SLURM partition "
-                f"(sinfo lists: {', '.join(partitions) or 'none'})")
+                f"{', '.join(unknown)} (sinfo lists: {', '.join(partitions) or 'none'})")
     return None
+
+
+def accounting_disabled() -> bool:
+    """Whether sacct says the cluster keeps no accounting (as scripts/slurm-local.sh's)."""
+    try:
+        proc = subprocess.run(["sacct", "--noheader", "--jobs=1"], capture_output=True, text=True,
+                              timeout=SINFO_TIMEOUT_S)
+    except (OSError, subprocess.TimeoutExpired):
+        return False
+    return "accounting storage is disabled" in (proc.stdout + proc.stderr).lower()
+
+
+def stop_asking_sacct() -> None:
+    """Where accounting is disabled, submitit ran sacct at every poll and sacct printed its
+    own error each time (our log filter cannot reach a child's stderr). Its answer carries
+    nothing there: submitit then sees a job's end from its result file alone, as it did."""
+    from submitit.slurm.slurm import SlurmJob
+
+    SlurmJob.watcher._make_command = lambda: None  # the watcher's update() then asks nobody
+    print("[slurm] accounting is disabled on this cluster, so sacct is not asked: a job's end "
+          "is seen from its result file only, and a job killed without one leaves this command "
+          "waiting (Ctrl-C, then the same command again)", file=sys.stderr, flush=True)
 
 
 class SayOnce(logging.Filter):

@@ -60,17 +60,29 @@ def test_controller_that_does_not_answer_is_named(tmp_path):
 
 
 def test_unknown_partition_is_refused_naming_the_partitions(tmp_path):
-    path = _stand_ins(tmp_path, "printf 'debug*\\ncpu\\n'")
-    proc = _sweep(tmp_path, path, "hydra/launcher=slurm_cpu", "hydra.launcher.partition=gpu")
+    # answers only with --all (hidden partitions take jobs too), a partition per node line
+    path = _stand_ins(tmp_path, '[ "$1" = --all ] && printf "debug*\\ncpu\\ncpu\\nhidden\\n"')
+    proc = _sweep(tmp_path, path, "hydra/launcher=slurm_cpu", "hydra.launcher.partition='cpu,gpu'")
     assert proc.returncode == 2, proc.stdout + proc.stderr
-    assert ("hydra.launcher.partition=gpu: no such SLURM partition (sinfo lists: debug, cpu)"
-            in proc.stderr)
+    assert ("hydra.launcher.partition=cpu,gpu: no such SLURM partition gpu "
+            "(sinfo lists: debug, cpu, hidden)" in proc.stderr)
     _nothing_created(tmp_path)
-    # a partition sinfo lists (the default one too, without its '*') passes the check
-    for partition in ("cpu", "debug"):
+    # partitions sinfo lists (the default one without its '*', a hidden one, a comma list
+    # as sbatch takes it) pass the check
+    for partition in ("cpu", "debug", "hidden", "'cpu,debug'"):
         ok = _sweep(tmp_path, path, "hydra/launcher=slurm_cpu",
                     f"hydra.launcher.partition={partition}", "dry_run=true")
         assert ok.returncode == 0 and "[dry run] 2 valid jobs" in ok.stdout, ok.stderr
+
+
+def test_the_optuna_sweeper_checks_too(tmp_path):
+    empty = tmp_path / "empty"
+    empty.mkdir()
+    proc = _sweep(tmp_path, str(empty), "hydra/launcher=slurm_cpu", "hydra/sweeper=optuna",
+                  "hydra.sweeper.n_trials=1", "hydra.sweeper.seeds=1")
+    assert proc.returncode == 2, proc.stdout + proc.stderr
+    assert "error: hydra/launcher=slurm_cpu: SLURM is not reachable" in proc.stderr
+    _nothing_created(tmp_path)
 
 
 def test_local_launcher_is_not_checked(tmp_path):

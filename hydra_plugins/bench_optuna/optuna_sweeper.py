@@ -160,6 +160,8 @@ class OptunaSweeper(BenchSweeper):
             print("error: hydra/sweeper=optuna needs optuna: pip install -e '.[tune]'",
                   file=sys.stderr, flush=True)
             sys.exit(2)
+        if self._slurm:  # before a study database or sweep folder is made
+            self._refuse_without_slurm()
         try:
             self._check_opts()
             parser = OverridesParser.create(config_loader=self.hydra_context.config_loader)

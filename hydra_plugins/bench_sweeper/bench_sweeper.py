@@ -46,6 +46,8 @@ class BenchSweeper(BasicSweeper):
             print(f"error: hydra/launcher={choice}: {why}; nothing was launched",
                   file=sys.stderr, flush=True)
             sys.exit(2)
+        if not OmegaConf.select(self.config, "dry_run") and slurm.accounting_disabled():
+            slurm.stop_asking_sacct()
 
     def split_arguments(self, overrides, max_batch_size):
         batches = BasicSweeper.split_arguments(overrides, max_batch_size)
