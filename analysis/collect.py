@@ -20,14 +20,11 @@ from pathlib import Path
 import numpy as np
 import pandas as pd
 
-from bench import io
+from bench import io, rundir
 
 DEFAULT_ROOT = "outputs"
 DEFAULT_OUT = "outputs/results.parquet"  # where analysis/plot.py looks by default
-# The runner refreshes a running run's heartbeat at least every 30 s and at each
-# checkpoint; silence for longer than this means the process is gone (OOM killer,
-# scancel, a dead node) and the run is only resumable, not running.
-STALE_AFTER_S = 600.0
+STALE_AFTER_S = rundir.STALE_AFTER_S  # a running run silent this long lost its process
 # Over many runs (a network file system, thousands of tables) collect says how far it got
 # on stderr (stdout is the report scripts parse): a line every PROGRESS_EVERY_S, and at
 # the end of a pass (summaries, then tables) its count when collect has taken

@@ -38,7 +38,7 @@ METRIC_COLUMNS = (
 )
 ZERO_VAR_STD = 1e-6  # SPEC 6
 MATCH_MODES = ("prompts", "interactions")
-HEARTBEAT_S = 30.0  # summary.json's heartbeat is refreshed at least this often
+HEARTBEAT_S = rundir.HEARTBEAT_S
 
 
 class ConfigError(ValueError):

@@ -50,10 +50,12 @@ def test_non_editable_install_runs_from_anywhere(tmp_path: Path) -> None:
     subprocess.run(["git", "-C", str(other), "-c", "user.email=a@b", "-c", "user.name=a",
                     "commit", "-q", "--allow-empty", "-m", "x"], check=True)
     site = other / "site"
+    had_build = (REPO / "build").exists()
     build = _python("-m", "pip", "install", "-q", "--no-deps", "--no-build-isolation",
                     "--target", str(site), str(REPO), cwd=tmp_path, env=_env())
     assert build.returncode == 0, build.stdout + build.stderr
-    shutil.rmtree(REPO / "build", ignore_errors=True)  # setuptools' scratch folder
+    if not had_build:  # setuptools' scratch folder, made by this test
+        shutil.rmtree(REPO / "build", ignore_errors=True)
     env = _env(PYTHONPATH=str(site))
     where = _python("-c", "import bench, analysis; print(bench.__file__); print(analysis.__file__)",
                     cwd=tmp_path, env=env)

@@ -156,6 +156,12 @@ def test_sweep_counts_classify_by_what_changed_since_the_start(tmp_path):
     assert P.line(c, 10.0) == ("[sweep] 2/10 runs done (1 completed, 1 already complete), 1 running, "
                                "1 failed, 1 interrupted, 2 unreadable, 3 waiting; ETA 7m13s")
     assert SWEEP_LINE.fullmatch(P.line(c, 10.0, final=True))["took"] == "0m10s"
+    # runs the jobs returned untouched (refused: a damaged checkpoint; held by another
+    # process) are named at the end, not counted as waiting
+    c.not_run = {"refused": 1, "held": 2}
+    assert P.line(c, 10.0, final=True) == (
+        "[sweep] 2/10 runs done (1 completed, 1 already complete), 1 running, 1 failed, "
+        "1 interrupted, 2 unreadable, 2 held, 1 refused, 0 waiting; took 0m10s")
 
 
 def test_sweep_eta():

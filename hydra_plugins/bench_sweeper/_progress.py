@@ -14,13 +14,12 @@ import time
 from dataclasses import dataclass, field
 from pathlib import Path
 
-# A run whose heartbeat (refreshed at least every 30 s) is this old lost its process (the
-# same bound as analysis/collect.py): no longer counted as running.
-STALE_AFTER_S = 600.0
+from bench import rundir
+
 # With nothing changing, the line is still repeated this many intervals apart: a SLURM
 # sweep waiting in the queue for an hour should show that it is alive.
 REPEAT_AFTER = 10
-MIN_POLL_S = 0.1  # progress_every_s=0 (a line per episode for a run) must not spin here
+MIN_POLL_S = 0.5  # progress_every_s=0 (a line per episode for a run) must not spin here
 
 
 @dataclass
@@ -48,6 +47,8 @@ class Counts:
     def key(self) -> tuple:
         return (self.completed, self.skipped, self.running, self.failed, self.interrupted,
                 self.unreadable)
+
+    not_run: dict = field(default_factory=dict)  # status -> n: runs the jobs left untouched
 
 
 def _read(path: Path):
@@ -108,7 +109,7 @@ def count(run_dirs: list[Path], before: dict, force: bool, now: float) -> Counts
             c.interrupted += 1
         elif status == "running":
             beat = summary.get("heartbeat")
-            if isinstance(beat, (int, float)) and now - beat > STALE_AFTER_S:
+            if isinstance(beat, (int, float)) and now - beat > rundir.STALE_AFTER_S:
                 continue  # its process is gone; waiting for a requeue or the next sweep
             c.running += 1
             if start is not None:
@@ -148,10 +149,12 @@ def line(c: Counts, wall_s: float, final: bool = False) -> str:
     the sweep took instead of an ETA."""
     from bench.runner import fmt_duration  # the format of the runs' own ETA
 
+    untouched = sorted(c.not_run.items())
     extra = "".join(f", {n} {what}" for n, what in ((c.interrupted, "interrupted"),
-                                                    (c.unreadable, "unreadable")) if n)
+                                                    (c.unreadable, "unreadable"),
+                                                    *((n, s) for s, n in untouched)) if n)
     eta = eta_s(c)
-    waiting = c.to_do - c.running - c.interrupted - c.unreadable
+    waiting = c.to_do - c.running - c.interrupted - c.unreadable - sum(c.not_run.values())
     when = f"took {fmt_duration(wall_s)}" if final else f"ETA {'—' if eta is None else fmt_duration(eta)}"
     return (f"[sweep] {c.done}/{c.total} runs done ({c.completed} completed, {c.skipped} already "
             f"complete), {c.running} running, {c.failed} failed{extra}, {waiting} waiting; {when}")
@@ -181,8 +184,9 @@ class SweepProgress:
         self._last: tuple | None = None  # the counts last printed, and when
         self._last_at = 0.0
 
-    def _report(self, final: bool = False) -> None:
+    def _report(self, final: bool = False, not_run: dict | None = None) -> None:
         c = count(self.run_dirs, self._before, self.force, time.time())
+        c.not_run = dict(not_run or {})
         now = time.monotonic()
         repeat = now - self._last_at >= REPEAT_AFTER * max(self.every_s, MIN_POLL_S)
         if c.key() != self._last or repeat or final:
@@ -211,8 +215,15 @@ class SweepProgress:
     def __exit__(self, *exc) -> None:
         self._stop.set()
         self._thread.join()
+        if exc[0] is not None:  # the launcher failed: say where the runs stand anyway
+            self.finish()
+        return None
+
+    def finish(self, not_run: dict | None = None) -> None:
+        """The last line, once the launcher has returned. `not_run` (status -> n) names the
+        runs the jobs returned untouched (held by another process, refused): their files
+        did not change, so the count alone would call them waiting."""
         try:
-            self._report(final=True)
+            self._report(final=True, not_run=not_run)
         except Exception:
             pass  # a failed final read must not replace the launcher's own outcome
-        return None

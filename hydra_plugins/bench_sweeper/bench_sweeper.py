@@ -123,11 +123,13 @@ class BenchSweeper(BasicSweeper):
             for job in jobs:
                 print("  " + " ".join(job))
             return []
-        with SweepProgress([d for job in jobs for d in dirs[tuple(job)]], every_s(self.config),
-                           force=bool(OmegaConf.select(self.config, "force"))):
+        progress = SweepProgress([d for job in jobs for d in dirs[tuple(job)]], every_s(self.config),
+                                 force=bool(OmegaConf.select(self.config, "force")))
+        with progress:
             returns = super().sweep(arguments)
         runs = [r for batch in returns for job in batch
                 for r in (job.return_value or {}).get("runs", [])]
+        progress.finish(Counter(r["status"] for r in runs if r["status"] in ("held", "refused")))
         failed = [r for r in runs if r["status"] != "completed"]
         # held (another process is training it) and refused (a damaged or foreign file)
         # are not failures of a training run, but not done either: named apart.
