@@ -181,6 +181,15 @@ def _check_device(device: Any) -> None:
                           f"{', '.join(choices)}")
 
 
+def _count(cfg: dict[str, Any], key: str, default: int, least: int = 0, hint: str = "") -> int:
+    """cfg[key] as an integer >= least (a bool is not one), else the key and the rule."""
+    value = cfg.get(key, default)
+    if not isinstance(value, int) or isinstance(value, bool) or value < least:
+        rule = "a positive integer" if least == 1 else "a non-negative integer"
+        raise ConfigError(f"{key} must be {rule}{hint}, got {value!r}")
+    return value
+
+
 def build(cfg: dict[str, Any], explicit: frozenset[str] = frozenset()) -> RunSpec:
     """Validate everything and resolve the run; creates nothing on disk. `explicit` holds
     the config keys the user set on the command line."""
@@ -210,21 +219,11 @@ def build(cfg: dict[str, Any], explicit: frozenset[str] = frozenset()) -> RunSpe
         check_optimizer(optim.get("name"), hparams)
     except ValueError as e:
         raise ConfigError(str(e)) from None
-    seed = cfg.get("seed", 0)
-    if not isinstance(seed, int) or isinstance(seed, bool) or seed < 0:
-        raise ConfigError(f"seed must be a non-negative integer, got {seed!r}")
-    threads = cfg.get("threads", 0)
-    if not isinstance(threads, int) or isinstance(threads, bool) or threads < 0:
-        raise ConfigError(f"threads must be a non-negative integer (0: as many as this process "
-                          f"was allotted), got {threads!r}")
+    seed = _count(cfg, "seed", 0)
+    threads = _count(cfg, "threads", 0, hint=" (0: as many as this process was allotted)")
     _check_device(cfg.get("device", "cpu"))
-    checkpoint_every = cfg.get("checkpoint_every", 250)
-    if not isinstance(checkpoint_every, int) or isinstance(checkpoint_every, bool) or checkpoint_every < 1:
-        raise ConfigError(f"checkpoint_every must be a positive integer, got {checkpoint_every!r}")
-    log_every = cfg.get("log_every", 50)
-    if not isinstance(log_every, int) or isinstance(log_every, bool) or log_every < 0:
-        raise ConfigError(f"log_every must be a non-negative integer (0: no line by episode "
-                          f"count), got {log_every!r}")
+    checkpoint_every = _count(cfg, "checkpoint_every", 250, least=1)
+    log_every = _count(cfg, "log_every", 50, hint=" (0: no line by episode count)")
     progress_every_s = cfg.get("progress_every_s", 30)
     if not isinstance(progress_every_s, (int, float)) or isinstance(progress_every_s, bool) or \
             not math.isfinite(progress_every_s) or progress_every_s < 0:
