@@ -106,6 +106,7 @@ def test_tabular_single_directions_from_the_samples():
     # PG: mean_b A_b (e_{a_b} - pi), A = r - 0.5
     g, ro = direction(task, policy, "pg")
     a = ro.batch.obs[1]
+    sampled = a.clone()  # every method's rollout draws these B actions (same stream, seed 0)
     r = (a == 0).float()
     E = F.one_hot(a, K).float()
     want = ((r - 0.5)[:, None] * (E - pi)).mean(0)
@@ -130,7 +131,13 @@ def test_tabular_single_directions_from_the_samples():
     s = ro.batch.scores[0]
     q = torch.softmax(torch.log(pi) + standardise(s), -1)
     assert torch.allclose(g, q - pi, atol=1e-6)
-    assert s.sum().item() == pytest.approx(((ro.batch.scores[0] != 0).float() * s).sum().item())
+    # the score vector is the mean over the B samples of (r_b - 0.5) onehot(a_b): action k
+    # scores (its sample count) * (+0.5 if correct else -0.5) / B, zero where never sampled
+    counts = torch.bincount(sampled, minlength=K).double()
+    sign = torch.full((K,), -0.5, dtype=torch.float64)
+    sign[0] = 0.5
+    assert torch.allclose(s.double(), counts * sign / sampled.numel(), atol=1e-7)
+    assert torch.equal(s != 0, counts > 0) and 1 < int((counts > 0).sum()) < K
 
 
 def test_tabular_single_misalignment_to_oracle():

@@ -7,6 +7,7 @@ import torch
 from bench.optim import MuonNAdam, partition
 from bench.batch import Request
 from bench.rng import Streams
+import tasks.seq as seq_module
 from tasks.seq import REWARDS, TARGETS, SeqTask, generate, target_tokens, token_rewards
 from tasks.transformer import Transformer
 
@@ -42,7 +43,7 @@ def test_rewards(reward, expected):
 
 @pytest.mark.parametrize("target", TARGETS)
 @pytest.mark.parametrize("reward", REWARDS)
-def test_each_target_and_reward_scores_a_rollout(target, reward):
+def test_each_target_and_reward_scores_a_rollout(target, reward, monkeypatch):
     """Every combination: scores are the token-reward means, success is exact match,
     error is 1 - mean reward, and writing the target itself earns full reward."""
     task = SeqTask(target=target, reward=reward, sequence_length=5, vocab_size=3, batch_size=6)
@@ -56,8 +57,23 @@ def test_each_target_and_reward_scores_a_rollout(target, reward):
     assert torch.equal(b.success, correct.all(-1))
     assert ro.error == pytest.approx(1 - b.token_rewards.mean().item())
     assert ro.rollouts == 6 * 4 and b.advantages is None
-    perfect = target_tokens(prompts, target, 3)
-    assert token_rewards(perfect == target_tokens(prompts, target, 3), reward).min() == 1
+    # A policy that writes the target, spelled out here from SPEC 3.1 (reverse_: the
+    # prompt backwards; flip: V - 1 - token), earns full reward and succeeds; one that
+    # gets every token wrong earns nothing. Both through the task's own rollout.
+    def answer(p):
+        y = p.flip(-1) if target.startswith("reverse_") else p
+        return 2 - y if target.endswith("flip") else y
+
+    for shift, reward_mean in ((0, 1.0), (1, 0.0)):
+        def generate(policy, prompts, k, gen):
+            tokens = ((answer(prompts) + shift) % 3).unsqueeze(1).expand(-1, k, -1)
+            return tokens, torch.full(tokens.shape, -1.0)
+
+        monkeypatch.setattr(seq_module, "generate", generate)
+        ro = task.rollout(task.make_policy(s.init), req(4), s)
+        assert float(ro.reward_mean) == reward_mean and float(ro.error) == 1 - reward_mean
+        assert torch.equal(ro.batch.scores, torch.full((6, 4), reward_mean))
+        assert bool(ro.batch.success.all()) is (shift == 0) and bool(ro.batch.success.any()) is (shift == 0)
 
 
 def test_single_sample_advantage_is_batch_mean_baseline_per_position():
