@@ -29,7 +29,12 @@ def config_hash(config: dict[str, Any], length: int = 10) -> str:
 
 
 def run_dir(output_root: str | Path, task: str, algo: str, hash_: str, seed: int) -> Path:
-    return Path(output_root) / task / algo / hash_ / f"seed={seed}"
+    return Path(output_root) / task / algo / hash_ / seed_dir(seed)
+
+
+def seed_dir(seed: int) -> str:
+    """A run's folder name inside its config's folder (run_dir's last level)."""
+    return f"seed={seed}"
 
 
 def flatten(tree: dict[str, Any], prefix: str = "") -> dict[str, Any]:

@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import sys
 from collections import Counter
+from pathlib import Path
 from typing import Any, List
 
 from hydra._internal.core_plugins.basic_sweeper import BasicSweeper
@@ -57,6 +58,7 @@ class BenchSweeper(BasicSweeper):
 
     def sweep(self, arguments: List[str]) -> Any:
         from bench.__main__ import explicit_keys, job_specs
+        from bench.identity import seed_dir
         from bench.runner import ConfigError
         from hydra_plugins.bench_sweeper._progress import SweepProgress, every_s
 
@@ -94,7 +96,7 @@ class BenchSweeper(BasicSweeper):
                     self._duplicates.add(tuple(job))
                     continue
                 taken[first] = list(job)
-                dirs[tuple(job)] = [f"{home[key]}/seed={first + i}" for i in range(packed[key])]
+                dirs[tuple(job)] = [Path(home[key]) / seed_dir(first + i) for i in range(packed[key])]
             # Packed seeds overlap iff two neighbouring starts are closer than seeds_per_job:
             # one sort per config instead of comparing every job with every other.
             if isinstance(per_job, int) and per_job > 1:
