@@ -5,7 +5,7 @@ import math
 
 import torch
 
-from bench.batch import Batch, masked_sum
+from contract.batch import Batch, masked_sum
 
 STD_FLOOR = 1e-6  # SPEC 1: below this the centred scores are returned unscaled
 LEVELS = ("sequence", "token")

@@ -11,7 +11,7 @@ from typing import ClassVar
 import torch
 
 from algorithms import register
-from bench.batch import Batch, LossOut, masked_sum
+from contract.batch import Batch, LossOut, masked_sum
 
 
 @register("ce")

@@ -14,7 +14,7 @@ import torch
 
 from algorithms import register
 from algorithms._common import check_positive, reinforce_sum, single_sample_advantage
-from bench.batch import Batch, LossOut
+from contract.batch import Batch, LossOut
 
 SURPRISALS = ("behaviour", "current")
 

@@ -19,7 +19,7 @@ import torch
 from algorithms import register
 from algorithms._common import (STD_FLOOR, candidate_weights, check_level, check_non_negative,
                                 check_positive, mean_where)
-from bench.batch import Batch, LossOut, masked_sum
+from contract.batch import Batch, LossOut, masked_sum
 
 LOG_RATIO_CLAMP = 20.0
 

@@ -11,7 +11,7 @@ import torch
 
 from algorithms import register
 from algorithms._common import candidate_weights, check_positive, single_sample_advantage
-from bench.batch import Batch, LossOut, masked_sum
+from contract.batch import Batch, LossOut, masked_sum
 
 
 @register("ppo")

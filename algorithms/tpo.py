@@ -17,7 +17,7 @@ import torch
 
 from algorithms import register
 from algorithms._common import check_level, check_positive, mean_where, standardise
-from bench.batch import Batch, LossOut, masked_sum
+from contract.batch import Batch, LossOut, masked_sum
 
 
 def tpo_target(logp_old: torch.Tensor, scores: torch.Tensor, eta: float = 1.0,

@@ -20,11 +20,12 @@ from pathlib import Path
 import numpy as np
 import pandas as pd
 
-from bench import io, rundir
+from contract import io, schema
+from contract.schema import STALE_AFTER_S  # a running run silent this long lost its process
 
 DEFAULT_ROOT = "outputs"
 DEFAULT_OUT = "outputs/results.parquet"  # where analysis/plot.py looks by default
-STALE_AFTER_S = rundir.STALE_AFTER_S  # a running run silent this long lost its process
+
 # Over many runs (a network file system, thousands of tables) collect says how far it got
 # on stderr (stdout is the report scripts parse): a line every PROGRESS_EVERY_S, and at
 # the end of a pass (summaries, then tables) its count when collect has taken
@@ -77,7 +78,7 @@ class RunInfo:
 
     @property
     def metrics_path(self) -> Path:
-        return self.path / "metrics.parquet"
+        return self.path / schema.METRICS
 
 
 class DamagedSummary(ValueError):
@@ -122,7 +123,7 @@ def read_summary(path: Path) -> dict:
 
 
 def _classify(run_dir: Path, stale_after: float = STALE_AFTER_S) -> RunInfo:
-    summary = run_dir / "summary.json"
+    summary = run_dir / schema.SUMMARY
     if not summary.is_file():
         return RunInfo(run_dir, "incomplete", "incomplete (no summary.json)")
     try:
@@ -132,19 +133,19 @@ def _classify(run_dir: Path, stale_after: float = STALE_AFTER_S) -> RunInfo:
         return RunInfo(run_dir, "corrupt", f"damaged {summary}: {e}; remove it and re-run "
                                            "(it resumes from its checkpoint, if any) or re-run with force=true")
     status = info.get("status")
-    if status == "completed":
+    if status == schema.COMPLETED:
         return RunInfo(run_dir, "completed", None, info)
-    if status == "failed":
-        if info.get("error_kind") == "io":  # the runner's mark for an OSError (disk full, read-only fs)
+    if status == schema.FAILED:
+        if info.get("error_kind") == schema.IO_ERROR:  # the runner's mark for an OSError (disk full, read-only fs)
             return RunInfo(run_dir, "failed", f"I/O error: {info.get('reason')}", info)
         return RunInfo(run_dir, "failed", f"failed: {info.get('reason')}", info)
-    if status == "running":
+    if status == schema.RUNNING:
         age = time.time() - float(info.get("heartbeat") or info.get("started_at") or 0)
         if age > stale_after:
             return RunInfo(run_dir, "incomplete", f"incomplete (heartbeat stale for {age:.0f} s: "
                                                   "killed from outside? re-run to resume)")
         return RunInfo(run_dir, "running", f"incomplete (running, heartbeat {age:.0f} s ago)")
-    if status == "interrupted":
+    if status == schema.INTERRUPTED:
         return RunInfo(run_dir, "incomplete", f"incomplete (interrupted: {info.get('reason')}; "
                                               "re-run to resume)")
     return RunInfo(run_dir, "unknown", f"unknown status {status!r}")
@@ -152,9 +153,7 @@ def _classify(run_dir: Path, stale_after: float = STALE_AFTER_S) -> RunInfo:
 
 def find_runs(root, stale_after: float = STALE_AFTER_S, progress: Progress | None = None) -> list[RunInfo]:
     """Every seed=<n> directory under root, classified by its summary.json."""
-    root = Path(root)
-    run_dirs = sorted(p for p in root.rglob("seed=*") if p.is_dir())
-    return [_classify(d, stale_after) for d in _tracked(run_dirs, progress)]
+    return [_classify(d, stale_after) for d in _tracked(list(schema.run_dirs(root)), progress)]
 
 
 def read_metrics(path: Path) -> pd.DataFrame:
@@ -205,7 +204,8 @@ def inconsistencies(run: RunInfo, df: pd.DataFrame) -> list[str]:
         if n:
             problems.append(f"{n} partial row{'s' * (n > 1)} in a completed run")
     summary = run.summary or {}
-    for col, where in (("seed", run.path.name.removeprefix("seed=")), ("config_hash", run.path.parent.name)):
+    where_ = schema.parse_run_dir(run.path)
+    for col, where in (("seed", str(where_.seed)), ("config_hash", where_.config_hash)):
         if col not in df.columns:
             continue
         values = df[col].dropna().unique()

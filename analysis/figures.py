@@ -20,7 +20,7 @@ from pathlib import Path
 import pandas as pd
 
 from analysis import experiments, plot, stats
-from bench import io
+from contract import io
 from analysis.experiments import ALIASES, EXPERIMENTS, TARGETS
 
 plt = plot.plt  # pyplot with the Agg backend already selected

@@ -26,20 +26,16 @@ import numpy as np  # noqa: E402
 import pandas as pd  # noqa: E402
 
 from analysis.collect import last_step  # noqa: E402
-from bench import io  # noqa: E402
+from contract import io, schema  # noqa: E402
 # The statistics live in stats.py (shared with report.py); re-exported here for callers.
 from analysis.stats import THRESHOLD, mean_se, seed_curves, seed_hits, steps_to_threshold  # noqa: E402,F401
 
 GROUP = ["task.name", "algo.name", "config_hash"]
 REQUIRED = GROUP + ["seed", "step", "error"]
-# Per-step metrics the runner logs; never legend keys even if they happen to be constant.
-METRICS = {
-    "step", "error", "reward_mean", "loss", "grad_norm", "param_change", "all_fail_frac",
-    "zero_var_frac", "success_prompt_frac", "clip_frac", "kl", "q_success", "q_fail",
-    "absA_success", "absA_fail", "rollouts", "wall_s",
-}
-# Provenance, not config: two lines differing only by commit are one configuration.
-NOT_LEGEND = METRICS | {"seed", "config_hash", "task.name", "algo.name", "git_commit", "git_commits"}
+# Per-step metrics and row keys are never legend keys, even where they happen to be
+# constant; nor is provenance: two lines differing only by commit are one configuration.
+NOT_LEGEND = {*schema.METRIC_COLUMNS, *schema.ROW_KEYS, "task.name", "algo.name", "git_commit",
+              "git_commits"}
 LOG_FLOOR = 1e-4  # a log axis cannot show the band's lower edge at or below zero
 
 # Fixed colours so an algorithm looks the same in every figure.

@@ -36,7 +36,7 @@ from analysis import collect, experiments, figures, stats, tuned
 from analysis.plot import REQUIRED, _fmt
 from analysis import verdicts as V
 from analysis.experiments import ALIASES, EXPERIMENTS
-from bench import io
+from contract import io, schema
 
 PAPER = Path(__file__).with_name("paper_numbers.csv")
 PAPER_SEEDS = Path(__file__).with_name("paper_seeds.csv")
@@ -349,7 +349,7 @@ def hardware(sel: pd.DataFrame, runs_root: Path | None, given: str | None) -> st
     if runs_root is not None and runs_root.is_dir():
         runs = sel[["task.name", "algo.name", "config_hash", "seed"]].drop_duplicates()
         for t, a, h, s in runs.itertuples(index=False):
-            path = runs_root / str(t) / str(a) / str(h) / f"seed={s}" / "summary.json"
+            path = schema.run_dir(runs_root, str(t), str(a), str(h), int(s)) / schema.SUMMARY
             try:
                 found.append(json.loads(path.read_text()))
             except (OSError, ValueError):

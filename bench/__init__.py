@@ -1,4 +1,4 @@
-"""tpo-bench runner: joins a task (groups of scored candidates) with an algorithm (a loss).
-
-Kept import-light on purpose: algorithms and tasks import `bench.batch` only.
+"""tpo-bench's composition root: builds a run from the config, joins a task (groups of
+scored candidates) with an algorithm (a loss) and records it. Nothing below imports it:
+tasks and algorithms meet through `contract`.
 """

@@ -16,9 +16,9 @@ from typing import Any
 
 import torch
 
-from bench import io
+from contract import io
+from contract.schema import CHECKPOINT, CONFIG
 
-CHECKPOINT = "checkpoint.pt"
 VERSION = 1
 # A mismatch in any of these means the checkpoint is another run's trajectory (or, for
 # torch, one that would not continue bit for bit).
@@ -74,7 +74,7 @@ def check_identity(run_dir: Path, state: dict[str, Any], ours: dict[str, Any],
     if theirs is None:
         from bench.identity import config_hash
         try:
-            config = io.read_json_object(run_dir / "config.json")
+            config = io.read_json_object(run_dir / CONFIG)
         except (OSError, io.DamagedFile) as e:
             raise CheckpointError(f"{path} records no identity and {e}; {REMEDY}") from None
         found = {"config_hash": config_hash(config), "seed": config.get("seed")}

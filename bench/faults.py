@@ -33,8 +33,8 @@ from pathlib import Path
 
 import pandas as pd
 
-from bench import io
-from bench.rundir import METRICS, SUMMARY
+from contract import io
+from contract.schema import CHECKPOINT, METRICS, SUMMARY
 
 SIGNALS = {"sigkill": signal.SIGKILL, "sigterm": signal.SIGTERM, "sigint": signal.SIGINT}
 FAULTS = (*SIGNALS, "duplicate", "enospc")
@@ -152,7 +152,7 @@ def compare(result: Path, reference: pd.DataFrame) -> tuple[int, int, str | None
         return len(reference), 0, f"not completed ({status(result)})"
     got = pd.read_parquet(d / METRICS).drop(columns=["wall_s"])
     leftovers = [p.name for p in d.iterdir() if p.name.endswith(io.TEMP_SUFFIX)
-                 or p.name == "checkpoint.pt"]
+                 or p.name == CHECKPOINT]
     lost = len(set(reference["step"]) - set(got["step"]))
     merged = reference.merge(got, on="step", how="inner", suffixes=("", "_got"))
     bad = pd.Series(False, index=merged.index)

@@ -8,7 +8,6 @@ from __future__ import annotations
 
 import hashlib
 import json
-from pathlib import Path
 from typing import Any
 
 # Top-level config keys that do not change the science of a run.
@@ -26,15 +25,6 @@ def identity(config: dict[str, Any]) -> dict[str, Any]:
 def config_hash(config: dict[str, Any], length: int = 10) -> str:
     blob = json.dumps(identity(config), sort_keys=True, default=str).encode()
     return hashlib.sha256(blob).hexdigest()[:length]
-
-
-def run_dir(output_root: str | Path, task: str, algo: str, hash_: str, seed: int) -> Path:
-    return Path(output_root) / task / algo / hash_ / seed_dir(seed)
-
-
-def seed_dir(seed: int) -> str:
-    """A run's folder name inside its config's folder (run_dir's last level)."""
-    return f"seed={seed}"
 
 
 def flatten(tree: dict[str, Any], prefix: str = "") -> dict[str, Any]:

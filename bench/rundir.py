@@ -24,16 +24,10 @@ from typing import Any
 
 import pandas as pd
 
-from bench import io
+from contract import io
+from contract.schema import CONFIG, LOCK, METRICS, SUMMARY
 
-SUMMARY, CONFIG, METRICS, LOCK = "summary.json", "config.json", "metrics.parquet", ".lock"
 BUSY = (errno.EACCES, errno.EAGAIN)  # what lockf raises when another process holds it
-# The runner refreshes a running run's heartbeat at least every HEARTBEAT_S (and at each
-# checkpoint); silence for STALE_AFTER_S means its process is gone (OOM killer, scancel, a
-# dead node): the run is resumable, not running. collect and the sweep's progress line
-# both judge it so.
-HEARTBEAT_S = 30.0
-STALE_AFTER_S = 600.0
 
 
 def whoami() -> dict[str, Any]:

@@ -20,25 +20,18 @@ import pandas as pd
 import torch
 
 from algorithms import ALGORITHMS
-from bench import checkpoint, interrupts, io, rundir
-from bench.batch import GROUP_NEEDS, NEEDS, Batch, Request
-from bench.identity import config_hash, flatten, identity, run_dir
+from bench import checkpoint, interrupts, rundir
+from contract import io
+from contract.batch import GROUP_NEEDS, NEEDS, Batch, Request
+from bench.identity import config_hash, flatten, identity
 from bench.optim import build_optimizer, check_optimizer
-from bench.registry import UnknownName, load_plugins
-from bench.rng import Streams
+from contract.registry import UnknownName, load_plugins
+from contract.rng import Streams
+from contract.schema import HEARTBEAT_S, METRIC_COLUMNS, run_dir
 from tasks import TASKS
 
-# Every run writes these columns (NaN where a method or task does not define one), so
-# tables from different algorithms concatenate into one tidy schema.
-METRIC_COLUMNS = (
-    "step", "error", "reward_mean", "loss", "grad_norm", "param_change",
-    "all_fail_frac", "zero_var_frac", "success_prompt_frac", "clip_frac", "kl",
-    "q_success", "q_fail", "absA_success", "absA_fail", "misalignment", "train_error",
-    "test_error", "rollouts", "wall_s",
-)
 ZERO_VAR_STD = 1e-6  # SPEC 6
 MATCH_MODES = ("prompts", "interactions")
-HEARTBEAT_S = rundir.HEARTBEAT_S
 
 
 class ConfigError(ValueError):
@@ -131,7 +124,7 @@ def identity_fields(obj) -> dict[str, Any]:
 
 
 def needs(algo) -> str:
-    """What the algorithm consumes (bench.batch.NEEDS); a plug-in that does not say is a
+    """What the algorithm consumes (contract.batch.NEEDS); a plug-in that does not say is a
     grouped method when its default k is above 1."""
     default_k = next(f.default for f in dataclasses.fields(algo) if f.name == "k")
     return getattr(algo, "needs", "sample_group" if default_k > 1 else "sample")

@@ -25,7 +25,7 @@ import pandas as pd
 import torch
 
 from bench.optim import build_optimizer
-from bench.rng import Streams
+from contract.rng import Streams
 from bench.runner import build, train_episode
 
 CASES = (("tpo", "reverse_h10"), ("grpo", "reverse_h10"), ("dg", "reverse_h10"),

@@ -80,9 +80,9 @@ def main() -> int:
     from algorithms.grpo import GRPO
     from algorithms.ppo import PPO
     from algorithms.tpo import TPO
-    from bench.batch import Request
+    from contract.batch import Request
     from bench.optim import build_optimizer
-    from bench.rng import Streams
+    from contract.rng import Streams
     from tasks.seq import SeqTask
     from tasks.transformer import Transformer
 

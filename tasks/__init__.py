@@ -1,4 +1,4 @@
-"""Tasks: each module produces groups of scored candidates (`bench.batch.Batch`) from a
+"""Tasks: each module produces groups of scored candidates (`contract.batch.Batch`) from a
 policy it owns. They never import algorithms.
 
 A task is a frozen dataclass registered under a name; its fields are its config
@@ -11,7 +11,7 @@ A task is a frozen dataclass registered under a name; its fields are its config
     logprobs(policy, batch) -> Tensor               current log-probs, like batch.logp_old
     evaluate(policy) -> dict | None                 optional held-out metrics
 """
-from bench.registry import Registry
+from contract.registry import Registry
 
 TASKS = Registry("task", "tasks")
 register = TASKS.register

@@ -1,7 +1,7 @@
 """What every one-step bandit task refuses (SPEC 3.2, 3.3)."""
 from __future__ import annotations
 
-from bench.batch import GROUP_NEEDS, Request
+from contract.batch import GROUP_NEEDS, Request
 
 
 def check_bandit_request(task, req: Request) -> None:

@@ -30,9 +30,9 @@ from torch import nn
 from torch.func import functional_call
 from torch.nn.utils import parameters_to_vector
 
-from bench.batch import Batch, Request, Rollout
-from bench.data import BASE_URL, load_mnist
-from bench.rng import Streams
+from contract.batch import Batch, Request, Rollout
+from tasks._data import BASE_URL, load_mnist
+from contract.rng import Streams
 from tasks import register
 from tasks._bandit import check_bandit_request
 from tasks._nn import lecun_truncated_

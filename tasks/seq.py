@@ -10,8 +10,8 @@ from dataclasses import dataclass
 
 import torch
 
-from bench.batch import Batch, Request, Rollout
-from bench.rng import Streams
+from contract.batch import Batch, Request, Rollout
+from contract.rng import Streams
 from tasks import register
 from tasks.transformer import Transformer
 

@@ -27,8 +27,8 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
-from bench.batch import Batch, Request, Rollout
-from bench.rng import Streams
+from contract.batch import Batch, Request, Rollout
+from contract.rng import Streams
 from tasks import register
 from tasks._bandit import check_bandit_request
 

@@ -10,7 +10,7 @@ from algorithms.grpo import GRPO, grpo_advantages
 from algorithms.pg import PG
 from algorithms.ppo import PPO
 from algorithms.tpo import TPO, tpo_target
-from bench.batch import Batch
+from contract.batch import Batch
 
 
 def group_batch(logp_old, scores, success=None, T=1):

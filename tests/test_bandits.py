@@ -11,9 +11,9 @@ import torch.nn.functional as F
 from algorithms import ALGORITHMS
 from algorithms._common import standardise
 from algorithms.pg import PG
-from bench.batch import Request
+from contract.batch import Request
 from bench.optim import NormalisedStep
-from bench.rng import Streams
+from contract.rng import Streams
 from bench.runner import ConfigError, build, needs, train_episode
 from conftest import compose, run_bench, run_dirs
 from tasks.mnist import MnistTask

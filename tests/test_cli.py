@@ -82,7 +82,7 @@ TOY_ALGO = '''
 from dataclasses import dataclass
 import torch
 from algorithms import register
-from bench.batch import Batch, LossOut
+from contract.batch import Batch, LossOut
 
 @register("toy_algo")
 @dataclass(frozen=True)
@@ -98,7 +98,7 @@ class Toy:
 TOY_TASK = '''
 from dataclasses import dataclass
 import torch
-from bench.batch import Batch, Rollout
+from contract.batch import Batch, Rollout
 from tasks import register
 
 @register("toy_task")

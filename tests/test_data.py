@@ -1,4 +1,4 @@
-"""bench.data: IDX parsing and checks, downloads from a loopback server, the CLI, and
+"""The MNIST loader (tasks/_data.py, staged by `python -m bench.data`): IDX parsing and checks, downloads from a loopback server, the CLI, and
 (when TPO_BENCH_MNIST_DIR is set) the real files."""
 import functools
 import gzip
@@ -15,8 +15,8 @@ import numpy as np
 import pytest
 import torch
 
-from bench import data
-from bench.data import DataError, FILES, load_mnist, read_idx
+from tasks import _data as data
+from tasks._data import DataError, FILES, load_mnist, read_idx
 from conftest import REPO
 
 N_TRAIN, N_TEST = 20, 7

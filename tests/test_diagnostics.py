@@ -17,9 +17,9 @@ from algorithms.grpo import GRPO
 from algorithms.pg import PG
 from algorithms.ppo import PPO
 from algorithms.tpo import TPO
-from bench.batch import Batch, Request, Rollout
+from contract.batch import Batch, Request, Rollout
 from bench.optim import build_optimizer
-from bench.rng import Streams
+from contract.rng import Streams
 from bench.runner import build, train_episode
 from conftest import TINY, compose
 

@@ -5,8 +5,8 @@ import pytest
 import torch
 
 from bench.optim import MuonNAdam, partition
-from bench.batch import Request
-from bench.rng import Streams
+from contract.batch import Request
+from contract.rng import Streams
 import tasks.seq as seq_module
 from tasks.seq import REWARDS, TARGETS, SeqTask, generate, target_tokens, token_rewards
 from tasks.transformer import Transformer

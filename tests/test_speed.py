@@ -4,7 +4,7 @@ import sys
 
 import pandas as pd
 
-from bench.rng import Streams
+from contract.rng import Streams
 from bench.optim import build_optimizer
 from bench.runner import build, train_episode
 from bench.speed import transformer_flops_per_token

@@ -9,8 +9,8 @@ from algorithms._common import standardise
 from algorithms.grpo import GRPO, grpo_advantages
 from algorithms.pg import PG
 from algorithms.tpo import TPO, tpo_target
-from bench.batch import Batch, Request
-from bench.rng import Streams
+from contract.batch import Batch, Request
+from contract.rng import Streams
 from bench.runner import ConfigError, build, train_episode
 from bench.optim import build_optimizer
 from conftest import REPO, compose

@@ -11,11 +11,10 @@ from typing import Any
 
 import yaml
 
-from bench import io
+from contract import io, schema
 
 OBJECTIVES = ("final", "auc")
 # The runner records a NaN/inf loss as a failed run with this reason (bench.runner.run).
-DIVERGED_PREFIX = "FloatingPointError"
 
 
 @dataclass
@@ -59,12 +58,13 @@ def score(seed_returns: list[tuple[int, Any]], objective: str, final_window: int
             out.run_dirs.append(str(run["run_dir"]))
             if run["status"] != "completed":
                 reason = str(run.get("reason"))
-                diverged |= reason.startswith(DIVERGED_PREFIX)
-                failed |= not reason.startswith(DIVERGED_PREFIX)
+                unstable = run.get("error_kind") == schema.DIVERGED  # a non-finite loss
+                diverged |= unstable
+                failed |= not unstable
                 out.reasons.append(f"seed {seed}: {run['status']}: {reason}")
                 continue
             try:
-                out.per_seed[seed] = curve_value(Path(run["run_dir"]) / "metrics.parquet",
+                out.per_seed[seed] = curve_value(Path(run["run_dir"]) / schema.METRICS,
                                                  objective, final_window)
             except Exception as e:  # unreadable or empty metrics: the run is not usable
                 failed = True

@@ -14,7 +14,7 @@ import time
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from bench import rundir
+from contract import schema
 
 # With nothing changing, the line is still repeated this many intervals apart: a SLURM
 # sweep waiting in the queue for an hour should show that it is alive.
@@ -53,10 +53,10 @@ class Counts:
 
 def _read(path: Path):
     """A summary as a dict, None where there is none yet, "unreadable" where it is damaged."""
-    from bench import io
+    from contract import io
 
     try:
-        return io.read_json_object(path / "summary.json")
+        return io.read_json_object(path / schema.SUMMARY)
     except FileNotFoundError:
         return None
     except (OSError, UnicodeDecodeError, io.DamagedFile):
@@ -109,7 +109,7 @@ def count(run_dirs: list[Path], before: dict, force: bool, now: float) -> Counts
             c.interrupted += 1
         elif status == "running":
             beat = summary.get("heartbeat")
-            if isinstance(beat, (int, float)) and now - beat > rundir.STALE_AFTER_S:
+            if isinstance(beat, (int, float)) and now - beat > schema.STALE_AFTER_S:
                 continue  # its process is gone; waiting for a requeue or the next sweep
             c.running += 1
             if start is not None:

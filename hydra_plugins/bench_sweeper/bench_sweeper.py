@@ -58,7 +58,7 @@ class BenchSweeper(BasicSweeper):
 
     def sweep(self, arguments: List[str]) -> Any:
         from bench.__main__ import explicit_keys, job_specs
-        from bench.identity import seed_dir
+        from contract.schema import seed_dir
         from bench.runner import ConfigError
         from hydra_plugins.bench_sweeper._progress import SweepProgress, every_s
 

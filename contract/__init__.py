@@ -1,0 +1,9 @@
+"""The ground floor: what tasks, algorithms, the runner and the analysis share, and
+nothing else. It imports none of them.
+
+    batch     the Batch a task hands an algorithm, the Request, the two Protocols
+    registry  name -> implementation tables (a new module registers itself)
+    rng       a run's three random streams
+    schema    what a run leaves on disk: layout, file names, status words, metric columns
+    io        the one atomic writer, and the provenance a record carries
+"""

@@ -1,0 +1,113 @@
+"""What a run leaves on disk, in one place: the run-directory layout and its parser, the
+files inside a run, the status words of summary.json, and the metric columns of
+metrics.parquet. The runner writes by these names; collect, plot, report, the sweepers
+and the optuna plugin read by them.
+
+    <output_root>/<task>/<algo>/<config hash>/seed=<n>/
+        config.json       the resolved scientific config (what the hash is of) and the seed
+        summary.json      status, provenance, attempts; written first as `running`,
+                          refreshed as a heartbeat, last as the verdict
+        metrics.parquet   one row per episode (or per evaluation), METRIC_COLUMNS first
+        checkpoint.pt     while unfinished
+        .lock             held by the one process training it
+
+The names in the path are labels: the hash is of the science alone, so one config run
+under two preset names is one run (`find_run` finds it under either).
+"""
+from __future__ import annotations
+
+import json
+import re
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Iterator
+
+CONFIG, SUMMARY, METRICS, CHECKPOINT, LOCK = (
+    "config.json", "summary.json", "metrics.parquet", "checkpoint.pt", ".lock")
+
+# summary.json "status": what a run directory can say of itself ...
+COMPLETED, RUNNING, INTERRUPTED, FAILED = "completed", "running", "interrupted", "failed"
+STATUSES = (COMPLETED, RUNNING, INTERRUPTED, FAILED)
+# ... and what a sweep reports for a run this process did not touch (nothing written).
+HELD, REFUSED = "held", "refused"
+# summary.json "error_kind" of a failed run: a non-finite loss, the disk, anything else.
+DIVERGED, IO_ERROR, ERROR = "diverged", "io", "error"
+ERROR_KINDS = (DIVERGED, IO_ERROR, ERROR)
+
+# The runner refreshes a running run's heartbeat at least every HEARTBEAT_S (and at each
+# checkpoint); silence for STALE_AFTER_S means its process is gone (OOM killer, scancel, a
+# dead node): the run is resumable, not running. collect and the sweep's progress line
+# both judge it so.
+HEARTBEAT_S = 30.0
+STALE_AFTER_S = 600.0
+
+# Every run writes these columns (NaN where a method or task does not define one), so
+# tables from different algorithms concatenate into one tidy schema. The meaning of each
+# is in the README's metric table.
+METRIC_COLUMNS = (
+    "step", "error", "reward_mean", "loss", "grad_norm", "param_change",
+    "all_fail_frac", "zero_var_frac", "success_prompt_frac", "clip_frac", "kl",
+    "q_success", "q_fail", "absA_success", "absA_fail", "misalignment", "train_error",
+    "test_error", "rollouts", "wall_s",
+)
+# Columns that identify a run's rows without being config: with METRIC_COLUMNS, never
+# legend keys or config differences.
+ROW_KEYS = ("config_hash", "seed", "partial")
+# What the run really used after matching and the task's own rules (config says what was
+# asked): constant per run, so per-run columns like the config's.
+EFFECTIVE_COLUMNS = ("batch_size_effective", "group_size_effective", "lr_effective")
+# Columns that describe but do not identify a run.
+LABEL_COLUMNS = ("task.name", "algo.name", "experiment")
+
+SEED_DIR = re.compile(r"seed=(\d+)")
+
+
+def seed_dir(seed: int) -> str:
+    """A run's folder name inside its config's folder (run_dir's last level)."""
+    return f"seed={seed}"
+
+
+def run_dir(output_root: str | Path, task: str, algo: str, config_hash: str, seed: int) -> Path:
+    return Path(output_root) / task / algo / config_hash / seed_dir(seed)
+
+
+@dataclass(frozen=True)
+class RunPath:
+    """The parts of a run directory's path."""
+
+    task: str
+    algo: str
+    config_hash: str
+    seed: int
+    path: Path
+
+
+def parse_run_dir(path: str | Path) -> RunPath | None:
+    """RunPath of `.../<task>/<algo>/<hash>/seed=<n>`, or None for any other folder."""
+    p = Path(path)
+    m, up = SEED_DIR.fullmatch(p.name), p.absolute().parents
+    if m is None or len(up) < 4:
+        return None
+    return RunPath(up[2].name, up[1].name, up[0].name, int(m.group(1)), p)
+
+
+def run_dirs(root: str | Path) -> Iterator[Path]:
+    """Every run directory under root (sorted), however deep the root sits above them."""
+    return iter(sorted(p for p in Path(root).rglob("seed=*")
+                       if p.is_dir() and SEED_DIR.fullmatch(p.name)))
+
+
+def find_run(output_root: str | Path, config_hash: str, seed: int) -> Path | None:
+    """The directory of (hash, seed) under output_root whatever names it was run under;
+    None if there is none. With several (two names started it at once), the one whose
+    summary says completed, else the first."""
+    found = sorted(Path(output_root).glob(f"*/*/{config_hash}/{seed_dir(seed)}"))
+    done = [p for p in found if _says_completed(p / SUMMARY)]
+    return (done or found or [None])[0]
+
+
+def _says_completed(summary: Path) -> bool:
+    try:
+        return json.loads(summary.read_text()).get("status") == COMPLETED
+    except (OSError, ValueError, AttributeError):  # absent, half-written, not an object
+        return False
