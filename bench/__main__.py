@@ -44,30 +44,14 @@ def register_sweepers() -> None:
         plugins.register(sweeper)
 
 
-def job_specs(cfg: dict, explicit: frozenset):
-    """The RunSpecs of one job: seeds seed .. seed + seeds_per_job - 1."""
-    from bench.runner import ConfigError, build
-
-    n = cfg.get("seeds_per_job", 1)
-    if not isinstance(n, int) or isinstance(n, bool) or n < 1:
-        raise ConfigError(f"seeds_per_job must be a positive integer, got {n!r}")
-    seed = cfg.get("seed", 0)
-    if not isinstance(seed, int) or isinstance(seed, bool):
-        return [build(cfg, explicit)]  # refuses the seed, naming the rule; no arithmetic on it
-    return [build({**cfg, "seed": seed + i}, explicit) for i in range(n)]
-
-
-def explicit_keys(overrides) -> frozenset:
-    """Keys set on the command line (some tasks refuse an explicit algo.k)."""
-    return frozenset(o.split("=", 1)[0].lstrip("+~") for o in overrides)
-
-
 @hydra.main(version_base="1.3", config_path="../conf", config_name="config")
 def main(cfg: DictConfig) -> dict:
     from hydra.core.hydra_config import HydraConfig
 
+    from bench.build import ConfigError
     from bench.interrupts import Interrupted
-    from bench.runner import ConfigError, run
+    from bench.jobs import explicit_keys, job_result, job_specs
+    from bench.runner import run
 
     try:
         specs = job_specs(OmegaConf.to_container(cfg, resolve=True),
@@ -84,8 +68,7 @@ def main(cfg: DictConfig) -> dict:
     if failed and HydraConfig.get().mode.name == "RUN":
         sys.exit(1)  # a single run reports its failure through the exit code
     # A sweep goes on; the sweeper reports every run at the end.
-    return {"runs": [{k: s.get(k) for k in ("run_dir", "status", "reason")} for s in summaries],
-            "error": summaries[-1].get("final", {}).get("error")}
+    return job_result(summaries)
 
 
 def bad_input(error: BaseException | None) -> bool:

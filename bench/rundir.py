@@ -1,8 +1,6 @@
 """A run directory and the one process allowed to write it.
 
-`<output_root>/<task>/<algo>/<config hash>/seed=<n>/` holds config.json, summary.json
-(written first as `running`, refreshed as a heartbeat, last as the verdict),
-metrics.parquet, checkpoint.pt while unfinished, and `.lock`.
+Its layout and files are contract.schema's; this module writes them for one attempt.
 
 The lock is a POSIX record lock (fcntl.lockf) on `.lock`: the kernel drops it when its
 holder dies however it dies, so a killed run never leaves a stale lock, and NFS (v4, or
@@ -24,8 +22,9 @@ from typing import Any
 
 import pandas as pd
 
+from bench import checkpoint
 from contract import io
-from contract.schema import CONFIG, LOCK, METRICS, SUMMARY
+from contract.schema import CONFIG, FAILED, HEARTBEAT_S, IO_ERROR, LOCK, METRICS, RUNNING, SUMMARY
 
 BUSY = (errno.EACCES, errno.EAGAIN)  # what lockf raises when another process holds it
 
@@ -43,10 +42,17 @@ def describe(holder: dict[str, Any]) -> str:
 
 
 class RunDir:
-    def __init__(self, path: Path):
+    """One run's directory through an attempt: `acquire` the lock, `begin` (config.json and
+    a first `running` summary), `heartbeat`/`beat_if_due` and `checkpoint` while
+    training, `finish` with the verdict, `release`."""
+
+    def __init__(self, path: Path, pause_s: float = 0.0):
         self.path = Path(path)
         self._lock_fd: int | None = None
         self.lock_note: str | None = None  # why this run is not locked, if it is not
+        self.pause_s = pause_s  # test-only: checkpoint temp file held this long before its rename
+        self.provenance: dict[str, Any] = {}
+        self._last_beat = 0.0
 
     @property
     def summary_path(self) -> Path:
@@ -102,25 +108,51 @@ class RunDir:
     def write_summary(self, summary: dict[str, Any]) -> None:
         io.write_json(self.summary_path, summary)
 
-    def finish(self, df: pd.DataFrame, summary: dict[str, Any]) -> dict[str, Any]:
-        """metrics.parquet, then summary.json (last: it is what says `completed`). An OS
-        error (a full disk, a read-only filesystem) turns the record into `failed` with
-        that error where the disk still takes the small summary; where it takes nothing,
-        it is said on stderr (summary.json then still says `running`, its heartbeat
-        going stale)."""
+    def begin(self, provenance: dict[str, Any], config: dict[str, Any]) -> None:
+        """config.json, then a `running` summary carrying `provenance` (every later summary
+        of this attempt does too)."""
+        self.provenance = provenance
+        self.write_config(config)
+        self.heartbeat()
+
+    def heartbeat(self, **extra: Any) -> None:
+        self.write_summary({**self.provenance, "status": RUNNING, "reason": None,
+                            "heartbeat": time.time(), **extra})
+        self._last_beat = time.monotonic()
+
+    def beat_if_due(self) -> None:
+        if time.monotonic() - self._last_beat > HEARTBEAT_S:
+            self.heartbeat()
+
+    def checkpoint(self, state: dict[str, Any], step: int) -> None:
+        checkpoint.save(self.path, state, pause_s=self.pause_s)
+        self.heartbeat(checkpoint_step=step)
+
+    def finish(self, df: pd.DataFrame, *, status: str, reason: str | None = None,
+               error_kind: str | None = None, rows: list[dict] = (), **extra: Any) -> dict[str, Any]:
+        """metrics.parquet, then summary.json (last: it is what says `completed`): the
+        provenance, the verdict, the last row's numbers, and `extra` (what the run really
+        used). An OS error (a full disk, a read-only filesystem) turns the record into
+        `failed` with that error where the disk still takes the small summary; where it
+        takes nothing, it is said on stderr (summary.json then still says `running`, its
+        heartbeat going stale)."""
+        summary = {**self.provenance, "status": status, "reason": reason, "error_kind": error_kind,
+                   "final": {k: v for k, v in (rows[-1] if rows else {}).items() if isinstance(v, (int, float))},
+                   "rows": len(rows), "finished_at": time.time(),
+                   "duration_s": time.time() - self.provenance.get("started_at", time.time()), **extra}
         try:
             io.write_parquet(self.path / METRICS, df)
         except OSError as e:
             reason = f"OSError writing {METRICS}: {e}"
             if summary.get("reason"):
                 reason = f"{summary['reason']}; then {reason}"
-            summary = {**summary, "status": "failed", "error_kind": "io", "reason": reason}
+            summary = {**summary, "status": FAILED, "error_kind": IO_ERROR, "reason": reason}
         try:
             self.write_summary(summary)
         except OSError as e:
             print(f"[error] {self.path}: could not record the run's end ({summary['status']}: "
                   f"{summary.get('reason')}) in {SUMMARY}: {e}", file=sys.stderr, flush=True)
-            summary = {**summary, "status": "failed", "error_kind": "io",
+            summary = {**summary, "status": FAILED, "error_kind": IO_ERROR,
                        "reason": f"{summary.get('reason') or summary['status']}; "
                                  f"OSError writing {SUMMARY}: {e}"}
         for p in io.own_temps(self.path):

@@ -26,7 +26,8 @@ import torch
 
 from bench.optim import build_optimizer
 from contract.rng import Streams
-from bench.runner import build, train_episode
+from bench.build import build
+from bench.runner import train_episode
 
 CASES = (("tpo", "reverse_h10"), ("grpo", "reverse_h10"), ("dg", "reverse_h10"),
          ("ppo", "reverse_h10"), ("tpo_token", "reversal_v16"), ("grpo", "reversal_v16"),

@@ -230,7 +230,7 @@ def test_metrics_that_cannot_be_written_turn_the_record_into_failed(tmp_path, mo
 
     monkeypatch.setattr(io, "write_parquet", full)
     rd = rundir.RunDir(tmp_path)
-    out = rd.finish(pd.DataFrame({"step": [0]}), {"status": "completed", "reason": None})
+    out = rd.finish(pd.DataFrame({"step": [0]}), status="completed")
     on_disk = summary(tmp_path)
     assert on_disk == out and out["status"] == "failed" and out["error_kind"] == "io"
     assert "metrics.parquet" in out["reason"] and "No space left" in out["reason"]

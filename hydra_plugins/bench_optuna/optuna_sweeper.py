@@ -77,8 +77,8 @@ class OptunaSweeper(BenchSweeper):
         return OmegaConf.to_container(cfg, resolve=True)
 
     def _validate(self, cfg: dict, overrides: list[str]):
-        from bench.__main__ import explicit_keys, job_specs
-        from bench.runner import ConfigError
+        from bench.jobs import explicit_keys, job_specs
+        from bench.build import ConfigError
         try:
             return job_specs(cfg, explicit_keys(overrides))
         except (ConfigError, ImportError) as e:

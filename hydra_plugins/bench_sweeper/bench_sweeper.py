@@ -57,9 +57,9 @@ class BenchSweeper(BasicSweeper):
                 if (kept := [job for job in batch if tuple(job) not in drop])]
 
     def sweep(self, arguments: List[str]) -> Any:
-        from bench.__main__ import explicit_keys, job_specs
+        from bench.jobs import explicit_keys, job_specs
         from contract.schema import seed_dir
-        from bench.runner import ConfigError
+        from bench.build import ConfigError
         from hydra_plugins.bench_sweeper._progress import SweepProgress, every_s
 
         parser = OverridesParser.create(config_loader=self.hydra_context.config_loader)

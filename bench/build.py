@@ -1,0 +1,305 @@
+"""From a resolved config to a RunSpec: every check on the input, the implementations
+looked up, the matching arithmetic, and the run's identity. Creates nothing on disk, so a
+sweep can refuse a bad job before any job starts.
+"""
+from __future__ import annotations
+
+import dataclasses
+import math
+import re
+import tempfile
+import typing
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import torch
+
+from algorithms import ALGORITHMS
+from bench.identity import NON_IDENTITY_KEYS, config_hash, legacy_hash
+from bench.optim import check_optimizer
+from contract import schema
+from contract.batch import GROUP_NEEDS, NEEDS, Request
+from contract.registry import UnknownName, load_plugins
+from tasks import TASKS
+
+MATCH_MODES = ("prompts", "interactions")
+
+
+class ConfigError(ValueError):
+    """Bad input, found before any work or directory is created."""
+
+
+@dataclass(frozen=True)
+class RunSpec:
+    task: Any
+    algo: Any
+    algo_name: str
+    optim_name: str
+    optim_hparams: dict[str, float]
+    seed: int
+    device: str
+    threads: int
+    log_every: int
+    force: bool
+    checkpoint_every: int
+    debug: dict[str, float]
+    """test-only fault injection: nan_at (step), sleep (s/episode), checkpoint_pause (s)"""
+    config: dict[str, Any]
+    """resolved scientific config (what the hash and the parquet columns carry)"""
+    config_hash: str
+    run_dir: Path
+    request: Request
+    effective: dict[str, Any] = dataclasses.field(default_factory=dict)
+    """what the run really uses after matching: batch size, learning rate"""
+    notes: tuple[str, ...] = ()
+    """lines printed when the run starts (matching arithmetic)"""
+    labels: dict[str, Any] = dataclasses.field(default_factory=dict)
+    """columns that describe but do not identify the run (the experiment preset)"""
+    resume_across_commits: bool = True
+    """resume a checkpoint written under another git commit (recorded either way)"""
+    progress_every_s: float = 30.0
+    """a progress line at least this often (besides every log_every episodes)"""
+
+    @property
+    def lr(self) -> float | None:
+        return self.optim_hparams.get("lr")
+
+
+def _instantiate(registry, section: dict[str, Any], key: str):
+    """Registered dataclass from a config section; the section's `impl` (default: its
+    `name`) picks the implementation, so a variant is a yaml with other field values."""
+    section = dict(section)
+    name = section.get("name")
+    if not name:
+        raise ConfigError(f"{key}.name is missing")
+    impl = section.pop("impl", None) or name
+    try:
+        cls = registry.get(impl)
+    except UnknownName as e:
+        raise ConfigError(f"{key}: {e}") from None
+    fields = {f.name: f for f in dataclasses.fields(cls)}
+    if "name" not in fields:
+        section.pop("name")
+    unknown = sorted(set(section) - set(fields))
+    if unknown:
+        raise ConfigError(f"unknown key {key}.{unknown[0]} for {registry.kind} {impl!r}; "
+                          f"valid keys: {', '.join(sorted(fields))}")
+    hints = typing.get_type_hints(cls)
+    for field, value in section.items():
+        want = hints.get(field)
+        if want is float and isinstance(value, int) and not isinstance(value, bool):
+            section[field] = float(value)
+        elif want in (int, float, bool, str) and not isinstance(section[field], want) or (
+                want in (int, float) and isinstance(value, bool)):
+            raise ConfigError(f"{key}.{field}={value!r} should be of type {want.__name__}")
+    try:
+        obj = cls(**section)
+    except (ValueError, TypeError) as e:
+        raise ConfigError(str(e)) from None
+    return impl, obj
+
+
+def identity_fields(obj) -> dict[str, Any]:
+    """Dataclass fields that define the science (a field marked
+    metadata={"identity": False}, such as a data folder, does not). A field marked
+    {"identity": "if_set"} counts only away from its default: a knob added later leaves
+    the hashes, and so the completed runs, of every configuration that does not use it."""
+    out = {}
+    for f in dataclasses.fields(obj):
+        mode, value = f.metadata.get("identity", True), getattr(obj, f.name)
+        if mode is True or (mode == "if_set" and value != f.default):
+            out[f.name] = value
+    return out
+
+
+def needs(algo) -> str:
+    """What the algorithm consumes (contract.batch.NEEDS); a plug-in that does not say is a
+    grouped method when its default k is above 1."""
+    default_k = next(f.default for f in dataclasses.fields(algo) if f.name == "k")
+    return getattr(algo, "needs", "sample_group" if default_k > 1 else "sample")
+
+
+def is_grouped(algo) -> bool:
+    return needs(algo) in GROUP_NEEDS
+
+
+def _check_algorithm(algo, name: str) -> None:
+    if needs(algo) not in NEEDS:
+        raise ConfigError(f"algorithm {name!r} declares needs={needs(algo)!r}; "
+                          f"valid: {', '.join(NEEDS)}")
+    grouped = is_grouped(algo)
+    if grouped and algo.k < 2:
+        raise ConfigError(f"algo.k={algo.k}: {name} is a grouped method and needs a group "
+                          "of at least 2 candidates")
+    if not grouped and algo.k != 1:
+        raise ConfigError(f"algo.k={algo.k}: {name} is a single-sample method; "
+                          "algo.k must be 1")
+    if algo.epochs < 1:
+        raise ConfigError(f"algo.epochs must be a positive integer, got {algo.epochs}")
+
+
+# A name becomes one directory level under output_root: no separators, no "." or "..",
+# nothing hidden (collect skips nothing hidden, and Hydra's logs live in .hydra/), no "="
+# (collect finds runs by their "seed=<n>" level).
+PLAIN_NAME = re.compile(r"[A-Za-z0-9_+][A-Za-z0-9_.+-]*")
+
+
+def _check_plain_name(key: str, value: Any) -> None:
+    if not isinstance(value, str) or not PLAIN_NAME.fullmatch(value):
+        raise ConfigError(f"{key}={value!r} must be a plain name (letters, digits, '_', '+', "
+                          "'-', '.'; not starting with '.' or '-'): it names a directory "
+                          "under output_root")
+
+
+def _check_device(device: Any) -> None:
+    """Refuse a device this machine lacks here, not as a failed run inside its directory."""
+    choices = ["cpu"]
+    if torch.cuda.is_available():
+        choices += ["cuda", *(f"cuda:{i}" for i in range(torch.cuda.device_count()))]
+    if torch.backends.mps.is_available():
+        choices.append("mps")
+    if device not in choices:
+        raise ConfigError(f"device={device!r} is not available on this machine; valid choices: "
+                          f"{', '.join(choices)}")
+
+
+def _count(cfg: dict[str, Any], key: str, default: int, least: int = 0, hint: str = "") -> int:
+    """cfg[key] as an integer >= least (a bool is not one), else the key and the rule."""
+    value = cfg.get(key, default)
+    if not isinstance(value, int) or isinstance(value, bool) or value < least:
+        rule = "a positive integer" if least == 1 else "a non-negative integer"
+        raise ConfigError(f"{key} must be {rule}{hint}, got {value!r}")
+    return value
+
+
+def build(cfg: dict[str, Any], explicit: frozenset[str] = frozenset()) -> RunSpec:
+    """Validate everything and resolve the run; creates nothing on disk. `explicit` holds
+    the config keys the user set on the command line."""
+    for section in ("task", "algo"):
+        if cfg[section].get("name") is not None:  # a missing name is _instantiate's to report
+            _check_plain_name(f"{section}.name", cfg[section]["name"])
+    load_plugins(list(cfg.get("plugins") or []))
+    task_impl, task = _instantiate(TASKS, cfg["task"], "task")
+    algo_impl, algo = _instantiate(ALGORITHMS, cfg["algo"], "algo")
+    _check_plain_name("task.name", task.name)  # a plug-in task may name itself
+    _check_algorithm(algo, cfg["algo"]["name"])
+    steps = getattr(task, "steps_per_batch", None)
+    if steps is not None and algo.epochs != steps:
+        if "algo.epochs" in explicit:
+            raise ConfigError(f"algo.epochs={algo.epochs}: task {task.name!r} takes {steps} "
+                              "optimizer step(s) per batch for every method; do not set algo.epochs")
+        algo = dataclasses.replace(algo, epochs=steps)  # recorded as what really runs
+    request = Request(name=cfg["algo"]["name"], k=algo.k, level=getattr(algo, "level", "sequence"),
+                      needs=needs(algo), k_explicit="algo.k" in explicit)
+    try:
+        task.check_algorithm(request)
+    except ValueError as e:
+        raise ConfigError(str(e)) from None
+    optim = dict(cfg["optim"])
+    hparams = {k: v for k, v in optim.items() if k != "name"}
+    try:
+        check_optimizer(optim.get("name"), hparams)
+    except ValueError as e:
+        raise ConfigError(str(e)) from None
+    seed = _count(cfg, "seed", 0)
+    threads = _count(cfg, "threads", 0, hint=" (0: as many as this process was allotted)")
+    _check_device(cfg.get("device", "cpu"))
+    checkpoint_every = _count(cfg, "checkpoint_every", 250, least=1)
+    log_every = _count(cfg, "log_every", 50, hint=" (0: no line by episode count)")
+    progress_every_s = cfg.get("progress_every_s", 30)
+    if not isinstance(progress_every_s, (int, float)) or isinstance(progress_every_s, bool) or \
+            not math.isfinite(progress_every_s) or progress_every_s < 0:
+        raise ConfigError(f"progress_every_s must be a non-negative number of seconds (0: a line "
+                          f"every episode), got {progress_every_s!r}")
+    _check_writable(cfg.get("output_root", "outputs"))
+
+    run_task, hparams, notes, match = _match(cfg, task, algo, hparams)
+    config = _science(cfg, task_impl, task, algo_impl, algo, optim, match)
+    h = config_hash(config)
+    effective = {"batch_size_effective": getattr(run_task, "batch_size", None),
+                 "lr_effective": hparams.get("lr")}
+    return RunSpec(
+        task=run_task, algo=algo, algo_name=cfg["algo"]["name"], optim_name=optim["name"],
+        optim_hparams=hparams, seed=seed, request=request, effective=effective, notes=notes,
+        labels={"experiment": cfg.get("experiment")},
+        resume_across_commits=bool(cfg.get("resume_across_commits", True)), device=str(cfg.get("device", "cpu")),
+        threads=int(cfg.get("threads", 0)), log_every=log_every,
+        progress_every_s=float(progress_every_s),
+        force=bool(cfg.get("force", False)), checkpoint_every=checkpoint_every,
+        debug=dict(cfg.get("debug") or {}), config=config, config_hash=h,
+        run_dir=_locate(cfg.get("output_root", "outputs"), task.name, cfg["algo"]["name"], config, seed),
+    )
+
+
+def _science(cfg: dict[str, Any], task_impl: str, task, algo_impl: str, algo, optim: dict,
+             match: str) -> dict[str, Any]:
+    """What config.json and the table's config columns record: the dataclasses' full
+    field values, defaults included, and the preset names beside them as labels (the hash
+    leaves the names out: bench.identity)."""
+    science = {k: v for k, v in cfg.items() if k not in ("task", "algo", "optim", *NON_IDENTITY_KEYS)}
+    # Interaction matching is the identity for a method that already draws K candidates per
+    # prompt: the run is the prompt-matched one, stored (and skipped) under one hash.
+    science["match"] = match
+    science["task"] = {"impl": task_impl, **identity_fields(task), "name": task.name}
+    science["algo"] = {"name": cfg["algo"]["name"], "impl": algo_impl, **dataclasses.asdict(algo)}
+    science["optim"] = optim
+    return science
+
+
+def _locate(root: str, task: str, algo: str, config: dict[str, Any], seed: int) -> Path:
+    """The run's directory: where this science and seed already ran, under whatever preset
+    names, else a new one under these names. A run recorded under the hash from before the
+    names left it is not silently run again: the migration re-keys it first."""
+    h = config_hash(config)
+    found = schema.find_run(root, h, seed)
+    if found is not None:
+        return found
+    old = schema.find_run(root, legacy_hash(config), seed)
+    if old is not None:
+        raise ConfigError(f"{old} is this run (task={task} algo={algo} seed={seed}) recorded under "
+                          f"its legacy hash (preset names included); re-key it first: "
+                          f"python -m bench.migrate {root}")
+    return schema.run_dir(root, task, algo, h, seed)
+
+
+def _check_writable(root: str) -> None:
+    """Refuse an output root we could not write, before anything is created: probe the
+    nearest existing ancestor with a temp file that vanishes on close."""
+    p = Path(root).absolute()
+    while not p.exists():
+        p = p.parent
+    if not p.is_dir():
+        raise ConfigError(f"output_root={root}: {p} is not a directory")
+    try:
+        with tempfile.TemporaryFile(dir=p):
+            pass
+    except OSError as e:
+        raise ConfigError(f"output_root={root}: cannot write under {p} ({e.strerror})") from None
+
+
+def _match(cfg: dict[str, Any], task, algo, hparams: dict[str, float]):
+    """SPEC 3.1 matching modes. Interaction matching gives single-sample methods B*K
+    prompts and lr * sqrt(K) on both optimizer branches; grouped and token-level
+    methods run unchanged (they already see K candidates per prompt), so for them the
+    effective mode is "prompts". Returns (task, hparams, notes, effective mode)."""
+    mode, K = cfg.get("match", "prompts"), cfg.get("match_k", 8)
+    if mode not in MATCH_MODES:
+        raise ConfigError(f"match={mode!r} is not one of {', '.join(MATCH_MODES)}")
+    if not isinstance(K, int) or K < 1:
+        raise ConfigError(f"match_k must be a positive integer, got {K!r}")
+    name = cfg["algo"]["name"]
+    if mode == "prompts":
+        return task, hparams, (), mode
+    if is_grouped(algo) or getattr(algo, "level", "sequence") == "token":
+        return task, hparams, (f"match=interactions: {name} is grouped or token-level; batch "
+                               f"size and learning rate unchanged ({hparams}): this is the "
+                               f"prompt-matched run, recorded as match=prompts",), "prompts"
+    if not hasattr(task, "batch_size") or "lr" not in hparams:
+        raise ConfigError(f"match=interactions scales task.batch_size and optim.lr; task "
+                          f"{task.name!r} with optim={cfg['optim']['name']} lacks one of them")
+    B, lr = task.batch_size, hparams["lr"]
+    matched = dataclasses.replace(task, batch_size=B * K)
+    return matched, {**hparams, "lr": lr * math.sqrt(K)}, (
+        f"match=interactions: {name} gets B*K = {B}*{K} = {B * K} prompts per episode and "
+        f"lr {lr:g} * sqrt({K}) = {lr * math.sqrt(K):g} on both optimizer branches",), mode

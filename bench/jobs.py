@@ -1,0 +1,29 @@
+"""From one Hydra job's config to the RunSpecs it trains: shared by `python -m bench` and
+the sweepers (which validate every job before launching any)."""
+from __future__ import annotations
+
+from bench.build import ConfigError, RunSpec, build
+
+
+def job_specs(cfg: dict, explicit: frozenset) -> list[RunSpec]:
+    """The RunSpecs of one job: seeds seed .. seed + seeds_per_job - 1."""
+    n = cfg.get("seeds_per_job", 1)
+    if not isinstance(n, int) or isinstance(n, bool) or n < 1:
+        raise ConfigError(f"seeds_per_job must be a positive integer, got {n!r}")
+    seed = cfg.get("seed", 0)
+    if not isinstance(seed, int) or isinstance(seed, bool):
+        return [build(cfg, explicit)]  # refuses the seed, naming the rule; no arithmetic on it
+    return [build({**cfg, "seed": seed + i}, explicit) for i in range(n)]
+
+
+def explicit_keys(overrides) -> frozenset:
+    """Keys set on the command line (some tasks refuse an explicit algo.k)."""
+    return frozenset(o.split("=", 1)[0].lstrip("+~") for o in overrides)
+
+
+def job_result(summaries: list[dict]) -> dict:
+    """What a job returns to its sweeper: each run's directory and verdict (the optuna
+    plugin prunes a trial on error_kind `diverged`), and the last run's final error."""
+    return {"runs": [{k: s.get(k) for k in ("run_dir", "status", "reason", "error_kind")}
+                     for s in summaries],
+            "error": summaries[-1].get("final", {}).get("error")}
