@@ -19,12 +19,18 @@ from pathlib import Path
 
 import numpy as np
 import pandas as pd
+import pyarrow.parquet as pq
 
 from contract import io, schema
 from contract.schema import STALE_AFTER_S  # a running run silent this long lost its process
 
 DEFAULT_ROOT = "outputs"
 DEFAULT_OUT = "outputs/results.parquet"  # where analysis/plot.py looks by default
+# One line of a figure, one configuration of a report row: (task, algorithm, config hash).
+# Seeds of different hashes are never pooled.
+GROUP = ["task.name", "algo.name", "config_hash"]
+# The columns every reader of the table needs (read_results refuses a table without them).
+REQUIRED = GROUP + ["seed", "step", "error"]
 
 # Over many runs (a network file system, thousands of tables) collect says how far it got
 # on stderr (stdout is the report scripts parse): a line every PROGRESS_EVERY_S, and at
@@ -319,6 +325,35 @@ def merge(existing: pd.DataFrame, new: pd.DataFrame) -> tuple[pd.DataFrame, list
             new[col] = new[col].astype(np.float32)
     merged = pd.concat([existing[~old_keys.isin(new_keys)], new], ignore_index=True)
     return merged, replaced
+
+
+def read_results(path, what: str = "nothing to work on", say=None) -> pd.DataFrame | int:
+    """The collected table, as plot and the paper report read it, or the exit status after
+    a one-line error on stderr: 2 for nothing to work on (no file, no rows, not this
+    table's columns), 1 for a file that cannot be read. what: the consequence of an empty
+    table, in the reader's words; say: told the row count before the (long) read."""
+    path = Path(path)
+    make = "make it with `python analysis/collect.py` (or name another with --results)"
+    if not path.is_file():
+        print(f"error: results file {path} not found: {make}", file=sys.stderr)
+        return 2
+    try:
+        n_rows = pq.ParquetFile(path).metadata.num_rows
+        if say is not None:
+            say(f"reading {path} ({n_rows:,} row{'s' * (n_rows != 1)})")
+        df = pd.read_parquet(path)
+    except Exception as e:  # a torn or foreign file: say which, not a traceback
+        print(f"error: cannot read {path}: {type(e).__name__}: {e}", file=sys.stderr)
+        return 1
+    if df.empty:
+        print(f"error: {path} has no rows: {what}; {make}", file=sys.stderr)
+        return 2
+    missing = [c for c in REQUIRED if c not in df.columns]
+    if missing:
+        print(f"error: {path} lacks the collected table's columns {', '.join(missing)}; {make}",
+              file=sys.stderr)
+        return 2
+    return df
 
 
 def main(argv=None) -> int:

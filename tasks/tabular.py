@@ -161,3 +161,24 @@ class TabularMulti:
     @torch.no_grad()
     def evaluate(self, policy: Logits) -> dict[str, float]:
         return {"error": 1.0 - float(torch.softmax(policy.logits, -1)[:, CORRECT].mean())}
+
+
+def analytic_weight(algo: str, p: float = 0.1, k: int = TabularMulti.num_actions,
+                    eta: float = 1.0) -> float:
+    """Per-context weight w of tabular_multi's exact update w (e_y - pi) for method `algo`
+    at pi_y = p, the other k - 1 actions sharing 1 - p equally (SPEC 3.3's formulas; the
+    reproduction report checks the paper's weights at p = 0.1 against these)."""
+    import math
+
+    if algo == "pg":
+        return p
+    if algo == "dg":
+        return p / (1 + math.exp(math.log(p) / eta))  # p * sigmoid(-log p / eta)
+    if algo == "grpo":
+        return math.sqrt(p / (1 - p))
+    if algo == "tpo":  # u = standardise(onehot(y)); q = pi exp(u) / Z; q - pi = w (e_y - pi)
+        sd = math.sqrt((1 / k) * (1 - 1 / k))
+        up, un = (1 - 1 / k) / sd, -(1 / k) / sd
+        q = p * math.exp(up) / (p * math.exp(up) + (1 - p) * math.exp(un))
+        return (q - p) / (1 - p)
+    raise ValueError(f"no weight formula for {algo!r}")

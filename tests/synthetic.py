@@ -11,7 +11,8 @@ import zlib
 import numpy as np
 import pandas as pd
 
-from analysis.experiments import DENSE, TARGETS, TERMINAL, algo_defaults
+from analysis.configs import algo_defaults
+from analysis.paper.experiments import DENSE, TARGETS, TERMINAL
 
 SEEDS = (0, 1, 2)
 STEPS = 30

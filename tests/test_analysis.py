@@ -8,7 +8,8 @@ import numpy as np
 import pandas as pd
 import pytest
 
-from analysis import collect, plot
+from analysis import collect, plot, style
+from analysis.labels import legend_labels
 
 REPO = Path(__file__).resolve().parents[1]
 
@@ -198,13 +199,13 @@ def test_summarise_hand_computed(results):
 
 
 def test_legend_labels(results):
-    labels = plot.legend_labels(results)
+    labels = legend_labels(results)
     assert labels[("copy", "tpo", "A")] == "tpo (optim.lr=0.001, n=2)"
     assert labels[("copy", "tpo", "B")] == "tpo (optim.lr=0.01, n=1)"
     assert labels[("reverse_h8", "tpo", "D")] == "tpo (n=1)"  # alone in its figure: nothing differs
     # Identical visible config but different hashes still get distinct labels.
     twin = pd.concat([results, frame("copy", "tpo", "E", 0, [0.3] * 4)], ignore_index=True)
-    labels = plot.legend_labels(twin)
+    labels = legend_labels(twin)
     assert labels[("copy", "tpo", "A")] != labels[("copy", "tpo", "E")]
 
 
@@ -227,9 +228,9 @@ def test_plot_files_legend_and_scales(results, tmp_path, monkeypatch):
 
     # Colour is fixed per algorithm; the band never reaches zero on a log axis.
     colors = {l.get_label(): l.get_color() for l in copy_ax.get_lines()}
-    assert colors["tpo (optim.lr=0.001, n=2)"] == plot.COLORS["tpo"]
+    assert colors["tpo (optim.lr=0.001, n=2)"] == style.COLORS["tpo"]
     for band in copy_ax.collections:
-        assert min(p.vertices[:, 1].min() for p in band.get_paths()) >= plot.LOG_FLOOR
+        assert min(p.vertices[:, 1].min() for p in band.get_paths()) >= style.LOG_FLOOR
 
     figs.clear()
     plot.plot_results(results, tmp_path / "lin", yscale="linear")
@@ -237,9 +238,9 @@ def test_plot_files_legend_and_scales(results, tmp_path, monkeypatch):
 
 
 def test_color_fallback_is_deterministic():
-    assert plot.color_for("mystery") == plot.color_for("mystery")
-    assert plot.color_for("mystery") in plot.FALLBACK
-    assert plot.color_for("grpo") != plot.color_for("tpo")
+    assert style.color_for("mystery") == style.color_for("mystery")
+    assert style.color_for("mystery") in style.FALLBACK
+    assert style.color_for("grpo") != style.color_for("tpo")
 
 
 def test_plot_cli_errors(tmp_path, capsys, results):
@@ -268,16 +269,16 @@ def test_legend_names_algo_knobs_only_within_an_algorithm():
         frame("t", "tpo", "B", 0, [0.5, 0.2]).assign(**{"algo.k": 4, "algo.impl": "tpo"}),
         frame("t", "dg", "C", 0, [0.5, 0.3]).assign(**{"algo.k": 1, "algo.impl": "dg"}),
     ], ignore_index=True)
-    labels = plot.legend_labels(df)
+    labels = legend_labels(df)
     assert labels[("t", "tpo", "A")] == "tpo (algo.k=8, n=1)"
     assert labels[("t", "tpo", "B")] == "tpo (algo.k=4, n=1)"
     assert labels[("t", "dg", "C")] == "dg (algo.k=1, n=1)"
     only_across = df[df["config_hash"] != "B"]
-    assert plot.legend_labels(only_across)[("t", "dg", "C")] == "dg (n=1)"
+    assert legend_labels(only_across)[("t", "dg", "C")] == "dg (n=1)"
     # interaction matching scales only the single-sample method: no label for that alone
     matched = only_across.assign(match="prompts", batch_size_effective=100)
     matched.loc[matched["algo.name"] == "dg", ["match", "batch_size_effective"]] = ["interactions", 800]
-    assert plot.legend_labels(matched)[("t", "dg", "C")] == "dg (n=1)"
+    assert legend_labels(matched)[("t", "dg", "C")] == "dg (n=1)"
 
 
 def test_stale_heartbeat_is_reported_as_killed(tmp_path):

@@ -222,11 +222,11 @@ def test_reproduction_results_still_summarise():
     results = REPO / "reproduction" / "results.parquet"
     if not results.is_file():
         pytest.skip("no reproduction/results.parquet in this checkout")
-    df = pd.read_parquet(results, columns=plot.REQUIRED + ["task.episodes", "task.eval_every"])
+    df = pd.read_parquet(results, columns=collect.REQUIRED + ["task.episodes", "task.eval_every"])
     assert plot.incomplete_groups(df) == {}
     s = plot.summarise(df)
-    last = df.groupby(plot.GROUP)["step"].max()
-    assert (s.set_index(plot.GROUP)["final_step"] == last.reindex(s.set_index(plot.GROUP).index)).all()
+    last = df.groupby(collect.GROUP)["step"].max()
+    assert (s.set_index(collect.GROUP)["final_step"] == last.reindex(s.set_index(collect.GROUP).index)).all()
 
 
 def test_merge_into_a_snapshot_replaces_a_run_once_and_keeps_its_float32(root, tmp_path):

@@ -4,7 +4,8 @@ import numpy as np
 import pandas as pd
 import pytest
 
-from analysis import experiments, figures, plot, stats
+from analysis import configs, plot, stats, style
+from analysis.paper import experiments, figures
 from synthetic import results_table
 
 
@@ -46,7 +47,7 @@ def test_layouts_scales_and_colours(table):
         assert curves
         for line in curves:
             algo = line.get_label().split(" ")[0]
-            assert line.get_color() == plot.COLORS[algo]
+            assert line.get_color() == style.COLORS[algo]
     for fig_axes, algos in ((vocab, set(experiments.DENSE)), (terminal, set(experiments.TERMINAL))):
         [legend] = fig_axes[0].figure.legends  # one legend under all panels
         assert {t.get_text().split(" ")[0] for t in legend.get_texts()} == algos
@@ -117,7 +118,7 @@ def test_select_shared_runs_and_fallback(table):
 def test_pick_config_prefers_more_seeds_then_longer():
     rows = pd.DataFrame({"config_hash": ["a"] * 2 + ["b"] * 3 + ["c"] * 3,
                          "seed": [0, 0, 0, 1, 2, 0, 1, 2], "step": [0, 1, 0, 0, 0, 0, 0, 0]})
-    assert set(experiments.pick_config(rows)["config_hash"]) == {"b"}
+    assert set(configs.pick_config(rows)["config_hash"]) == {"b"}
 
 
 def test_plot_cli(table, tmp_path, capsys):
@@ -164,8 +165,8 @@ def test_per_seed_distributions_beside_the_papers(tmp_path):
     assert np.allclose(steps[0].get_ydata()[1:-1], [1 / 3, 2 / 3, 1])
     assert np.allclose(steps[1].get_ydata()[1:-1], [0.2, 0.4, 0.6, 0.8, 1.0])
     assert steps[0].get_linestyle() != steps[1].get_linestyle()
-    assert all(l.get_color() == plot.COLORS["tpo"] for l in steps)
-    assert all(l.get_color() == plot.COLORS["grpo"] for l in grpo.get_lines()[:2])
+    assert all(l.get_color() == style.COLORS["tpo"] for l in steps)
+    assert all(l.get_color() == style.COLORS["grpo"] for l in grpo.get_lines()[:2])
     assert tpo.get_title() == f"tpo: rank-sum p = {stats.rank_sum_test(ours, paper):.2g}"
     assert tpo.get_title() != grpo.get_title()
     plot.plt.close(fig)
@@ -293,7 +294,7 @@ def test_task_figure_draws_the_threshold_it_reports():
 
 def steps_thresholds() -> dict:
     """experiment -> the thresholds of its steps-to-threshold numbers, from the paper's table."""
-    paper = pd.read_csv(figures.Path(__file__).resolve().parents[1] / "analysis" / "paper_numbers.csv",
+    paper = pd.read_csv(figures.Path(__file__).resolve().parents[1] / "analysis" / "paper" / "paper_numbers.csv",
                         dtype=str, keep_default_na=False)
     steps = paper[paper["metric"].str.startswith("steps_to_")]
     return {e: {float(m.removeprefix("steps_to_").removesuffix("pct")) / 100 for m in g["metric"]}

@@ -70,3 +70,12 @@ def test_non_editable_install_runs_from_anywhere(tmp_path: Path) -> None:
     plot = _python("-m", "analysis.plot", cwd=tmp_path, env=env)
     assert plot.returncode == 0, plot.stdout + plot.stderr
     assert (tmp_path / "outputs" / "plots" / "demo.png").stat().st_size > 0
+    # The paper's report and the tuning report are installed with their data: the report
+    # reads the paper's numbers (package data of analysis.paper) before it refuses a demo
+    # table that no paper number is judged on.
+    assert {p.name for p in (site / "analysis" / "paper").glob("*.csv")} == {
+        "paper_numbers.csv", "paper_seeds.csv"}
+    report = _python("-m", "analysis.paper.report", "--quiet", cwd=tmp_path, env=env)
+    assert report.returncode == 2 and "matches any paper number" in report.stderr, report.stderr
+    tuning = _python("-m", "analysis.tuning.report", "--help", cwd=tmp_path, env=env)
+    assert tuning.returncode == 0 and "optuna" in tuning.stdout, tuning.stderr

@@ -2,15 +2,15 @@
 
 The margins are recomputed here from the paper's printed numbers alone (the derivation
 written beside verdicts.MARGINS), and the rule is fed the paper's own per-seed results
-(analysis/paper_seeds.csv): subsets of GRPO's seeds must not "reproduce" TPO's row, nor
+(analysis/paper/paper_seeds.csv): subsets of GRPO's seeds must not "reproduce" TPO's row, nor
 TPO's seeds GRPO's row, and a correct implementation's seeds must pass."""
 import math
 
 import numpy as np
 import pytest
 
-from analysis import report
-from analysis import verdicts as V
+from analysis.paper import report
+from analysis.paper import verdicts as V
 
 
 def _numeric(rows):

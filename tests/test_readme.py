@@ -10,7 +10,7 @@ from pathlib import Path
 
 import pyarrow.parquet as pq
 
-from bench.runner import METRIC_COLUMNS
+from contract.schema import METRIC_COLUMNS
 from conftest import REPO, run_bench
 
 README = (REPO / "README.md").read_text()
@@ -80,3 +80,24 @@ def test_the_test_section_says_which_tests_need_what():
     skips = [p for p in (REPO / "tests").glob("test_*.py")
              if 'skipif(not os.environ.get("TPO_BENCH_MNIST_DIR")' in p.read_text()]
     assert skips, "no test skips without MNIST any more: say so in the README"
+
+
+def test_the_readme_links_the_committed_report_beside_its_figures():
+    report = REPO / "reproduction" / "REPRODUCTION.md"
+    assert "[reproduction/REPRODUCTION.md](reproduction/REPRODUCTION.md)" in README[:1500]
+    links = re.findall(r"!\[[^\]]*\]\(([^)]+)\)", report.read_text())
+    assert links and all((report.parent / link).is_file() for link in links), links
+    assert not (REPO / "REPRODUCTION.md").exists()  # one place for the generated output
+
+
+def test_every_script_and_module_the_docs_run_exists():
+    docs = [REPO / "README.md", *(REPO / "reproduction").glob("*.md"), *(REPO / "reproduction").glob("*.sh")]
+    named = set()
+    for doc in docs:
+        text = re.sub(r"(python|-m)\n", r"\1 ", doc.read_text().replace("\\\n", " "))
+        where = str(doc.relative_to(REPO))
+        named |= {(where, m) for m in re.findall(r"python3? ((?:analysis|reproduction|bench)/[\w/]+\.py)", text)}
+        named |= {(where, m.replace(".", "/")) for m in re.findall(r"python3? -m (analysis(?:\.\w+)+)", text)}
+    assert len(named) >= 8, named
+    missing = [(d, m) for d, m in named if not ((REPO / m).is_file() or (REPO / f"{m}.py").is_file())]
+    assert not missing, missing

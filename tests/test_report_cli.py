@@ -1,6 +1,7 @@
-"""analysis/report.py run as the README shows it, from a scratch working directory (issue
-19, item 3): its defaults write under outputs/, never over a REPRODUCTION.md in the
-directory, and an input with nothing to report on is refused before anything is written."""
+"""analysis/paper/report.py run as the README shows it, from a scratch working directory
+(issue 19, item 3): its defaults write under outputs/, never over the committed
+reproduction/REPRODUCTION.md, and an input with nothing to report on is refused before
+anything is written."""
 import subprocess
 import sys
 from pathlib import Path
@@ -14,8 +15,8 @@ COMMITTED = "# the committed report: must survive a default run byte for byte\n"
 
 
 def report(cwd: Path, *args: str) -> subprocess.CompletedProcess:
-    return subprocess.run([sys.executable, str(REPO / "analysis" / "report.py"), *args], cwd=cwd,
-                          text=True, capture_output=True, timeout=600)
+    return subprocess.run([sys.executable, str(REPO / "analysis" / "paper" / "report.py"), *args],
+                          cwd=cwd, text=True, capture_output=True, timeout=600)
 
 
 def listing(root: Path) -> dict:
@@ -24,7 +25,8 @@ def listing(root: Path) -> dict:
 
 @pytest.fixture
 def cwd(tmp_path: Path) -> Path:
-    (tmp_path / "REPRODUCTION.md").write_text(COMMITTED)
+    (tmp_path / "reproduction").mkdir()
+    (tmp_path / "reproduction" / "REPRODUCTION.md").write_text(COMMITTED)
     return tmp_path
 
 
@@ -76,7 +78,7 @@ def test_default_run_writes_under_outputs_and_leaves_the_committed_report(cwd):
     df[df["experiment"] == "tabular_single"].to_parquet(cwd / "outputs" / "results.parquet")
     proc = report(cwd)
     assert proc.returncode == 0, proc.stderr
-    assert (cwd / "REPRODUCTION.md").read_bytes() == COMMITTED.encode()
+    assert (cwd / "reproduction" / "REPRODUCTION.md").read_bytes() == COMMITTED.encode()
     out = cwd / "outputs" / "REPRODUCTION.md"
     text = out.read_text()
     assert "## Summary" in text and "![tabular_single](figures/tabular_single.png)" in text
@@ -96,18 +98,22 @@ def test_default_run_writes_under_outputs_and_leaves_the_committed_report(cwd):
 
 def test_the_committed_report_is_still_written_when_named(cwd):
     df = results_table()
-    df[df["experiment"] == "tabular_single"].to_parquet(cwd / "results.parquet")
-    proc = report(cwd, "--results", "results.parquet", "--out", "REPRODUCTION.md",
-                  "--figures", "reproduction/figures", "--hardware", "test VM", "--quiet")
+    df[df["experiment"] == "tabular_single"].to_parquet(cwd / "reproduction" / "results.parquet")
+    (cwd / "reproduction" / "findings.md").write_text("## Findings\n\nWritten by hand.\n")
+    # reproduction/README.md's command: the figures and the findings beside the report
+    proc = report(cwd, "--results", "reproduction/results.parquet", "--out",
+                  "reproduction/REPRODUCTION.md", "--hardware", "test VM", "--quiet")
     assert proc.returncode == 0, proc.stderr
-    text = (cwd / "REPRODUCTION.md").read_text()
-    assert "(reproduction/figures/tabular_single.png)" in text and "test VM" in text
-    assert not (cwd / "outputs").exists()
+    text = (cwd / "reproduction" / "REPRODUCTION.md").read_text()
+    assert "(figures/tabular_single.png)" in text and "test VM" in text
+    assert (cwd / "reproduction" / "figures" / "tabular_single.png").is_file()
+    assert "Written by hand." in text
+    assert not (cwd / "outputs").exists() and not (cwd / "figures").exists()
 
 
 def test_nothing_is_drawn_before_the_refusal(tmp_path):
     # runs a figure is drawn from, judged by no paper row: refused before the first figure
-    from analysis import report
+    from analysis.paper import report
 
     df = results_table().query("experiment == 'mnist_stale'")
     paper = report.load_paper().query("experiment == 'tabular_single'")

@@ -116,7 +116,7 @@ def test_diverged_trial_is_pruned_and_failed_trials_fail(out, tmp_path):
     assert study.best_trial.number == 3 and (out / "tuned" / "algo" / "tpo_tuned.yaml").is_file()
 
     # Study analysis: history plot always; importance refused politely with too few trials.
-    shown = run_script("analysis/tune_report.py", "--storage", str(out / ".optuna"),
+    shown = run_script("analysis/tuning/report.py", "--storage", str(out / ".optuna"),
                        "--out", str(tmp_path / "plots"))
     assert "1 diverged, 1 failed, 1 invalid, 1 complete" in shown.stdout
     assert "needs 5 complete trials" in shown.stdout

@@ -1,11 +1,14 @@
 """Which verdicts a rule change moved: the report regenerated with the rules before and
 after a commit, on one results table, row by row.
 
-    python analysis/rule_log.py COMMIT [COMMIT ...] [--results FILE] [--worktree]
+    python analysis/paper/rule_log.py COMMIT [COMMIT ...] [--results FILE] [--worktree]
+    python -m analysis.paper.rule_log ...
 
-For each COMMIT it extracts `analysis/` and `conf/` at COMMIT^ and at COMMIT (`git
+For each COMMIT it extracts what the report is computed from (TREE: `analysis/`, `conf/`,
+and `contract/` and `tasks/` where the commit has them) at COMMIT^ and at COMMIT (`git
 archive`, into a temporary folder; the checkout is not touched), writes both reports
-without figures and prints every row whose verdict differs, as markdown. --worktree
+without figures and prints every row whose verdict differs, as markdown (either layout
+of analysis/: the report in analysis/paper/, or in analysis/ before it moved). --worktree
 compares HEAD with the working tree instead: run it before committing a rule change and
 paste its output into the commit message. A rule judged on data it was changed after
 must say what it moved; this is how the report's rule-change log is computed.
@@ -22,7 +25,8 @@ from pathlib import Path
 
 import pandas as pd
 
-ROOT = Path(__file__).resolve().parents[1]
+ROOT = Path(__file__).resolve().parents[2]
+TREE = ("analysis", "conf", "contract", "tasks")
 SECTION = re.compile(r"^## .*\(`(\w+)`\)\s*$")
 # Number rows are keyed by what the paper printed and where; claim rows by the claim.
 NUMBER_KEY = ["citation", "setting", "algorithm", "metric", "paper"]
@@ -76,9 +80,12 @@ def moves_markdown(table: pd.DataFrame) -> str:
 
 
 _DRIVER = """
-import sys
+import os, sys
 sys.path.insert(0, sys.argv[1])
-from analysis import figures, report
+if os.path.isfile(os.path.join(sys.argv[1], "analysis", "paper", "report.py")):
+    from analysis.paper import figures, report
+else:  # a commit from before analysis/paper/
+    from analysis import figures, report
 def no_figure(*a, **k):
     raise figures.NoData("figures skipped")
 figures.draw = no_figure
@@ -87,7 +94,7 @@ sys.exit(report.main(["--results", sys.argv[2], "--out", sys.argv[3], "--finding
 
 
 def report_at(tree: Path, results: Path, out: Path) -> str:
-    """The report a tree holding analysis/ and conf/ writes for results (no figures)."""
+    """The report a tree holding TREE writes for results (no figures)."""
     empty = out.with_suffix(".findings.md")
     empty.write_text("")
     subprocess.run([sys.executable, "-c", _DRIVER, str(tree), str(results), str(out), str(empty)],
@@ -97,7 +104,9 @@ def report_at(tree: Path, results: Path, out: Path) -> str:
 
 def extract(commit: str, dest: Path) -> Path:
     dest.mkdir(parents=True)
-    archive = subprocess.run(["git", "archive", commit, "analysis", "conf"], cwd=ROOT,
+    present = [part for part in TREE if subprocess.run(
+        ["git", "cat-file", "-e", f"{commit}:{part}"], cwd=ROOT, capture_output=True).returncode == 0]
+    archive = subprocess.run(["git", "archive", commit, *present], cwd=ROOT,
                              check=True, capture_output=True).stdout
     subprocess.run(["tar", "-x", "-C", str(dest)], input=archive, check=True)
     return dest
@@ -120,8 +129,10 @@ def main(argv=None) -> int:
             if new is None:
                 tree = tmp / f"{i}b"
                 tree.mkdir()
-                for part in ("analysis", "conf"):
-                    shutil.copytree(ROOT / part, tree / part)
+                for part in TREE:
+                    if (ROOT / part).is_dir():
+                        shutil.copytree(ROOT / part, tree / part,
+                                        ignore=shutil.ignore_patterns("__pycache__"))
             else:
                 tree = extract(new, tmp / f"{i}b")
             after = report_at(tree, results, tmp / f"{i}b.md")

@@ -18,12 +18,11 @@ LATER_KNOBS, where absent or NaN means the default the run used.
 from __future__ import annotations
 
 from dataclasses import dataclass
-from functools import lru_cache
-from pathlib import Path
 
 import pandas as pd
 
-CONF = Path(__file__).resolve().parents[1] / "conf"
+from analysis.configs import algo_defaults
+
 ALIASES = {
     "task": "task.impl", "H": "task.sequence_length", "V": "task.vocab_size",
     "B": "task.batch_size", "reward": "task.reward", "target": "task.target",
@@ -123,17 +122,6 @@ def how_to_run(name: str) -> str:
     return f"`python -m bench -m +experiment={first}`" + (f" (or {', '.join(others)})" if others else "")
 
 
-@lru_cache(maxsize=None)
-def algo_defaults(algo: str) -> dict:
-    """conf/algo/<algo>.yaml's values, the reference for held keys ({} if unknown)."""
-    import yaml  # omegaconf's dependency; only needed here
-
-    path = CONF / "algo" / f"{algo}.yaml"
-    if not path.is_file():
-        return {}
-    return yaml.safe_load(path.read_text()) or {}
-
-
 def _allowed(values) -> list:
     return list(values) if isinstance(values, (list, tuple, set)) else [values]
 
@@ -206,14 +194,3 @@ def select(df: pd.DataFrame, name: str) -> pd.DataFrame:
             cand &= task_keys(df).isin(set(task_keys(df[cand & own])))
         keep |= cand
     return df[keep]
-
-
-def pick_config(rows: pd.DataFrame) -> pd.DataFrame:
-    """One config hash out of several that fit (say a shrunk and a full run of the same
-    setting): the one with the most seeds, then the longest log, then the first hash."""
-    if rows.empty or rows["config_hash"].nunique() == 1:
-        return rows
-    g = rows.groupby("config_hash")
-    rank = pd.DataFrame({"seeds": g["seed"].nunique(), "steps": g["step"].max()})
-    best = rank.sort_values(["seeds", "steps"], ascending=False, kind="stable").index[0]
-    return rows[rows["config_hash"] == best]

@@ -1,6 +1,6 @@
 """Tuned beside untuned (issue 9): every `<algo>_tuned` in the results table (written by
 hydra/sweeper=optuna, rerun with fresh seeds) next to the untuned `<algo>` on the same
-task and number of episodes.
+task and number of episodes; a section of the reproduction report when such runs exist.
 
 Untuned means: the algorithm's conf/algo yaml values, and not a tuning trial (those are
 labelled `experiment=tuned_terminal` and are ordinary runs of `<algo>` with other values).
@@ -8,12 +8,10 @@ Where several untuned configurations fit, the one with the most seeds is used.
 """
 from __future__ import annotations
 
-from functools import lru_cache
-
 import pandas as pd
-import yaml
 
-from analysis import experiments, stats
+from analysis import stats
+from analysis.configs import algo_defaults, default_lr, pick_config
 
 SUFFIX = "_tuned"
 TUNING_LABELS = ("tuned_terminal",)
@@ -32,19 +30,13 @@ def _final(rows: pd.DataFrame) -> str:
     return "not run" if f is None else f"{100 * f.mean:.3g} ± {100 * f.se:.2g} (n={f.n_seeds})"
 
 
-@lru_cache(maxsize=None)
-def default_lr(optim: str):
-    path = experiments.CONF / "optim" / f"{optim}.yaml"
-    return (yaml.safe_load(path.read_text()) or {}).get("lr") if path.is_file() else None
-
-
 def untuned(df: pd.DataFrame, algo: str) -> pd.Series:
     """Rows of `algo` at its yaml values (and its optimizer's learning rate) that are not
     tuning trials."""
     mask = df["algo.name"] == algo
     if "experiment" in df.columns:
         mask &= ~df["experiment"].isin(TUNING_LABELS)
-    for key, value in experiments.algo_defaults(algo).items():
+    for key, value in algo_defaults(algo).items():
         col = f"algo.{key}"
         if key not in ("name", "impl") and col in df.columns:
             mask &= df[col].isna() | (df[col] == value)
@@ -64,9 +56,9 @@ def lines(df: pd.DataFrame) -> list[dict]:
         base = name[: -len(SUFFIX)]
         mine = df[df["algo.name"] == name]
         for (task, episodes), rows in mine.groupby(["task.name", "task.episodes"], sort=True):
-            rows = experiments.pick_config(rows)
+            rows = pick_config(rows)
             same = (df["task.name"] == task) & (df["task.episodes"] == episodes)
-            ref = experiments.pick_config(df[same & untuned(df, base)])
+            ref = pick_config(df[same & untuned(df, base)])
             # The tuned values: the knobs where the tuned config differs from the untuned one.
             mine_cfg = rows.iloc[0]
             ref_cfg = ref.iloc[0] if not ref.empty else pd.Series(dtype=object)

@@ -1,6 +1,7 @@
 """Optimisation history and parameter importance of each optuna study (hydra/sweeper=optuna).
 
-    python analysis/tune_report.py [--storage URL_OR_PATH ...] [--out DIR]
+    python analysis/tuning/report.py [--storage URL_OR_PATH ...] [--out DIR]
+    python -m analysis.tuning.report ...
 
 --storage takes optuna storage URLs, SQLite files or folders of them (default: every
 outputs/.optuna/*.db). Per study it prints the trials by outcome and the best trial, and

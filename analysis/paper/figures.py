@@ -1,15 +1,16 @@
 """The paper's figures (SPEC 5) as a declarative table: figure -> panels.
 
-A panel picks rows of its experiment (analysis/experiments.py) with a filter and draws
+A panel picks rows of its experiment (analysis/paper/experiments.py) with a filter and draws
 one of three kinds:
 - curve: y against step, seed mean with a +-1 SE band, one line per (algorithm, config
-  hash) as in plot.py (hashes are never pooled); several y columns share a colour and
+  hash) as in analysis/plot.py (hashes are never pooled); several y columns share a colour and
   differ by line style (e.g. target mass on successes vs failures);
 - final: the final value (seed mean +- SE) against a swept setting x, one line per
   algorithm (and per `series` key);
 - steps: the paper's steps-to-threshold (first step the seed-mean curve is below it)
   against x; a setting whose mean never gets there has no point and is counted in the label.
-Colours come from plot.COLORS, so an algorithm looks the same in every figure.
+Colours, line styles and sizes come from analysis/style.py, labels and titles from
+analysis/labels.py, as for the per-task figures: an algorithm looks the same in every figure.
 """
 from __future__ import annotations
 
@@ -19,11 +20,15 @@ from pathlib import Path
 
 import pandas as pd
 
-from analysis import experiments, plot, stats
+from analysis import stats
+from analysis.collect import GROUP
+from analysis.configs import pick_config
+from analysis.labels import compact_labels, label_text, se_text, short_key, title_items
+from analysis.paper import experiments
+from analysis.paper.experiments import ALIASES, EXPERIMENTS, TARGETS
+from analysis.style import (COLUMN_IN, LEGEND_PT, LINESTYLES, LOG_FLOOR, SUPTITLE_PT, TITLE_PT,
+                            color_for, fmt, legend_below, plt, threshold_line, wrap)
 from contract import io
-from analysis.experiments import ALIASES, EXPERIMENTS, TARGETS
-
-plt = plot.plt  # pyplot with the Agg backend already selected
 
 
 class NoData(Exception):
@@ -154,15 +159,15 @@ class Entry:
 def _style(styles: dict, algo: str, label: str) -> str:
     # per (algorithm, label) across the figure: the shared legend's style is every panel's
     mine = styles.setdefault(algo, {})
-    return plot.LINESTYLES[mine.setdefault(label, len(mine)) % len(plot.LINESTYLES)]
+    return LINESTYLES[mine.setdefault(label, len(mine)) % len(LINESTYLES)]
 
 
 def _curve(ax, p: Panel, d: pd.DataFrame, per_line=(), styles=None) -> list[Entry]:
     # Which preset ran a line is not a config key: keep it out of the legend.
-    parts = plot.compact_labels(d.drop(columns=["experiment"], errors="ignore"), per_line)
+    parts = compact_labels(d.drop(columns=["experiment"], errors="ignore"), per_line)
     styles = {} if styles is None else styles
     drawn = []
-    for key, g in d.groupby(plot.GROUP, sort=True):
+    for key, g in d.groupby(GROUP, sort=True):
         algo, line_parts = parts[key]
         for j, y in enumerate(p.y):
             if y not in g.columns:
@@ -173,13 +178,13 @@ def _curve(ax, p: Panel, d: pd.DataFrame, per_line=(), styles=None) -> list[Entr
             mean, se = stats.mean_se(wide)
             lo, hi = mean - se, mean + se
             if p.scale == "log":  # a log axis cannot show a band edge at or below zero
-                floor = min(plot.LOG_FLOOR, mean[mean > 0].min()) if (mean > 0).any() else plot.LOG_FLOOR
+                floor = min(LOG_FLOOR, mean[mean > 0].min()) if (mean > 0).any() else LOG_FLOOR
                 lo, hi = lo.clip(lower=floor), hi.clip(lower=floor)
             tail = f" {y}" if len(p.y) > 1 else ""
-            style = (plot.LINESTYLES[j % len(plot.LINESTYLES)] if len(p.y) > 1
-                     else _style(styles, algo, plot.label_text(algo, line_parts)))
-            line, = ax.plot(mean.index, mean.values, color=plot.color_for(algo), ls=style, lw=1.3)
-            ax.fill_between(mean.index, lo.values, hi.values, color=plot.color_for(algo), alpha=0.2, lw=0)
+            style = (LINESTYLES[j % len(LINESTYLES)] if len(p.y) > 1
+                     else _style(styles, algo, label_text(algo, line_parts)))
+            line, = ax.plot(mean.index, mean.values, color=color_for(algo), ls=style, lw=1.3)
+            ax.fill_between(mean.index, lo.values, hi.values, color=color_for(algo), alpha=0.2, lw=0)
             drawn.append(Entry(line, algo, line_parts, {wide.shape[1]}, tail))
     return drawn
 
@@ -198,7 +203,7 @@ def _points(ax, p: Panel, d: pd.DataFrame, per_line=(), styles=None) -> list[Ent
         key = key if isinstance(key, tuple) else (key,)
         xs, ys, es, ns, never = [], [], [], set(), 0
         for xv, gx in g.groupby(xcol, sort=True):
-            wide = stats.seed_curves(experiments.pick_config(gx), p.y[0])
+            wide = stats.seed_curves(pick_config(gx), p.y[0])
             if wide.empty:
                 continue
             if p.kind == "steps":
@@ -216,22 +221,21 @@ def _points(ax, p: Panel, d: pd.DataFrame, per_line=(), styles=None) -> list[Ent
             ns.add(wide.shape[1])
         if not xs and not never:
             continue
-        parts = [f"{plot.short_key(s)}={plot._fmt(v)}" for s, v in zip(series, key[1:])]
+        parts = [f"{short_key(s)}={fmt(v)}" for s, v in zip(series, key[1:])]
         for col in per_line:  # what the title leaves to the lines, where a line has one value
             values = g[col].dropna().unique() if col in g.columns and col not in series else []
             if len(values) == 1:
-                parts.append(f"{plot.short_key(col)}={plot._fmt(values[0])}")
+                parts.append(f"{short_key(col)}={fmt(values[0])}")
         parts += [f"{never} never"] if never else []
-        line = ax.errorbar(xs, ys, yerr=es, color=plot.color_for(key[0]), marker="o", ms=4, capsize=2,
-                           ls=_style(styles, key[0], plot.label_text(key[0], parts)))
+        line = ax.errorbar(xs, ys, yerr=es, color=color_for(key[0]), marker="o", ms=4, capsize=2,
+                           ls=_style(styles, key[0], label_text(key[0], parts)))
         drawn.append(Entry(line, key[0], parts, ns))
     if categorical:
-        ax.set_xticks(range(len(ticks)), ticks, rotation=45, ha="right", fontsize=plot.LEGEND_PT)
+        ax.set_xticks(range(len(ticks)), ticks, rotation=45, ha="right", fontsize=LEGEND_PT)
     return drawn
 
 
 PANEL_H = 2.4  # inches of one panel, title and axes labels included
-SUPTITLE_PT = 10
 
 
 def _skip(p: Panel) -> set:
@@ -256,10 +260,10 @@ def render(name: str, df: pd.DataFrame):
                      f"{experiments.how_to_run(spec.experiment or name)}, then analysis/collect.py")
     ncols = min(spec.ncols, len(panels))
     nrows = math.ceil(len(panels) / ncols)
-    fig, axes = plt.subplots(nrows, ncols, figsize=(plot.COLUMN_IN * ncols, PANEL_H * nrows + 0.5),
+    fig, axes = plt.subplots(nrows, ncols, figsize=(COLUMN_IN * ncols, PANEL_H * nrows + 0.5),
                              squeeze=False, layout="constrained")
     # a final / steps panel's x axis (and series) shows what the title would say
-    items = [plot.title_items(d, skip=_skip(p) if p.kind != "curve" else ())
+    items = [title_items(d, skip=_skip(p) if p.kind != "curve" else ())
              if not d.empty else None for p, d in panels]
     # A key that differs between the lines of one panel is named on every line of every
     # panel: the same run then has one label (and style) in the shared legend.
@@ -267,7 +271,7 @@ def render(name: str, df: pd.DataFrame):
     known = [set(i) for i in items if i is not None]
     common = [it for it in next(i for i in items if i is not None)
               if all(it in k for k in known) and it[0] not in per_line]
-    common += [(c, f"{plot.short_key(c)} per line") for c in per_line]
+    common += [(c, f"{short_key(c)} per line") for c in per_line]
     entries, styles = [], {}
     for ax, (p, d), own in zip(axes.flat, panels, items):
         drawn = [] if d.empty else (_curve if p.kind == "curve" else _points)(ax, p, d, per_line, styles)
@@ -279,31 +283,31 @@ def render(name: str, df: pd.DataFrame):
             if p.xscale == "log":
                 ax.set_xscale("log", base=2)
         if p.hline is not None and p.kind == "curve" and drawn:
-            plot.threshold_line(ax, p.hline)
+            threshold_line(ax, p.hline)
         skip = _skip(p)
         named = p.title.lower().replace(" = ", " ")  # "H = 10" in a title names "H 10"
         extra = [text for col, text in own or () if (col, text) not in common and col not in skip
                  and col not in per_line and text.lower() not in named]
-        ax.set(title="\n".join([plot.wrap(p.title.split(", ")), *([plot.wrap(extra)] if extra else [])]),
+        ax.set(title="\n".join([wrap(p.title.split(", ")), *([wrap(extra)] if extra else [])]),
                xlabel=p.xlabel, ylabel=p.ylabel)
-        ax.title.set_fontsize(plot.TITLE_PT)
+        ax.title.set_fontsize(TITLE_PT)
         ax.grid(True, which="major", alpha=0.3)
     for ax in axes.flat[len(panels):]:
         ax.remove()
     ns = set().union(*(e.ns for e in entries)) if entries else set()
-    caption = [text for _, text in common] + ([plot.se_text(ns)] if ns else [])
-    fig.suptitle("\n".join([spec.title, plot.wrap(caption, plot.COLUMN_IN * ncols, SUPTITLE_PT)]),
+    caption = [text for _, text in common] + ([se_text(ns)] if ns else [])
+    fig.suptitle("\n".join([spec.title, wrap(caption, COLUMN_IN * ncols, SUPTITLE_PT)]),
                  fontsize=SUPTITLE_PT)
     handles, labels = [], []
     for e in entries:
         n = None if len(ns) == 1 else "–".join(map(str, sorted({min(e.ns), max(e.ns)})))
-        label = plot.label_text(e.algo, e.parts, n, e.tail)
+        label = label_text(e.algo, e.parts, n, e.tail)
         e.handle.set_label(label)
         if label not in labels:  # an algorithm in every panel is named once
             handles.append(e.handle)
             labels.append(label)
     if handles:
-        plot.legend_below(fig, handles, labels)
+        legend_below(fig, handles, labels)
     return fig
 
 
@@ -326,7 +330,7 @@ def draw(name: str, df: pd.DataFrame, out_dir, dpi: int = 150) -> list[Path]:
 
 @dataclass(frozen=True)
 class SeedGroup:
-    """One method's per-seed final errors (%), ours and the paper's (analysis/paper_seeds.csv)."""
+    """One method's per-seed final errors (%), ours and the paper's (analysis/paper/paper_seeds.csv)."""
     algo: str
     ours: tuple
     paper: tuple
@@ -341,7 +345,7 @@ def render_seed_distributions(groups, title: str):
     CDF shows: how many seeds solved the task (the dotted line is stats.SOLVED_PCT)."""
     if not groups:
         raise NoData("no method with the paper's per-seed values has runs")
-    fig, axes = plt.subplots(1, len(groups), figsize=(plot.COLUMN_IN * len(groups), 3.0),
+    fig, axes = plt.subplots(1, len(groups), figsize=(COLUMN_IN * len(groups), 3.0),
                              squeeze=False, layout="constrained")
     for ax, g in zip(axes.flat, groups):
         for j, (who, values) in enumerate((("ours", g.ours), ("paper", g.paper))):
@@ -351,20 +355,20 @@ def render_seed_distributions(groups, title: str):
                      f"< {stats.SOLVED_PCT:g} %")
             # a step from 0 before the first seed and on to the axis' end after the last
             ax.step([0.0, *xs, 100.0], [0.0, *ys, 1.0], where="post", lw=1.3,
-                    ls=plot.LINESTYLES[j], color=plot.color_for(g.algo), label=label)
+                    ls=LINESTYLES[j], color=color_for(g.algo), label=label)
             # unclipped: seeds at exactly 0 % or 100 % sit on the axis' ends
-            ax.plot(xs, ys, ls="none", marker="ox"[j], ms=4, color=plot.color_for(g.algo), clip_on=False)
+            ax.plot(xs, ys, ls="none", marker="ox"[j], ms=4, color=color_for(g.algo), clip_on=False)
         ax.axvline(stats.SOLVED_PCT, color="k", lw=0.6, ls=":")
         # linear below 1 %, where solved seeds differ, logarithmic up to 100 %
         ax.set_xscale("symlog", linthresh=1.0)
         ax.set(xlim=(-0.1, 100), ylim=(0, 1.02), xlabel="final exact-match error (%)",
                ylabel="fraction of seeds at or below",
                title=f"{g.algo}: rank-sum p = {stats.rank_sum_test(g.ours, g.paper):.2g}")
-        ax.title.set_fontsize(plot.TITLE_PT)
+        ax.title.set_fontsize(TITLE_PT)
         ax.grid(True, which="major", alpha=0.3)
     fig.suptitle(title, fontsize=SUPTITLE_PT)
     # each panel's own legend (ours and the paper's differ per method), under it
-    grow = max(plot.legend_below(fig, *ax.get_legend_handles_labels(), ax=ax, grow=False)
+    grow = max(legend_below(fig, *ax.get_legend_handles_labels(), ax=ax, grow=False)
                .get_window_extent().height for ax in axes.flat)
     w, h = fig.get_size_inches()
     fig.set_size_inches(w, h + grow / fig.dpi)

@@ -1,8 +1,10 @@
-"""The verdict rules of REPRODUCTION.md: one function per rule, and RULES, their wording
-for the report (kept beside the code so the two cannot drift apart).
+"""The verdict rules of the reproduction report (reproduction/REPRODUCTION.md): one
+function per rule, and RULES, their wording for the report (kept beside the code so the
+two cannot drift apart).
 
 Inputs are our statistics (seed mean, SE, 95 % bootstrap interval over seeds) and the
-paper's value as printed in analysis/paper_numbers.csv. No verdict is ever typed by hand.
+paper's value as printed in paper_numbers.csv beside this file. No verdict is ever typed
+by hand.
 """
 from __future__ import annotations
 
@@ -30,12 +32,12 @@ def inconclusive(n: int) -> str:
 
 
 RULES = """\
-Verdicts are computed by `analysis/verdicts.py` from the rows of `analysis/paper_numbers.csv`
-and our runs; none is typed by hand. A paper value printed as 6.9 stands for [6.85, 6.95]
-(half a unit of its last digit, r). Every number row belongs to a family whose equivalence
-margin δ was declared before any verdict used it (table below, derived from the paper's
-printed numbers only); our statistic's interval is the 90 % two-sided interval, i.e. two
-one-sided tests at 5 % each (TOST).
+Verdicts are computed by `analysis/paper/verdicts.py` from the rows of
+`analysis/paper/paper_numbers.csv` and our runs; none is typed by hand. A paper value
+printed as 6.9 stands for [6.85, 6.95] (half a unit of its last digit, r). Every number
+row belongs to a family whose equivalence margin δ was declared before any verdict used
+it (table below, derived from the paper's printed numbers only); our statistic's interval
+is the 90 % two-sided interval, i.e. two one-sided tests at 5 % each (TOST).
 
 - **Final error %** (a seed mean): Student-t interval, mean ± t(0.95, n − 1) × s / √n with
   s the seeds' standard deviation (ddof = 1). *Reproduced* when it lies inside
@@ -57,7 +59,7 @@ one-sided tests at 5 % each (TOST).
   least 95 % of bootstrap resamples never cross (the interval's lower end is "never");
   *differs* when its upper end is a step before (run length) / δ; else *inconclusive*.
 - **Fewer than {min_seeds} seeds**: *inconclusive (n seeds)* whatever the interval says. Fed
-  k-seed subsets of the paper's own per-seed errors (`analysis/paper_seeds.csv`), the rule
+  k-seed subsets of the paper's own per-seed errors (`analysis/paper/paper_seeds.csv`), the rule
   must not say *reproduced* for GRPO's seeds against TPO's 7.4 % row nor TPO's against
   GRPO's 50.4 %, nor *differs* for either against its own row, more than 5 % of the time;
   that holds from {min_seeds} seeds on (at most 0.1 %, 0 %, 0 % and 3.6 %) and breaks at 4
@@ -89,7 +91,7 @@ class Margin:
     why: str
 
 
-# How the deltas were chosen (fixed from the paper's numbers alone, analysis/paper_numbers.csv):
+# How the deltas were chosen (fixed from the paper's numbers alone, paper_numbers.csv):
 # an equivalence pass must exclude the alternative the paper sets a number against. Per
 # column of a table, the headline contrast is the gap from the row the table is about
 # (TPO, TPO_token; masked GRPO) to the nearest other method's printed value (the ratio for

@@ -1,26 +1,27 @@
 """Write REPRODUCTION.md: every paper number beside ours, with a computed verdict.
 
-    python analysis/report.py [--results FILE] [--out FILE] [--figures DIR]
-                              [--runs ROOT] [--hardware TEXT] [--findings FILE] [--quiet]
+    python analysis/paper/report.py [--results FILE] [--out FILE] [--figures DIR]
+                                    [--runs ROOT] [--hardware TEXT] [--findings FILE] [--quiet]
+    python -m analysis.paper.report ...   (the same, e.g. from a non-editable install)
 
 Defaults: outputs/results.parquet -> outputs/REPRODUCTION.md and outputs/figures/; the
-committed REPRODUCTION.md is regenerated only by naming it (reproduction/README.md).
-A missing or empty results table, or one no paper number is judged on, is refused
-(exit 2) before anything is written.
+committed reproduction/REPRODUCTION.md (its figures in reproduction/figures/) is
+regenerated only by naming it (reproduction/README.md). A missing or empty results
+table, or one no paper number is judged on, is refused (exit 2) before anything is
+written.
 
-For each paper result (analysis/experiments.py) it draws the figure (analysis/figures.py),
-and for each row of analysis/paper_numbers.csv computes our statistic from whatever runs
-exist (analysis/stats.py) and a verdict (analysis/verdicts.py, whose rules head the report).
-Sections without results say "not run yet". Seeds come from the table; hardware from each
-run's summary.json under --runs (default: the results file's folder) and/or --hardware.
-The summary counts each paper number and claim once and each run once (summarise), and
-where the paper's per-seed values are known draws ours beside them (figures.SeedGroup).
+For each paper result (experiments.py) it draws the figure (figures.py), and for each row
+of paper_numbers.csv computes our statistic from whatever runs exist (analysis/stats.py)
+and a verdict (verdicts.py, whose rules head the report). Sections without results say
+"not run yet". Seeds come from the table; hardware from each run's summary.json under
+--runs (default: the results file's folder) and/or --hardware. The summary counts each
+paper number and claim once and each run once (summarise), and where the paper's
+per-seed values are known draws ours beside them (figures.SeedGroup).
 """
 from __future__ import annotations
 
 import argparse
 import json
-import math
 import os
 import sys
 import time
@@ -30,13 +31,16 @@ from pathlib import Path
 
 import numpy as np
 import pandas as pd
-import pyarrow.parquet as pq
 
-from analysis import collect, experiments, figures, stats, tuned
-from analysis.plot import REQUIRED, _fmt
-from analysis import verdicts as V
-from analysis.experiments import ALIASES, EXPERIMENTS
+from analysis import collect, stats
+from analysis.configs import pick_config
+from analysis.paper import experiments, figures
+from analysis.paper import verdicts as V
+from analysis.paper.experiments import ALIASES, EXPERIMENTS
+from analysis.style import fmt
+from analysis.tuning import tuned
 from contract import io, schema
+from tasks.tabular import analytic_weight
 
 PAPER = Path(__file__).with_name("paper_numbers.csv")
 PAPER_SEEDS = Path(__file__).with_name("paper_seeds.csv")
@@ -91,27 +95,10 @@ class Ours:
     per_seed: tuple = ()  # final error: each seed's value
 
 
-def analytic_weight(algo: str, p: float = 0.1, k: int = 10, eta: float = 1.0) -> float:
-    """Per-context weight w of the multi-context update w (e_y - pi) at pi_y = p, the other
-    actions sharing 1 - p equally (SPEC 3.3's formulas)."""
-    if algo == "pg":
-        return p
-    if algo == "dg":
-        return p / (1 + math.exp(math.log(p) / eta))  # p * sigmoid(-log p / eta)
-    if algo == "grpo":
-        return math.sqrt(p / (1 - p))
-    if algo == "tpo":  # u = standardise(onehot(y)); q = pi exp(u) / Z; q - pi = w (e_y - pi)
-        sd = math.sqrt((1 / k) * (1 - 1 / k))
-        up, un = (1 - 1 / k) / sd, -(1 / k) / sd
-        q = p * math.exp(up) / (p * math.exp(up) + (1 - p) * math.exp(un))
-        return (q - p) / (1 - p)
-    raise ValueError(f"no weight formula for {algo!r}")
-
-
 HEADLINE = ("tpo", "grpo", "dg", "grpo_no_kl", "ppo")  # what reproduction/headline.sh runs
 SEEDS_TITLE = "Terminal reward, H = 10: per-seed final error, ours and the paper's"
 SEEDS_CAPTION = ("Per-seed final error, prompt-matched, where the paper's seeds are known "
-                 "(`analysis/paper_seeds.csv`: its artifact's 20 per method): the outcome is "
+                 "(`analysis/paper/paper_seeds.csv`: its artifact's 20 per method): the outcome is "
                  "bimodal, so the empirical distributions are drawn side by side (ours solid, the "
                  "paper's dashed), with the count of seeds below 1 % and a two-sample rank-sum "
                  "permutation test, as in the rows' notes above (notes, not verdicts).")
@@ -161,7 +148,7 @@ def measure(rows: pd.DataFrame, metric: str, n_paper: int | None = None) -> Ours
 
 def config_rows(sel: pd.DataFrame, row, algo: str, quals=None) -> pd.DataFrame:
     """The runs one paper row is judged on: one configuration of its setting."""
-    return experiments.pick_config(sel[experiments.matches(sel, {**settings(row, quals), "algo": algo})])
+    return pick_config(sel[experiments.matches(sel, {**settings(row, quals), "algo": algo})])
 
 
 def ours_for(sel: pd.DataFrame, row, algo: str, quals=None, rows=None) -> Ours | None:
@@ -328,7 +315,7 @@ def ordering_line(row, sel) -> dict:
         extra = {k: v.item() if hasattr(v, "item") else v for k, v in zip(keys, values)}
         verdict, _ = _claim_once(sel, row, left, op, right, extra)
         if verdict is not None:
-            results.append((", ".join(f"{k}={_fmt(v)}" for k, v in extra.items()), verdict))
+            results.append((", ".join(f"{k}={fmt(v)}" for k, v in extra.items()), verdict))
     need, out_of = int(row["at_least"]), int(row["out_of"] or row["at_least"])
     held = sum(v == V.HOLDS for _, v in results)
     failed = [s for s, v in results if v == V.FAILS]
@@ -372,7 +359,7 @@ def split_lines(sel: pd.DataFrame) -> list[dict]:
     held = sel[sel["task.holdout"].fillna(0) > 0]
     lines = []
     for algo, g in held.groupby("algo.name", sort=True):
-        g = experiments.pick_config(g)
+        g = pick_config(g)
         val = stats.final_stats(stats.seed_curves(g, "error"))
         test = stats.final_stats(stats.seed_curves(g, "test_error"))
         if val is None or test is None:
@@ -402,10 +389,10 @@ def margins_table() -> str:
 
 
 # Rule changes judged on data already seen, with the verdicts they moved, as
-# `python analysis/rule_log.py COMMIT` printed them on reproduction/results.parquet (each
+# `python analysis/paper/rule_log.py COMMIT` printed them on reproduction/results.parquet (each
 # commit's message lists the rows); reproduction/findings.md's rule-change log gives them all.
 RULE_CHANGES = (
-    "**Verdicts moved by the issue-18 rules** (commit 9afe318; `python analysis/rule_log.py "
+    "**Verdicts moved by the issue-18 rules** (commit 9afe318; `python analysis/paper/rule_log.py "
     "9afe318`, listed row by row in that commit's message): 76 of the 163 verdict rows of the "
     "report before it. 3 of them are the formula-check rows, relabelled, not moved; 4 are "
     "repeat rows (3 in `mnist_holdout`, the ablation's TPO 7.4 %), so 69 verdicts counted "
@@ -561,7 +548,7 @@ def build(df: pd.DataFrame, out: Path, fig_dir: Path, runs_root: Path | None = N
         judged.append((name, exp, sel, numbers, claims))
     if not any(judged_anything(numbers + claims) for *_, numbers, claims in judged):
         raise NothingToReport("no row of the results table matches any paper number or claim "
-                              "(analysis/paper_numbers.csv)")
+                              "(analysis/paper/paper_numbers.csv)")
     n_figures = sum(name in figures.FIGURES and not sel.empty for name, _, sel, _, _ in judged)
     progress(f"drawing {n_figures} figure{'s' * (n_figures != 1)} into {fig_dir}")
     sections, parts, seed_groups = [], [], {}
@@ -612,7 +599,7 @@ def build(df: pd.DataFrame, out: Path, fig_dir: Path, runs_root: Path | None = N
         sections.append("\n".join(["## Tuned beside untuned (`tuned_terminal`)", "", tuned.NOTE,
                                    "", md_table(tuned_lines), ""]))
     head = ["# Reproduction report: Target Policy Optimization (Kaddour 2026)", "",
-            f"Generated by `python analysis/report.py` from {source or 'the results table'} "
+            f"Generated by `python analysis/paper/report.py` from {source or 'the results table'} "
             f"({len(df)} rows). Do not edit by hand: regenerate it.", "",
             "## How the verdicts are computed", "", V.RULES, margins_table(), "", "## Summary", "",
             md_table(summary), "", *[t + "\n" for t in summary_text], RULE_CHANGES, ""]
@@ -621,37 +608,12 @@ def build(df: pd.DataFrame, out: Path, fig_dir: Path, runs_root: Path | None = N
     return "\n".join(head + sections)
 
 
-def read_results(results: Path, say) -> pd.DataFrame | int:
-    """The collected table, or the exit status after a one-line error: 2 for nothing to
-    report on (no file, no rows, not the collected table's columns), 1 for a file that
-    cannot be read."""
-    make = "make it with `python analysis/collect.py` (or name another with --results)"
-    if not results.is_file():
-        print(f"error: results file {results} not found: {make}", file=sys.stderr)
-        return 2
-    try:
-        n_rows = pq.ParquetFile(results).metadata.num_rows
-        say(f"reading {results} ({n_rows:,} row{'s' * (n_rows != 1)})")
-        df = pd.read_parquet(results)
-    except Exception as e:  # a torn or foreign file: say which, not a traceback
-        print(f"error: cannot read {results}: {type(e).__name__}: {e}", file=sys.stderr)
-        return 1
-    if df.empty:
-        print(f"error: {results} has no rows: nothing to report; {make}", file=sys.stderr)
-        return 2
-    missing = [c for c in REQUIRED if c not in df.columns]
-    if missing:
-        print(f"error: {results} lacks the collected table's columns {', '.join(missing)}; {make}",
-              file=sys.stderr)
-        return 2
-    return df
-
-
 def main(argv=None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--results", default="outputs/results.parquet", help="table from analysis/collect.py")
-    # Not the committed REPRODUCTION.md: a report on your own runs must not overwrite the
-    # reproduction's (regenerate that one with the explicit command in reproduction/README.md).
+    # Not the committed reproduction/REPRODUCTION.md: a report on your own runs must not
+    # overwrite the reproduction's (regenerate that one with the explicit command in
+    # reproduction/README.md).
     parser.add_argument("--out", default="outputs/REPRODUCTION.md", help="the report to write")
     parser.add_argument("--figures", default=None, help="figure folder (default: <out folder>/figures)")
     parser.add_argument("--runs", default=None, help="output root holding the runs' summary.json "
@@ -659,7 +621,8 @@ def main(argv=None) -> int:
     parser.add_argument("--hardware", default=None, help="hardware description to print beside the seeds")
     parser.add_argument("--findings", default=None,
                         help="markdown inserted after the summary: the differences chased down, "
-                             "with evidence (default: reproduction/findings.md beside --out, if any)")
+                             "with evidence (default: findings.md beside --out, if any: "
+                             "reproduction/findings.md for the committed report)")
     parser.add_argument("--add-runs", action="append", default=[], metavar="ROOT",
                         help="also the completed runs under this output root, each replacing "
                              "its copy in the table if any (repeatable): new runs reach the "
@@ -670,12 +633,12 @@ def main(argv=None) -> int:
     results, out = Path(args.results), Path(args.out)
     fig_dir = Path(args.figures) if args.figures else out.parent / "figures"
     runs = Path(args.runs) if args.runs else results.parent
-    findings = Path(args.findings) if args.findings else out.parent / "reproduction" / "findings.md"
+    findings = Path(args.findings) if args.findings else out.parent / "findings.md"
     if args.findings and not findings.is_file():
         print(f"error: --findings {findings}: no such file", file=sys.stderr)
         return 2
     say = Progress(args.quiet)
-    df = read_results(results, say)
+    df = collect.read_results(results, "nothing to report", say)
     if isinstance(df, int):
         return df
     source = f"`{results}`"
