@@ -5,7 +5,7 @@ import math
 
 import torch
 
-from contract.batch import Batch, masked_sum
+from contract.batch import Batch
 
 STD_FLOOR = 1e-6  # SPEC 1: below this the centred scores are returned unscaled
 LEVELS = ("sequence", "token")
@@ -58,12 +58,10 @@ def single_sample_advantage(batch: Batch) -> torch.Tensor:
     return batch.advantages
 
 
-def candidate_weights(batch: Batch) -> torch.Tensor | float:
-    return 1.0 if batch.weights is None else batch.weights
-
-
 def reinforce_sum(weight: torch.Tensor, logp: torch.Tensor, batch: Batch) -> torch.Tensor:
     """-mean over groups of sum over the group's candidates and steps of
-    sg(weight) * logp (SPEC 2, PG and DG form; with k = 1 a mean over samples)."""
-    per_candidate = masked_sum(weight.detach() * logp, batch.mask) * candidate_weights(batch)
+    sg(weight) * logp (SPEC 2, PG and DG form; with k = 1 a mean over samples), each
+    candidate's term weighted by batch.candidate_weights() (the sampled indicator, or
+    the population probability)."""
+    per_candidate = (weight.detach() * logp).sum(-1) * batch.candidate_weights()
     return -per_candidate.sum(-1).mean()

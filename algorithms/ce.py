@@ -1,7 +1,7 @@
 """Supervised cross-entropy to the correct action (SPEC 2 "CE"): the oracle a bandit
 learner is measured against, on tasks whose label the task may reveal.
 
-    L = -mean over contexts of sum_a y_a log_softmax(logp)_a,   y = the label one-hot
+    L = -mean over contexts of sum_a y_a log_softmax(logp)_a,   y = onehot(batch.label)
 """
 from __future__ import annotations
 
@@ -9,9 +9,10 @@ from dataclasses import dataclass
 from typing import ClassVar
 
 import torch
+import torch.nn.functional as F
 
 from algorithms import register
-from contract.batch import Batch, LossOut, masked_sum
+from contract.batch import Batch, LossOut
 
 
 @register("ce")
@@ -22,5 +23,7 @@ class CE:
     needs: ClassVar[str] = "label"
 
     def loss(self, batch: Batch, logp: torch.Tensor) -> LossOut:
-        y = batch.scores / batch.scores.sum(-1, keepdim=True)
-        return LossOut(-(y * torch.log_softmax(masked_sum(logp, batch.mask), -1)).sum(-1).mean(), {})
+        if batch.label is None:
+            raise ValueError("ce needs batch.label (a labelled batch); the task supplied none")
+        y = F.one_hot(batch.label, batch.group_size).to(logp.dtype)
+        return LossOut(-(y * torch.log_softmax(logp.sum(-1), -1)).sum(-1).mean(), {})

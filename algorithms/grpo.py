@@ -17,26 +17,26 @@ from typing import ClassVar
 import torch
 
 from algorithms import register
-from algorithms._common import (STD_FLOOR, candidate_weights, check_level, check_non_negative,
-                                check_positive, mean_where)
-from contract.batch import Batch, LossOut, masked_sum
+from algorithms._common import (STD_FLOOR, check_level, check_non_negative, check_positive,
+                                mean_where)
+from contract.batch import Batch, LossOut
 
 LOG_RATIO_CLAMP = 20.0
 
 
-def group_stats(scores: torch.Tensor, weights: torch.Tensor | None = None):
-    """Mean and population std over each group; with exact-population weights (tabular
-    bandits) the group is the weighted action set, which turns the advantage into
-    SPEC 3.3's sqrt(p / (1 - p)) weighting."""
-    if weights is None:
+def group_stats(scores: torch.Tensor, probs: torch.Tensor | None = None):
+    """Mean and population std over each group; with exact-population probabilities
+    (batch.probs, tabular_multi) the group is the action set under them, which turns the
+    advantage into SPEC 3.3's sqrt(p / (1 - p)) weighting."""
+    if probs is None:
         return scores.mean(-1, keepdim=True), scores.std(-1, correction=0, keepdim=True)
-    w = weights / weights.sum(-1, keepdim=True)
+    w = probs / probs.sum(-1, keepdim=True)
     mean = (w * scores).sum(-1, keepdim=True)
     return mean, (w * (scores - mean).pow(2)).sum(-1, keepdim=True).sqrt()
 
 
-def grpo_advantages(scores: torch.Tensor, weights: torch.Tensor | None = None) -> torch.Tensor:
-    mean, std = group_stats(scores, weights)
+def grpo_advantages(scores: torch.Tensor, probs: torch.Tensor | None = None) -> torch.Tensor:
+    mean, std = group_stats(scores, probs)
     return (scores - mean) / (std + 1e-8)
 
 
@@ -58,14 +58,14 @@ class GRPO:
                            "moving away from the rollout policy; 0 is GRPO without KL")
 
     def loss(self, batch: Batch, logp: torch.Tensor) -> LossOut:
-        A = grpo_advantages(batch.scores, batch.weights)
-        d = (masked_sum(logp, batch.mask) - batch.seq_logp_old()).clamp(-LOG_RATIO_CLAMP, LOG_RATIO_CLAMP)
+        A = grpo_advantages(batch.scores, batch.probs)
+        d = (logp.sum(-1) - batch.seq_logp_old()).clamp(-LOG_RATIO_CLAMP, LOG_RATIO_CLAMP)
         r = d.exp()
         surrogate = torch.minimum(r * A, r.clamp(1 - self.clip_eps, 1 + self.clip_eps) * A)
         kl = torch.exp(-d) + d - 1
-        per_group = ((surrogate - self.kl_coef * kl) * candidate_weights(batch)).sum(-1)
+        per_group = ((surrogate - self.kl_coef * kl) * batch.candidate_weights()).sum(-1)
         if self.mask_zero_variance:
-            informative = (group_stats(batch.scores, batch.weights)[1][..., 0] > STD_FLOOR).to(per_group.dtype)
+            informative = (group_stats(batch.scores, batch.probs)[1][..., 0] > STD_FLOOR).to(per_group.dtype)
             loss = -(per_group * informative).sum() / informative.sum().clamp_min(1)
         else:
             loss = -per_group.mean()

@@ -10,8 +10,8 @@ from typing import ClassVar
 import torch
 
 from algorithms import register
-from algorithms._common import candidate_weights, check_positive, single_sample_advantage
-from contract.batch import Batch, LossOut, masked_sum
+from algorithms._common import check_positive, single_sample_advantage
+from contract.batch import Batch, LossOut
 
 
 @register("ppo")
@@ -30,7 +30,5 @@ class PPO:
         r = (logp - batch.logp_old).exp()
         surrogate = torch.minimum(r * A, r.clamp(1 - self.clip_eps, 1 + self.clip_eps) * A)
         clipped = (r - 1).abs() > self.clip_eps
-        if batch.mask is not None:
-            clipped = clipped[batch.mask]
-        return LossOut(-(masked_sum(surrogate, batch.mask) * candidate_weights(batch)).sum(-1).mean(),
+        return LossOut(-(surrogate.sum(-1) * batch.candidate_weights()).sum(-1).mean(),
                        {"clip_frac": clipped.float().mean().item()})

@@ -17,7 +17,7 @@ import torch
 
 from algorithms import register
 from algorithms._common import check_level, check_positive, mean_where, standardise
-from contract.batch import Batch, LossOut, masked_sum
+from contract.batch import Batch, LossOut
 
 
 def tpo_target(logp_old: torch.Tensor, scores: torch.Tensor, eta: float = 1.0,
@@ -48,7 +48,7 @@ class TPO:
         # q depends only on rollout-time quantities, so it is the same frozen target
         # in every epoch on this batch.
         q = tpo_target(batch.seq_logp_old(), batch.scores, self.eta, self.anchor)
-        logp_group = torch.log_softmax(masked_sum(logp, batch.mask), -1)
+        logp_group = torch.log_softmax(logp.sum(-1), -1)
         loss = -(q * logp_group).sum(-1).mean()
         return LossOut(loss, {
             "q_success": mean_where(q, batch.success),

@@ -1,15 +1,21 @@
-"""The one structure tasks hand to algorithms (SPEC 1).
+"""The one structure tasks hand to algorithms (SPEC 1), and the two Protocols that meet at it.
 
 A batch is N contexts, each with a group of K candidates, each candidate a sequence of
-T scored steps (T = 1 for one-step bandits). Every family in SPEC fits this shape:
+T scored steps (T = 1 for one-step bandits). Every family in SPEC fits this shape, and
+each has a named constructor, so that a task says which one it builds and never spells
+out the shapes:
 
-- sequence groups (TPO, GRPO): N = B prompts, K = algo.k rollouts, T = H tokens;
-- single samples (PG, PPO, DG): K = 1, with a task-supplied per-token advantage;
-- token-level groups (TPO_token, GRPO_token): N = B*H prefix states, K next-token
-  candidates, T = 1, candidate 0 the behaviour token;
-- all-actions groups (MNIST TPO, tabular): K = the action set, with `weights` holding
-  the sampled action's indicator, or exact-population probabilities where the task
-  computes expectations instead of sampling.
+- `Batch.single_samples`: K = 1 sample per context with a task-supplied per-step
+  advantage (PG, PPO, DG on sequences and MNIST; on tabular_single B draws of its one
+  context);
+- `Batch.sampled_group`: K sampled candidates per context, compared with each other
+  (TPO, GRPO on sequences: N = B prompts, K = algo.k answers, T = H tokens; token-level
+  TPO/GRPO: N = B*H prefix states, K next-token candidates, T = 1, candidate 0 the
+  behaviour token; GRPO on a bandit: one group, the minibatch);
+- `Batch.action_set`: one-step groups over the whole action set (bandits; TPO and Group
+  PG, and on tabular_multi every method but CE), optionally with the sampled action's
+  indicator (`sampled`) or exact population probabilities (`probs`);
+- `Batch.labelled`: the action set with the correct action revealed (`label`, CE).
 
 What a task builds depends on what the algorithm consumes (`Request.needs`):
 
@@ -20,17 +26,26 @@ What a task builds depends on what the algorithm consumes (`Request.needs`):
 - "action_group": a group standing for the action set, compared by standardised
   scores (TPO, Group PG; sequence tasks sample K candidates since the set of answers
   cannot be enumerated, bandits enumerate it);
-- "label": the supervised oracle's one-hot label over the action set (CE).
+- "label": the supervised oracle's label over the action set (CE).
 
-Algorithms never see the task's private tensors (`obs`): they get the current policy's
-log-probs of the same candidates from the runner, shaped like `logp_old`.
+Algorithms never read the task's `obs` (each task's own frozen dataclass of what it
+needs to re-score the candidates: prompts and answers, images and actions): they get
+the current policy's log-probs of the same candidates from the runner, shaped like
+`logp_old`.
+
+Every step of every candidate is valid: there is no step mask. The LLM task family (a
+later issue), whose completions end at different lengths, adds the completion mask
+together with the task that needs it.
 """
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, Protocol, runtime_checkable
 
 import torch
+import torch.nn.functional as F
+
+from contract.rng import Streams
 
 
 @dataclass(frozen=True)
@@ -43,15 +58,30 @@ class Batch:
     """[N, K] raw candidate scores s_i (sequence tasks: mean over tokens of the reward)."""
     success: torch.Tensor
     """[N, K] bool: candidate fully correct; drives all-fail and weight diagnostics."""
-    mask: torch.Tensor | None = None
-    """[N, K, T] bool, valid steps; None means all valid."""
     advantages: torch.Tensor | None = None
     """[N, K, T] task-supplied advantage (the task owns its baseline), or None."""
-    weights: torch.Tensor | None = None
-    """[N, K] weight of each candidate in the group's sums and statistics: the sampled
-    action's indicator, or exact-population probabilities; None means 1."""
+    sampled: torch.Tensor | None = None
+    """[N, K] bool, action-set groups of a sampling bandit only: which action the context
+    sampled (one True per row). A candidate's term in a group's sums counts only where
+    it is True: the other actions of the set were not tried (MNIST Group PG, SPEC 3.2).
+    Group statistics (GRPO's mean and std) ignore it."""
+    probs: torch.Tensor | None = None
+    """[N, K], action-set groups of an exact bandit only: the population probability of
+    each action under the behaviour policy (tabular_multi, SPEC 3.3). A candidate's term
+    in a group's sums is weighted by it and group statistics are taken under it, which
+    turns a sampled method into its expectation. At most one of `sampled` and `probs`
+    is set; neither means every candidate weighs 1."""
+    label: torch.Tensor | None = None
+    """[N] long, labelled batches only: the index of each context's correct candidate
+    (CE's target). The scores of such a batch are the rewards the label implies."""
     obs: Any = None
-    """Task-private payload (prompts, tokens) used to re-score log-probs."""
+    """The task's own record of the candidates (a frozen dataclass per task), read only
+    by that task's `logprobs`."""
+
+    def __post_init__(self):
+        if self.sampled is not None and self.probs is not None:
+            raise ValueError("a batch weighs its candidates by the sampled indicator or by "
+                             "population probabilities, not both")
 
     @property
     def num_groups(self) -> int:
@@ -63,14 +93,79 @@ class Batch:
 
     def seq_logp_old(self) -> torch.Tensor:
         """[N, K] candidate log-probs: the sum of its step log-probs (SPEC 1)."""
-        return masked_sum(self.logp_old, self.mask)
+        return self.logp_old.sum(-1)
 
+    def candidate_weights(self) -> torch.Tensor | float:
+        """[N, K] weight of each candidate's term in a group's sums: the sampled indicator
+        (in the log-probs' dtype), the population probability, or 1."""
+        if self.sampled is not None:
+            return self.sampled.to(self.logp_old.dtype)
+        return 1.0 if self.probs is None else self.probs
 
-def masked_sum(x: torch.Tensor, mask: torch.Tensor | None) -> torch.Tensor:
-    """Sum over the last (step) axis, ignoring masked-out steps."""
-    if mask is None:
-        return x.sum(-1)
-    return torch.where(mask, x, torch.zeros_like(x)).sum(-1)
+    # ------------------------------------------------------------ the four families
+
+    @classmethod
+    def single_samples(cls, logp_old: torch.Tensor, token_rewards: torch.Tensor,
+                       advantages: torch.Tensor, success: torch.Tensor, *,
+                       scores: torch.Tensor | None = None, obs: Any = None) -> "Batch":
+        """N single samples (K = 1) scored by the task's per-step advantage.
+
+        logp_old, token_rewards, advantages: [N, T], or [N] for one-step tasks;
+        success: [N]; scores: [N], default the mean reward over the steps."""
+        def one(x: torch.Tensor) -> torch.Tensor:
+            return x.reshape(x.shape[0], 1, -1)
+
+        token_rewards = one(token_rewards)
+        return cls(logp_old=one(logp_old), token_rewards=token_rewards,
+                   scores=token_rewards.mean(-1) if scores is None else scores.reshape(-1, 1),
+                   success=success.reshape(-1, 1), advantages=one(advantages), obs=obs)
+
+    @classmethod
+    def sampled_group(cls, logp_old: torch.Tensor, token_rewards: torch.Tensor,
+                      success: torch.Tensor, *, scores: torch.Tensor | None = None,
+                      advantages: torch.Tensor | None = None, obs: Any = None) -> "Batch":
+        """N groups of K sampled candidates each.
+
+        logp_old, token_rewards (and advantages, for a task that supplies them anyway):
+        [N, K, T], or [N, K] for one-step candidates; success: [N, K]; scores: [N, K],
+        default the mean reward over the steps."""
+        def steps(x: torch.Tensor) -> torch.Tensor:
+            return x.unsqueeze(-1) if x.dim() == 2 else x
+
+        token_rewards = steps(token_rewards)
+        return cls(logp_old=steps(logp_old), token_rewards=token_rewards,
+                   scores=token_rewards.mean(-1) if scores is None else scores,
+                   success=success, obs=obs,
+                   advantages=None if advantages is None else steps(advantages))
+
+    @classmethod
+    def action_set(cls, logp_old: torch.Tensor, scores: torch.Tensor, success: torch.Tensor, *,
+                   rewards: torch.Tensor | None = None, sampled: torch.Tensor | None = None,
+                   probs: torch.Tensor | None = None, advantages: torch.Tensor | None = None,
+                   obs: Any = None) -> "Batch":
+        """N one-step groups whose K candidates are the whole action set.
+
+        logp_old, scores, success, rewards (default: the scores), advantages: [N, K];
+        `sampled`: [N] long, the action each context sampled (a sampling bandit: the
+        other actions' terms drop out of the group's sums); `probs`: [N, K] population
+        probabilities (an exact bandit: sums and statistics are expectations). At most
+        one of the two."""
+        K = logp_old.shape[-1]
+        rewards = scores if rewards is None else rewards
+        return cls(logp_old=logp_old.unsqueeze(-1), token_rewards=rewards.unsqueeze(-1),
+                   scores=scores, success=success, obs=obs, probs=probs,
+                   sampled=None if sampled is None else F.one_hot(sampled, K).bool(),
+                   advantages=None if advantages is None else advantages.unsqueeze(-1))
+
+    @classmethod
+    def labelled(cls, logp_old: torch.Tensor, label: torch.Tensor, *, obs: Any = None) -> "Batch":
+        """N one-step groups over the action set with the correct action revealed (CE).
+
+        logp_old: [N, K]; label: [N] long. Every action is scored by the reward the label
+        says it earns (1 for the label, 0 otherwise), which is also its success."""
+        onehot = F.one_hot(label, logp_old.shape[-1]).to(logp_old.dtype)
+        return cls(logp_old=logp_old.unsqueeze(-1), token_rewards=onehot.unsqueeze(-1),
+                   scores=onehot, success=onehot > 0, label=label, obs=obs)
 
 
 NEEDS = ("sample", "sample_group", "action_group", "label")
@@ -112,3 +207,65 @@ class Rollout:
     reward_mean: float | torch.Tensor
     rollouts: int
     """sampled sequences (or actions) this episode, for the cumulative budget column."""
+
+
+# ---------------------------------------------------------------- the two seams
+
+@runtime_checkable
+class Algorithm(Protocol):
+    """An algorithm: a frozen dataclass registered in `algorithms` (its fields are its
+    config, `conf/algo/<name>.yaml`). It never imports a task.
+
+    Optional members, read with a default by the runner:
+        needs: str   what it consumes, one of NEEDS; default "sample" when the default
+                     k is 1, else "sample_group"
+        level: str   "sequence" (default) or "token"
+    """
+
+    k: int
+    """group size (1 for single-sample methods)"""
+    epochs: int
+    """gradient epochs per rollout batch (SPEC 2)"""
+
+    def loss(self, batch: Batch, logp: torch.Tensor) -> LossOut:
+        """The loss on `batch` given the current policy's log-probs of its candidates,
+        `logp` shaped like batch.logp_old. Terms weigh by batch.candidate_weights()."""
+        ...
+
+
+@runtime_checkable
+class Task(Protocol):
+    """A task: a frozen dataclass registered in `tasks` (its fields are its config,
+    `conf/task/<preset>.yaml`). It owns the policy and never imports an algorithm.
+
+    Optional members:
+        steps_per_batch: ClassVar[int]           fixed optimizer steps per batch (the
+                                                 bandits: 1); algo.epochs is then refused
+        grad_metrics(policy) -> dict[str, float] read after the first epoch's backward
+                                                 (e.g. misalignment to an oracle)
+    """
+
+    name: str
+    episodes: int
+    """run length (updates)"""
+
+    def check_algorithm(self, request: Request) -> None:
+        """Refuse (ValueError) what has no meaning on this task."""
+        ...
+
+    def make_policy(self, gen: torch.Generator) -> torch.nn.Module:
+        """SPEC's model and initialisation, drawn from `gen`."""
+        ...
+
+    def rollout(self, policy: torch.nn.Module, request: Request, streams: Streams) -> Rollout:
+        """Sample and score one episode, as the Batch family `request.needs` asks for."""
+        ...
+
+    def logprobs(self, policy: torch.nn.Module, batch: Batch) -> torch.Tensor:
+        """The current policy's log-probs of batch's candidates, like batch.logp_old."""
+        ...
+
+    def evaluate(self, policy: torch.nn.Module) -> dict[str, float] | None:
+        """Held-out metrics, or None where the task has none."""
+        ...
+

@@ -122,7 +122,8 @@ def main() -> int:
     batch = task.rollout(ours, Request(name="tpo_token", k=8, level="token",
                                        needs="action_group"), Streams.from_seed(0)).batch
     out = TPO(level="token").loss(batch, task.logprobs(ours, batch))
-    prompts, beh, cands = (x.numpy() for x in batch.obs)
+    obs = batch.obs  # tasks.seq.TokenObs
+    prompts, beh, cands = obs.prompts.numpy(), obs.behaviour.numpy(), obs.candidates.numpy()
     B, _, K = cands.shape
     states = np.zeros((B, H, 2 * H), np.int64)  # prefix state t: prompt + behaviour[:t]
     for t in range(H):
@@ -174,7 +175,8 @@ def main() -> int:
 
     load(ours, params["params"])
     sb = task.rollout(ours, Request(name="ppo", k=1), Streams.from_seed(1)).batch
-    samples = jnp.asarray(np.concatenate([sb.obs[0].numpy(), sb.obs[1].numpy().reshape(-1, H)], 1))
+    samples = jnp.asarray(np.concatenate([sb.obs.prompts.numpy(),  # tasks.seq.SeqObs
+                                          sb.obs.answers.numpy().reshape(-1, H)], 1))
     sample_adv = jnp.asarray(sb.advantages.numpy().reshape(-1, H))
     load(ours, p["params"])
 
@@ -193,7 +195,7 @@ def main() -> int:
     gb = SeqTask(reward="bag_of_tokens", target="reverse_copy", episodes=1).rollout(
         ours, Request(name="tpo", k=8, needs="action_group"), Streams.from_seed(2)).batch
     load(ours, p["params"])
-    prompts, answers = (x.numpy() for x in gb.obs)
+    prompts, answers = gb.obs.prompts.numpy(), gb.obs.answers.numpy()  # tasks.seq.SeqObs
     B, K, _ = answers.shape
     full = jnp.asarray(np.concatenate([np.repeat(prompts, K, 0), answers.reshape(B * K, H)], 1))
     old_seq = jnp.asarray(gb.seq_logp_old().numpy())

@@ -1,15 +1,13 @@
-"""Tasks: each module produces groups of scored candidates (`contract.batch.Batch`) from a
-policy it owns. They never import algorithms.
+"""Tasks: each module produces groups of scored candidates (`contract.batch.Batch`, built
+with one of its four named constructors) from a policy it owns. They never import
+algorithms.
 
 A task is a frozen dataclass registered under a name; its fields are its config
-(`conf/task/<preset>.yaml`) and it exposes
-
-    episodes: int                                   run length (updates)
-    check_algorithm(request) -> None                refuse what has no meaning here (ValueError)
-    make_policy(gen) -> torch.nn.Module             SPEC's model and initialisation
-    rollout(policy, request, streams) -> Rollout    sample and score one episode
-    logprobs(policy, batch) -> Tensor               current log-probs, like batch.logp_old
-    evaluate(policy) -> dict | None                 optional held-out metrics
+(`conf/task/<preset>.yaml`). What it exposes is `contract.batch.Task`, a
+`typing.Protocol`: `name`, `episodes`, `check_algorithm`, `make_policy`, `rollout`,
+`logprobs`, `evaluate`, and optionally `steps_per_batch` and `grad_metrics`. Each task
+keeps what it needs to re-score its candidates in a frozen dataclass of its own
+(`batch.obs`), read only by its `logprobs`.
 """
 from contract.registry import Registry
 

@@ -7,7 +7,7 @@ image from the acting policy, reward 1{action = label}. The learner never sees t
 - "sample" (PG, DG): one action per image, advantage r - b with the label-free
   baseline b = sum_a pi(a)^2 of the acting policy;
 - "action_group" (TPO, Group PG): the group is all actions; score vector
-  s = A(a) onehot(a), the sampled action marked by `weights`;
+  s = A(a) onehot(a), the sampled action marked by `Batch.sampled`;
 - "sample_group" (GRPO): the minibatch is the group: rewards standardised across it;
 - "label" (CE): the one-hot label over the actions.
 
@@ -34,7 +34,7 @@ from contract.batch import Batch, Request, Rollout
 from tasks._data import BASE_URL, load_mnist
 from contract.rng import Streams
 from tasks import register
-from tasks._bandit import check_bandit_request
+from tasks._bandit import check_bandit_request, sampled_batch
 from tasks._nn import lecun_truncated_
 
 NOT_IDENTITY = {"identity": False}  # where data comes from does not change the science
@@ -88,6 +88,15 @@ class StalePolicy(nn.Module):
             params[name] = flat[at:at + p.numel()].view_as(p)
             at += p.numel()
         return lambda x: functional_call(self.mlp, params, (x,))
+
+
+@dataclass(frozen=True)
+class MnistObs:
+    """The images of a batch and, per image, the actions whose log-probs it holds:
+    [B, 1] the sampled one, or [B, 10] every class (in the batch's candidate order)."""
+
+    images: torch.Tensor
+    actions: torch.Tensor
 
 
 @functools.lru_cache(maxsize=2)
@@ -156,31 +165,25 @@ class MnistTask:
         a = torch.multinomial(logp.exp(), 1, generator=streams.action)[:, 0]
         r = (a == y).float()
         B, A = self.batch_size, self.num_actions
-        onehot = F.one_hot(a, A).float()
         adv = r - logp.exp().pow(2).sum(-1)  # label-free baseline, keep it (SPEC 3.2)
-        every = torch.arange(A, device=device).expand(B, A)
-        if req.needs == "sample":
-            batch = Batch(logp_old=logp.gather(1, a[:, None]).unsqueeze(-1),
-                          token_rewards=r.view(B, 1, 1), scores=r.view(B, 1),
-                          success=(r > 0).view(B, 1), advantages=adv.view(B, 1, 1),
-                          obs=(x, a[:, None], (B, 1, 1)))
-        elif req.needs == "sample_group":
-            batch = Batch(logp_old=logp.gather(1, a[:, None]).view(1, B, 1),
-                          token_rewards=r.view(1, B, 1), scores=r.view(1, B),
-                          success=(r > 0).view(1, B), obs=(x, a[:, None], (1, B, 1)))
-        elif req.needs == "action_group":
-            batch = Batch(logp_old=logp.unsqueeze(-1), token_rewards=(r[:, None] * onehot).unsqueeze(-1),
-                          scores=adv[:, None] * onehot, success=(r[:, None] * onehot) > 0,
-                          weights=onehot, obs=(x, every, (B, A, 1)))
-        else:  # label
-            label = F.one_hot(y, A).float()
-            batch = Batch(logp_old=logp.unsqueeze(-1), token_rewards=label.unsqueeze(-1),
-                          scores=label, success=label > 0, obs=(x, every, (B, A, 1)))
+        if req.needs in ("sample", "sample_group"):
+            batch = sampled_batch(req, logp.gather(1, a[:, None])[:, 0], r, adv,
+                                  MnistObs(x, a[:, None]))
+        else:
+            obs = MnistObs(x, torch.arange(A, device=device).expand(B, A))
+            if req.needs == "action_group":
+                onehot = F.one_hot(a, A).float()
+                rewards = r[:, None] * onehot  # only the sampled action's is observed
+                batch = Batch.action_set(logp, adv[:, None] * onehot, rewards > 0,
+                                         rewards=rewards, sampled=a, obs=obs)
+            else:  # label
+                batch = Batch.labelled(logp, y, obs=obs)
         return Rollout(batch, error=1.0 - float(r.mean()), reward_mean=float(r.mean()), rollouts=B)
 
     def logprobs(self, policy: StalePolicy, batch: Batch) -> torch.Tensor:
-        x, actions, shape = batch.obs
-        return torch.log_softmax(policy(x), -1).gather(1, actions).view(shape)
+        obs: MnistObs = batch.obs
+        logp = torch.log_softmax(policy(obs.images), -1).gather(1, obs.actions)
+        return logp.view(batch.logp_old.shape)
 
     @torch.no_grad()
     def evaluate(self, policy: StalePolicy) -> dict[str, float]:

@@ -34,6 +34,29 @@ def token_rewards(correct: torch.Tensor, reward: str) -> torch.Tensor:
     return c.prod(-1, keepdim=True).expand_as(c)  # terminal: all tokens or nothing
 
 
+@dataclass(frozen=True)
+class SeqObs:
+    """Sequence-level candidates: each prompt and its K sampled answers."""
+
+    prompts: torch.Tensor
+    """[B, H] tokens"""
+    answers: torch.Tensor
+    """[B, K, H] tokens, answer k of prompt b at [b, k]"""
+
+
+@dataclass(frozen=True)
+class TokenObs:
+    """Token-level candidates (SPEC 2): one behaviour trajectory per prompt and the K
+    next-token candidates drawn at each of its H prefix states."""
+
+    prompts: torch.Tensor
+    """[B, H] tokens"""
+    behaviour: torch.Tensor
+    """[B, H] the trajectory's answer tokens (candidate 0 at every state)"""
+    candidates: torch.Tensor
+    """[B, H, K] tokens; the batch's group b*H + t is candidates[b, t]"""
+
+
 def _positive(obj, *keys: str) -> None:
     for key in keys:
         if getattr(obj, key) < 1:
@@ -83,10 +106,14 @@ class SeqTask:
         tokens, logp = generate(policy, prompts, k, streams.action)
         correct = tokens == target_tokens(prompts, self.target, V).unsqueeze(1)
         rewards = token_rewards(correct, self.reward)
-        # Single-sample methods: reward_t minus its batch mean at that position (SPEC 2).
-        advantages = rewards - rewards.mean(0, keepdim=True) if k == 1 else None
-        batch = Batch(logp_old=logp, token_rewards=rewards, scores=rewards.mean(-1),
-                      success=correct.all(-1), advantages=advantages, obs=(prompts, tokens))
+        obs = SeqObs(prompts, tokens)
+        if k == 1:
+            # Single-sample methods: reward_t minus its batch mean at that position (SPEC 2).
+            advantages = rewards - rewards.mean(0, keepdim=True)
+            batch = Batch.single_samples(logp[:, 0], rewards[:, 0], advantages[:, 0],
+                                         correct.all(-1)[:, 0], obs=obs)
+        else:
+            batch = Batch.sampled_group(logp, rewards, correct.all(-1), obs=obs)
         # Kept on the device: reading them here would sync a GPU every episode.
         reward_mean = rewards.mean()
         return Rollout(batch, error=1.0 - reward_mean, reward_mean=reward_mean, rollouts=B * k)
@@ -105,27 +132,25 @@ class SeqTask:
                                correct[:, :-1, 0].cumprod(-1).bool()], 1)
             correct = correct & alive.unsqueeze(-1)
         rewards = correct.float()
-        batch = Batch(logp_old=logp.reshape(B * H, k, 1),
-                      token_rewards=rewards.reshape(B * H, k, 1),
-                      scores=rewards.reshape(B * H, k), success=correct.reshape(B * H, k),
-                      obs=(prompts, behaviour.view(B, H), cands))
+        batch = Batch.sampled_group(logp.reshape(B * H, k), rewards.reshape(B * H, k),
+                                    correct.reshape(B * H, k),
+                                    obs=TokenObs(prompts, behaviour.view(B, H), cands))
         # SPEC 3.1: the error of token-level methods is the behaviour rollouts'.
         reward_mean = rewards[..., 0].mean()
         return Rollout(batch, error=1.0 - reward_mean, reward_mean=reward_mean, rollouts=B)
 
     def logprobs(self, policy: Transformer, batch: Batch) -> torch.Tensor:
-        if len(batch.obs) == 3:  # token-level: one forward of the behaviour trajectory
-            prompts, behaviour, cands = batch.obs
-            B, H, K = cands.shape
-            logits = policy(torch.cat([prompts, behaviour], 1)[:, :-1])[:, H - 1:]
-            logp = torch.log_softmax(logits, -1).gather(-1, cands)
+        obs = batch.obs
+        if isinstance(obs, TokenObs):  # token-level: one forward of the behaviour trajectory
+            B, H, K = obs.candidates.shape
+            logits = policy(torch.cat([obs.prompts, obs.behaviour], 1)[:, :-1])[:, H - 1:]
+            logp = torch.log_softmax(logits, -1).gather(-1, obs.candidates)
             return logp.reshape(B * H, K, 1)
-        prompts, tokens = batch.obs
-        B, K, H = tokens.shape
-        answers = tokens.reshape(B * K, H)
+        B, K, H = obs.answers.shape
+        answers = obs.answers.reshape(B * K, H)
         # The K answers of a prompt share it: run the prompt once, not K times. The
         # last answer token predicts nothing, so it is not fed.
-        first, rest = policy.forward_shared_prefix(prompts, answers[:, :-1], K)
+        first, rest = policy.forward_shared_prefix(obs.prompts, answers[:, :-1], K)
         logits = torch.cat([first.repeat_interleave(K, 0).unsqueeze(1), rest], 1)
         logp = torch.log_softmax(logits, -1).gather(-1, answers.unsqueeze(-1))
         return logp.view(B, K, H)

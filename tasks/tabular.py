@@ -30,7 +30,7 @@ from torch import nn
 from contract.batch import Batch, Request, Rollout
 from contract.rng import Streams
 from tasks import register
-from tasks._bandit import check_bandit_request
+from tasks._bandit import check_bandit_request, sampled_batch
 
 CORRECT = 0
 
@@ -55,9 +55,18 @@ def _check(task, req: Request) -> None:
             raise ValueError(f"task.{key} must be a positive integer, got {getattr(task, key)}")
 
 
+@dataclass(frozen=True)
+class TabularObs:
+    """Where each candidate sits in the logit table, in the batch's (context, candidate)
+    order: its row (context) and column (action), two long tensors of N * K entries."""
+
+    context: torch.Tensor
+    action: torch.Tensor
+
+
 def _logprobs(policy: Logits, batch: Batch) -> torch.Tensor:
-    rows, actions, shape = batch.obs
-    return torch.log_softmax(policy.logits, -1)[rows, actions].view(shape)
+    obs: TabularObs = batch.obs
+    return torch.log_softmax(policy.logits, -1)[obs.context, obs.action].view(batch.logp_old.shape)
 
 
 @register("tabular_single")
@@ -80,27 +89,22 @@ class TabularSingle:
 
     def rollout(self, policy: Logits, req: Request, streams: Streams) -> Rollout:
         B, K, dev = self.batch_size, self.num_actions, policy.logits.device
-        logp = torch.log_softmax(policy.logits.detach(), -1)[0]
+        logp_set = torch.log_softmax(policy.logits.detach(), -1)  # [1, K]: the one context
+        logp = logp_set[0]
         a = torch.multinomial(logp.exp(), B, replacement=True, generator=streams.action)
         r = (a == CORRECT).float()
         adv = r - self.baseline
-        zeros = torch.zeros(B, dtype=torch.long, device=dev)
-        if req.needs == "sample":
-            batch = Batch(logp_old=logp[a].view(B, 1, 1), token_rewards=r.view(B, 1, 1),
-                          scores=r.view(B, 1), success=(r > 0).view(B, 1),
-                          advantages=adv.view(B, 1, 1), obs=(zeros, a, (B, 1, 1)))
-        elif req.needs == "sample_group":
-            batch = Batch(logp_old=logp[a].view(1, B, 1), token_rewards=r.view(1, B, 1),
-                          scores=r.view(1, B), success=(r > 0).view(1, B), obs=(zeros, a, (1, B, 1)))
+        if req.needs in ("sample", "sample_group"):
+            obs = TabularObs(torch.zeros(B, dtype=torch.long, device=dev), a)
+            batch = sampled_batch(req, logp[a], r, adv, obs)
         else:
             every = torch.arange(K, device=dev)
+            obs = TabularObs(torch.zeros(K, dtype=torch.long, device=dev), every)
             if req.needs == "action_group":
                 scores = (adv[:, None] * F.one_hot(a, K)).mean(0)
+                batch = Batch.action_set(logp_set, scores[None], (every == CORRECT)[None], obs=obs)
             else:  # label
-                scores = F.one_hot(torch.tensor(CORRECT, device=dev), K).float()
-            batch = Batch(logp_old=logp.view(1, K, 1), token_rewards=scores.view(1, K, 1),
-                          scores=scores.view(1, K), success=(every == CORRECT).view(1, K),
-                          obs=(torch.zeros(K, dtype=torch.long, device=dev), every, (1, K, 1)))
+                batch = Batch.labelled(logp_set, torch.tensor([CORRECT], device=dev), obs=obs)
         err = 1.0 - float(logp[CORRECT].exp())
         return Rollout(batch, error=err, reward_mean=float(r.mean()), rollouts=B)
 
@@ -138,15 +142,17 @@ class TabularMulti:
         N, K, dev = self.num_contexts, self.num_actions, policy.logits.device
         logp = torch.log_softmax(policy.logits.detach(), -1)
         onehot = F.one_hot(torch.full((N,), CORRECT, device=dev), K).float()
-        rows = torch.arange(N, device=dev)[:, None].expand(N, K)
-        every = torch.arange(K, device=dev).expand(N, K)
-        # Expectations, not samples: every action weighted by its probability, except
-        # for TPO (its target is defined on the action set) and CE (the label).
-        weights = logp.exp() if req.needs in ("sample", "sample_group") else None
-        batch = Batch(logp_old=logp.unsqueeze(-1), token_rewards=onehot.unsqueeze(-1),
-                      scores=onehot, success=onehot > 0, weights=weights,
-                      advantages=onehot.unsqueeze(-1) if req.needs == "sample" else None,
-                      obs=(rows, every, (N, K, 1)))
+        obs = TabularObs(torch.arange(N, device=dev)[:, None].expand(N, K),
+                         torch.arange(K, device=dev).expand(N, K))
+        if req.needs == "label":
+            batch = Batch.labelled(logp, torch.full((N,), CORRECT, device=dev), obs=obs)
+        else:
+            # Expectations, not samples: every action weighted by its probability, except
+            # for TPO (its target is defined on the action set).
+            sampling = req.needs in ("sample", "sample_group")
+            batch = Batch.action_set(logp, onehot, onehot > 0, obs=obs,
+                                     probs=logp.exp() if sampling else None,
+                                     advantages=onehot if req.needs == "sample" else None)
         p = logp[:, CORRECT].exp()
         return Rollout(batch, error=1.0 - float(p.mean()), reward_mean=float(p.mean()), rollouts=0)
 

@@ -1,28 +1,31 @@
-"""Losses on hand-computed groups (SPEC 1-2)."""
+"""Losses on hand-computed groups (SPEC 1-2), and the Batch they read: its four named
+constructors, what each field means, and the two Protocols."""
+import dataclasses
 import math
 
 import pytest
 import torch
 
+from algorithms import ALGORITHMS
 from algorithms._common import standardise
+from algorithms.ce import CE
 from algorithms.dg import DG, dg_gate
 from algorithms.grpo import GRPO, grpo_advantages
 from algorithms.pg import PG
 from algorithms.ppo import PPO
 from algorithms.tpo import TPO, tpo_target
-from contract.batch import Batch
+from contract.batch import Algorithm, Batch, Task
+from tasks import TASKS
 
 
 def group_batch(logp_old, scores, success=None, T=1):
     """Batch of N groups whose candidates are one-step (T = 1) unless T is given."""
     logp_old = torch.as_tensor(logp_old, dtype=torch.float64)
     scores = torch.as_tensor(scores, dtype=torch.float64)
-    if logp_old.dim() == 2:
-        logp_old = logp_old.unsqueeze(-1)
     if success is None:
         success = scores >= 1
-    return Batch(logp_old=logp_old, token_rewards=scores.unsqueeze(-1).expand_as(logp_old),
-                 scores=scores, success=torch.as_tensor(success))
+    rewards = scores if logp_old.dim() == 2 else scores.unsqueeze(-1).expand_as(logp_old)
+    return Batch.sampled_group(logp_old, rewards, torch.as_tensor(success), scores=scores)
 
 
 # ------------------------------------------------------------------ standardisation
@@ -83,8 +86,7 @@ def test_tpo_eta_and_sequence_logp_sum():
     assert torch.allclose(q, torch.softmax(logp_old + u / 0.5, -1))
     # A sequence candidate's log-prob is the sum of its token log-probs.
     tok = torch.log(torch.full((1, 3, 2), 0.5, dtype=torch.float64))
-    b = Batch(logp_old=tok, token_rewards=torch.zeros(1, 3, 2), scores=scores,
-              success=scores > 0)
+    b = Batch.sampled_group(tok, torch.zeros(1, 3, 2), scores > 0, scores=scores)
     assert torch.allclose(b.seq_logp_old(), torch.full((1, 3), 2 * math.log(0.5), dtype=torch.float64))
 
 
@@ -150,11 +152,10 @@ def test_grpo_sums_over_group_and_averages_over_groups():
 # ------------------------------------------------------------------ single-sample
 
 def single_batch(logp_old, advantages):
-    logp_old = torch.as_tensor(logp_old, dtype=torch.float64).view(-1, 1, len(logp_old[0]))
-    adv = torch.as_tensor(advantages, dtype=torch.float64).view_as(logp_old)
-    return Batch(logp_old=logp_old, token_rewards=torch.zeros_like(logp_old),
-                 scores=torch.zeros(logp_old.shape[:2], dtype=torch.float64),
-                 success=torch.zeros(logp_old.shape[:2], dtype=torch.bool), advantages=adv)
+    logp_old = torch.as_tensor(logp_old, dtype=torch.float64)
+    adv = torch.as_tensor(advantages, dtype=torch.float64)
+    return Batch.single_samples(logp_old, torch.zeros_like(logp_old), adv,
+                                torch.zeros(len(logp_old), dtype=torch.bool))
 
 
 def test_dg_gate_values():
@@ -194,3 +195,99 @@ def test_single_sample_methods_need_task_advantage():
     b = group_batch([[0.0]], [[1.0]])
     with pytest.raises(ValueError, match="advantages"):
         PG().loss(b, b.logp_old)
+
+
+# ------------------------------------------------------------------ the Batch's families
+
+def test_single_samples_put_one_candidate_per_context():
+    logp = torch.tensor([[-1.0, -2.0], [-0.5, -0.25], [-3.0, -1.0]])
+    rewards = torch.tensor([[1.0, 0.0], [1.0, 1.0], [0.0, 0.0]])
+    adv = torch.tensor([[0.5, -0.5], [0.25, 0.75], [-1.0, -2.0]])
+    b = Batch.single_samples(logp, rewards, adv, rewards.bool().all(-1))
+    assert b.logp_old.shape == (3, 1, 2) and b.num_groups == 3 and b.group_size == 1
+    assert torch.equal(b.logp_old[:, 0], logp) and torch.equal(b.token_rewards[:, 0], rewards)
+    assert torch.equal(b.advantages[:, 0], adv)
+    assert torch.equal(b.scores, torch.tensor([[0.5], [1.0], [0.0]]))  # mean reward over steps
+    assert b.success.tolist() == [[False], [True], [False]]
+    assert b.sampled is None and b.probs is None and b.label is None
+    # a one-step task passes [N]: T = 1
+    one = Batch.single_samples(logp[:, 0], rewards[:, 0], adv[:, 0], rewards[:, 0] > 0)
+    assert one.logp_old.shape == (3, 1, 1) and torch.equal(one.scores[:, 0], rewards[:, 0])
+    assert torch.equal(one.advantages[:, 0, 0], adv[:, 0])
+
+
+def test_sampled_group_keeps_the_steps_or_adds_one():
+    logp = torch.log(torch.tensor([[[0.5, 0.5], [0.25, 1.0]]]))
+    rewards = torch.tensor([[[1.0, 0.0], [1.0, 1.0]]])
+    b = Batch.sampled_group(logp, rewards, rewards.bool().all(-1))
+    assert b.logp_old.shape == (1, 2, 2) and b.advantages is None
+    assert torch.equal(b.scores, torch.tensor([[0.5, 1.0]]))
+    assert torch.equal(b.seq_logp_old(), logp.sum(-1))
+    one = Batch.sampled_group(logp[..., 0], rewards[..., 0], rewards[..., 0] > 0)
+    assert one.logp_old.shape == (1, 2, 1) and torch.equal(one.scores, rewards[..., 0])
+    assert one.candidate_weights() == 1.0
+
+
+def test_action_set_with_the_sampled_actions_indicator():
+    logp = torch.log_softmax(torch.randn(3, 4, generator=torch.Generator().manual_seed(0)), -1)
+    a = torch.tensor([2, 0, 3])
+    onehot = torch.nn.functional.one_hot(a, 4).float()
+    scores = torch.tensor([[0.5], [-0.25], [1.0]]) * onehot
+    b = Batch.action_set(logp, scores, scores > 0, sampled=a)
+    assert b.logp_old.shape == (3, 4, 1) and torch.equal(b.logp_old[..., 0], logp)
+    assert b.sampled.dtype == torch.bool and torch.equal(b.sampled, onehot.bool())
+    assert b.probs is None
+    assert torch.equal(b.candidate_weights(), onehot)
+    assert torch.equal(b.token_rewards[..., 0], scores)  # rewards default to the scores
+    r = torch.tensor([[1.0], [0.0], [1.0]]) * onehot
+    assert torch.equal(Batch.action_set(logp, scores, r > 0, rewards=r).token_rewards[..., 0], r)
+
+
+def test_action_set_with_population_probabilities():
+    """probs weigh each action's term and set GRPO's statistics: on one context with
+    p = (0.5, 0.3, 0.2) and scores (1, 0, 0) the advantage is (s - 0.5) / 0.5."""
+    p = torch.tensor([[0.5, 0.3, 0.2]], dtype=torch.float64)
+    s = torch.tensor([[1.0, 0.0, 0.0]], dtype=torch.float64)
+    b = Batch.action_set(p.log(), s, s > 0, probs=p, advantages=s)
+    assert b.sampled is None and torch.equal(b.candidate_weights(), p)
+    assert torch.equal(b.advantages[..., 0], s)
+    z = p.log().unsqueeze(-1).clone().requires_grad_(True)
+    GRPO(kl_coef=0.0).loss(b, z).loss.backward()
+    A = (s - 0.5) / (0.5 + 1e-8)
+    assert torch.allclose(z.grad[..., 0], -(p * A), atol=1e-12)  # r = 1: d r / d z = 1
+    z.grad = None
+    PG().loss(b, z).loss.backward()  # the task's advantage, weighted by p
+    assert torch.allclose(z.grad[..., 0], -(p * s), atol=1e-12)
+
+
+def test_a_batch_weighs_by_the_indicator_or_the_probabilities_not_both():
+    logp = torch.log(torch.full((1, 2), 0.5))
+    with pytest.raises(ValueError, match="not both"):
+        Batch.action_set(logp, torch.zeros(1, 2), torch.zeros(1, 2, dtype=torch.bool),
+                         sampled=torch.tensor([0]), probs=logp.exp())
+
+
+def test_labelled_batch_and_ce_read_the_label():
+    logp = torch.log_softmax(torch.randn(2, 3, dtype=torch.float64,
+                                         generator=torch.Generator().manual_seed(1)), -1)
+    label = torch.tensor([2, 0])
+    b = Batch.labelled(logp, label)
+    onehot = torch.nn.functional.one_hot(label, 3).double()
+    assert torch.equal(b.label, label) and torch.equal(b.scores, onehot)
+    assert torch.equal(b.success, onehot > 0) and torch.equal(b.token_rewards[..., 0], onehot)
+    z = torch.randn(2, 3, 1, dtype=torch.float64, requires_grad=True)
+    CE().loss(b, z).loss.backward()
+    assert torch.allclose(z.grad[..., 0], (torch.softmax(z[..., 0], -1) - onehot).detach() / 2)
+    # the label, not the scores: other scores leave CE's loss as it was
+    other = dataclasses.replace(b, scores=torch.rand(2, 3, dtype=torch.float64))
+    assert CE().loss(other, z).loss.item() == CE().loss(b, z).loss.item()
+    with pytest.raises(ValueError, match="batch.label"):
+        CE().loss(dataclasses.replace(b, label=None), z)
+
+
+def test_every_registered_algorithm_and_task_meets_its_protocol():
+    for name in ALGORITHMS.names():
+        assert isinstance(ALGORITHMS.get(name)(), Algorithm), name
+    for name in TASKS.names():
+        assert isinstance(TASKS.get(name)(), Task), name
+    assert not isinstance(object(), Algorithm) and not isinstance(CE(), Task)

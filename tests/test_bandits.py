@@ -14,7 +14,8 @@ from algorithms.pg import PG
 from contract.batch import Request
 from bench.optim import NormalisedStep
 from contract.rng import Streams
-from bench.runner import ConfigError, build, needs, train_episode
+from bench.build import ConfigError, build, needs
+from bench.runner import train_episode
 from conftest import compose, run_bench, run_dirs
 from tasks.mnist import MnistTask
 from tasks.tabular import TabularMulti, TabularSingle, misalignment
@@ -79,6 +80,30 @@ def test_tabular_multi_directions_at_random_logits_match_spec():
         assert torch.allclose(got, want, atol=1e-5), name
 
 
+@pytest.mark.parametrize("task", [TabularSingle(), TabularMulti(num_contexts=4)], ids=lambda t: t.name)
+@pytest.mark.parametrize("need", ["sample", "sample_group", "action_group", "label"])
+def test_tabular_batches_per_need(task, need):
+    """What each need gets: exact population probabilities only where tabular_multi
+    stands in for sampling, the label only for CE, no sampled indicator (tabular_single's
+    action-set scores are already the mean over its samples), and log-probs the task
+    re-scores to the batch's own."""
+    policy = task.make_policy(torch.Generator().manual_seed(0))
+    with torch.no_grad():
+        policy.logits.add_(torch.randn(policy.logits.shape, generator=torch.Generator().manual_seed(1)))
+    b = task.rollout(policy, Request("x", 1, needs=need), Streams.from_seed(0)).batch
+    pi = torch.softmax(policy.logits.detach(), -1)
+    assert torch.equal(task.logprobs(policy, b), b.logp_old)
+    assert b.sampled is None
+    exact = isinstance(task, TabularMulti) and need in ("sample", "sample_group")
+    assert (b.probs is not None) is exact
+    if exact:
+        assert torch.allclose(b.probs, pi, atol=1e-6)
+    assert (b.label is not None) is (need == "label")
+    if need == "label":
+        assert b.label.tolist() == [0] * b.num_groups
+        assert torch.equal(b.scores, F.one_hot(b.label, b.group_size).float())
+
+
 def test_tabular_multi_error_after_step_and_misalignment():
     spec = build(compose("task=tabular_multi", "algo=ce", "task.episodes=3"))
     assert spec.algo.epochs == 1 and spec.optim_name == "normalised_step"
@@ -105,7 +130,7 @@ def test_tabular_single_directions_from_the_samples():
     K = 100
     # PG: mean_b A_b (e_{a_b} - pi), A = r - 0.5
     g, ro = direction(task, policy, "pg")
-    a = ro.batch.obs[1]
+    a = ro.batch.obs.action
     sampled = a.clone()  # every method's rollout draws these B actions (same stream, seed 0)
     r = (a == 0).float()
     E = F.one_hot(a, K).float()
@@ -114,14 +139,14 @@ def test_tabular_single_directions_from_the_samples():
     assert ro.error == pytest.approx(1 - pi[0].item())  # before the step
     # DG: gated with surprisal -log pi(a)
     g, ro = direction(task, policy, "dg")
-    a = ro.batch.obs[1]
+    a = ro.batch.obs.action
     r = (a == 0).float()
     A = r - 0.5
     w = torch.sigmoid(A * -torch.log(pi[a]))
     assert torch.allclose(g, ((w * A)[:, None] * (F.one_hot(a, K).float() - pi)).mean(0), atol=1e-6)
     # GRPO: standardised rewards over the B samples
     g, ro = direction(task, policy, "grpo")
-    a = ro.batch.obs[1]
+    a = ro.batch.obs.action
     r = (a == 0).float()
     A = (r - r.mean()) / (r.std(correction=0) + 1e-8)
     want = (A[:, None] * (F.one_hot(a, K).float() - pi)).sum(0)
@@ -168,15 +193,17 @@ def test_mnist_scoring_per_need(mnist_dir):
         s = Streams.from_seed(1)
         ro = task.rollout(policy, Request("x", 1, needs=need), s)
         b = ro.batch
-        x = b.obs[0]
+        x = b.obs.images
         # the images are training images, drawn with the data stream
         idx = torch.randint(0, len(d.train_y), (16,), generator=Streams.from_seed(1).data)
         assert torch.equal(x, d.train_x[idx])
         y = d.train_y[idx]
         pi = torch.softmax(policy(x), -1).detach()
         assert torch.allclose(task.logprobs(policy, b), b.logp_old, atol=1e-6)
+        assert b.probs is None and (b.sampled is not None) is (need == "action_group")
+        assert (b.label is not None) is (need == "label")
         if need == "sample":
-            a = b.obs[1][:, 0]
+            a = b.obs.actions[:, 0]
             r = (a == y).float()
             assert torch.equal(b.scores[:, 0], r)
             # label-free baseline sum_a pi(a)^2 (SPEC 3.2)
@@ -185,12 +212,18 @@ def test_mnist_scoring_per_need(mnist_dir):
         elif need == "sample_group":
             assert b.scores.shape == (1, 16) and b.num_groups == 1
         elif need == "action_group":
-            assert b.scores.shape == (16, 10) and b.weights.sum(-1).eq(1).all()
-            a = b.weights.argmax(-1)
+            assert b.scores.shape == (16, 10) and b.sampled.sum(-1).eq(1).all()
+            a = b.sampled.float().argmax(-1)
+            # the sampled action is the one the action stream drew (as in "sample")
+            logp = torch.log_softmax(policy(x), -1).detach()
+            assert torch.equal(a, torch.multinomial(logp.exp(), 1, generator=Streams.from_seed(1).action)[:, 0])
             r = (a == y).float()
-            assert torch.allclose(b.scores, (r - (pi ** 2).sum(-1))[:, None] * b.weights, atol=1e-6)
+            onehot = b.sampled.float()
+            assert torch.allclose(b.scores, (r - (pi ** 2).sum(-1))[:, None] * onehot, atol=1e-6)
+            assert torch.equal(b.token_rewards[..., 0], r[:, None] * onehot)  # only the sampled is seen
+            assert torch.equal(b.success, (r[:, None] * onehot) > 0)
         else:
-            assert torch.equal(b.scores.argmax(-1), y)
+            assert torch.equal(b.label, y) and torch.equal(b.scores.argmax(-1), y)
 
 
 def test_mnist_group_pg_weights_only_the_sampled_action(mnist_dir):
@@ -203,12 +236,12 @@ def test_mnist_group_pg_weights_only_the_sampled_action(mnist_dir):
     out = PG(k=10, advantage="group", eta=0.5).loss(b, logp)
     out.loss.backward()
     u = standardise(b.scores)
-    a = b.weights.argmax(-1)
+    a = b.sampled.float().argmax(-1)
     grad = logp.grad[..., 0]
     expect = torch.zeros_like(grad)
     expect[torch.arange(8), a] = -(u[torch.arange(8), a] / 0.5) / 8  # mean over 8 images
     assert torch.allclose(grad, expect, atol=1e-6)
-    assert grad[b.weights == 0].abs().max() == 0
+    assert grad[~b.sampled].abs().max() == 0
 
 
 def test_mnist_stale_actor_is_the_policy_of_d_updates_ago(mnist_dir):
@@ -247,7 +280,7 @@ def test_mnist_holdout_trains_without_and_scores_on_the_last_images(mnist_dir):
     n = len(d.train_y)
     streams = Streams.from_seed(3)
     for _ in range(20):
-        x = task.rollout(policy, Request("x", 1, needs="sample"), streams).batch.obs[0]
+        x = task.rollout(policy, Request("x", 1, needs="sample"), streams).batch.obs.images
         drawn = [int(torch.nonzero((d.train_x == row).all(-1))[0]) for row in x]
         assert max(drawn) < n - 6
     with torch.no_grad():

@@ -116,8 +116,7 @@ class ToyTask:
         logp = torch.log_softmax(policy.weight.detach().T, -1).expand(8, -1)
         a = torch.multinomial(logp.exp(), k, replacement=True, generator=streams.action)
         r = (a == 2).float()
-        b = Batch(logp_old=logp.gather(1, a).unsqueeze(-1), token_rewards=r.unsqueeze(-1),
-                  scores=r, success=r > 0, obs=a)
+        b = Batch.sampled_group(logp.gather(1, a), r, r > 0, obs=a)  # 8 contexts, k arms each
         return Rollout(b, error=1 - float(r.mean()), reward_mean=float(r.mean()), rollouts=a.numel())
     def logprobs(self, policy, batch):
         return torch.log_softmax(policy.weight.T, -1).expand(8, -1).gather(1, batch.obs).unsqueeze(-1)

@@ -65,9 +65,8 @@ class FixedTask:
 
 
 def hand_batch():
-    return Batch(logp_old=torch.tensor(P_OLD, dtype=torch.float64).log().unsqueeze(-1),
-                 token_rewards=torch.tensor(SCORES, dtype=torch.float64).unsqueeze(-1),
-                 scores=torch.tensor(SCORES, dtype=torch.float64), success=torch.tensor(SUCCESS))
+    return Batch.sampled_group(torch.tensor(P_OLD, dtype=torch.float64).log(),
+                               torch.tensor(SCORES, dtype=torch.float64), torch.tensor(SUCCESS))
 
 
 def fixed_episode(batch, algo, z0, lr=0.5, k=K):
@@ -167,9 +166,10 @@ D = [[0.3, -0.1, 0.0], [0.0, 0.25, -0.3], [0.19, -0.21, 0.05],
 
 
 def test_grpo_clip_kl_and_advantage_magnitudes():
-    """First-epoch GRPO diagnostics with logp_old != the current policy's log-probs."""
+    """GRPO diagnostics with logp_old != the current policy's log-probs, on one epoch (the
+    row's clip_frac and kl are the mean over epochs: test_record.py)."""
     z0 = [[math.log(p) + d for p, d in zip(pr, dr)] for pr, dr in zip(P_OLD, D)]
-    row = hand_episode(GRPO(k=K), z0)
+    row = hand_episode(GRPO(k=K, epochs=1), z0)
     ds = [d for dr in D for d in dr]
     assert row["clip_frac"] == pytest.approx(mean([abs(math.exp(d) - 1) > 0.2 for d in ds]))
     assert row["clip_frac"] == pytest.approx(7 / 18)
@@ -187,17 +187,17 @@ def test_grpo_clip_kl_and_advantage_magnitudes():
 
 def test_ppo_clip_fraction_is_over_tokens_and_on_the_ratio():
     """PPO's per-token ratio r_t = exp(logp_t - logp_old_t); the fraction of tokens with
-    |r_t - 1| > 0.2 at the first epoch (3 samples x 3 tokens)."""
+    |r_t - 1| > 0.2 (3 samples x 3 tokens), on one epoch (the row's value is the mean over
+    epochs: test_record.py)."""
     # clipped: 0.19 (twice), 0.3, -0.5, 0.25; not -0.21 (r = 0.811), though |d| > 0.2
     d = [[0.19, -0.21, 0.0], [0.3, 0.19, 0.0], [-0.5, 0.1, 0.25]]
     logp_old = torch.log(torch.tensor([[0.5, 0.4, 0.3], [0.2, 0.9, 0.6], [0.7, 0.1, 0.8]],
                                       dtype=torch.float64))
     adv = torch.tensor([[1.0, -1.0, 0.5], [-0.5, 2.0, 1.0], [1.0, 1.0, -1.0]], dtype=torch.float64)
-    b = Batch(logp_old=logp_old.unsqueeze(1), token_rewards=torch.zeros(3, 1, 3, dtype=torch.float64),
-              scores=torch.zeros(3, 1, dtype=torch.float64), success=torch.zeros(3, 1, dtype=torch.bool),
-              advantages=adv.unsqueeze(1))
+    b = Batch.single_samples(logp_old, torch.zeros_like(logp_old), adv,
+                             torch.zeros(3, dtype=torch.bool))
     z0 = (logp_old + torch.tensor(d, dtype=torch.float64)).tolist()
-    row = fixed_episode(b, PPO(), z0, k=1)
+    row = fixed_episode(b, PPO(epochs=1), z0, k=1)
     assert row["clip_frac"] == pytest.approx(mean([abs(math.exp(x) - 1) > 0.2 for r in d for x in r]))
     assert row["clip_frac"] == pytest.approx(5 / 9)
 
@@ -209,9 +209,8 @@ def dg_batch():
     logp_old = torch.tensor([[[math.log(0.9), math.log(0.1)]], [[math.log(0.5), math.log(0.3)]]],
                             dtype=torch.float64)
     adv = torch.tensor([[[0.5, -0.5]], [[1.0, 2.0]]], dtype=torch.float64)
-    return Batch(logp_old=logp_old, token_rewards=torch.zeros_like(logp_old),
-                 scores=torch.zeros(2, 1, dtype=torch.float64),
-                 success=torch.zeros(2, 1, dtype=torch.bool), advantages=adv)
+    return Batch.single_samples(logp_old[:, 0], torch.zeros_like(logp_old[:, 0]), adv[:, 0],
+                                torch.zeros(2, dtype=torch.bool))
 
 
 CURRENT = [[[math.log(0.2), math.log(0.7)]], [[math.log(0.05), math.log(0.9)]]]

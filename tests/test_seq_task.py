@@ -50,7 +50,7 @@ def test_each_target_and_reward_scores_a_rollout(target, reward, monkeypatch):
     s = Streams.from_seed(3)
     ro = task.rollout(task.make_policy(s.init), req(4), s)
     b = ro.batch
-    prompts, tokens = b.obs
+    prompts, tokens = b.obs.prompts, b.obs.answers
     correct = tokens == target_tokens(prompts, target, 3).unsqueeze(1)
     assert torch.equal(b.token_rewards, token_rewards(correct, reward))
     assert torch.allclose(b.scores, b.token_rewards.mean(-1))
@@ -80,8 +80,14 @@ def test_single_sample_advantage_is_batch_mean_baseline_per_position():
     task = SeqTask(reward="bag_of_tokens", sequence_length=4, vocab_size=2, batch_size=50)
     s = Streams.from_seed(0)
     b = task.rollout(task.make_policy(s.init), req(1), s).batch
+    assert b.logp_old.shape == (50, 1, 4) and b.obs.answers.shape == (50, 1, 4)
     assert torch.allclose(b.advantages, b.token_rewards - b.token_rewards.mean(0, keepdim=True))
     assert torch.allclose(b.advantages.mean(0), torch.zeros(1, 4), atol=1e-6)
+    assert torch.equal(b.scores, b.token_rewards.mean(-1))
+    correct = b.obs.answers == target_tokens(b.obs.prompts, task.target, 2).unsqueeze(1)
+    assert torch.equal(b.token_rewards, token_rewards(correct, task.reward))
+    assert torch.equal(b.success, correct.all(-1))
+    assert (task.logprobs(task.make_policy(Streams.from_seed(0).init), b) - b.logp_old).abs().max() < 1e-5
 
 
 def test_cached_generation_matches_full_forward():
@@ -104,9 +110,9 @@ def test_prompts_and_init_depend_on_seed_only():
     # different group sizes consume the action stream differently, not the data stream
     ra = task.rollout(pa, req(8), a)
     rb = task.rollout(pb, req(1), b)
-    assert torch.equal(ra.batch.obs[0], rb.batch.obs[0])
+    assert torch.equal(ra.batch.obs.prompts, rb.batch.obs.prompts)
     c = Streams.from_seed(8)
-    assert not torch.equal(task.rollout(pa, req(1), c).batch.obs[0], ra.batch.obs[0])
+    assert not torch.equal(task.rollout(pa, req(1), c).batch.obs.prompts, ra.batch.obs.prompts)
 
 
 def test_initialisation_follows_spec():

@@ -18,10 +18,8 @@ from tasks.seq import SeqTask, target_tokens
 
 
 def one_step_batch(logp_old, scores):
-    logp_old = torch.as_tensor(logp_old, dtype=torch.float64).unsqueeze(-1)
     scores = torch.as_tensor(scores, dtype=torch.float64)
-    return Batch(logp_old=logp_old, token_rewards=scores.unsqueeze(-1), scores=scores,
-                 success=scores >= 1)
+    return Batch.sampled_group(torch.as_tensor(logp_old, dtype=torch.float64), scores, scores >= 1)
 
 
 # ------------------------------------------------------------------ conf/algo variants
@@ -124,7 +122,8 @@ def token_rollout(reward="bag_of_tokens", V=2, H=6, B=40, K=8, seed=0):
 
 def test_token_candidates_keep_duplicates_and_candidate_0_is_behaviour():
     task, policy, ro = token_rollout(V=2, K=8)
-    prompts, behaviour, cands = ro.batch.obs
+    obs = ro.batch.obs
+    prompts, behaviour, cands = obs.prompts, obs.behaviour, obs.candidates
     assert cands.shape == (40, 6, 8) and ro.batch.logp_old.shape == (240, 8, 1)
     assert torch.equal(cands[:, :, 0], behaviour)  # the trajectory continues with candidate 0
     # V = 2, K = 8: duplicates are certain and kept as separate group members
@@ -142,7 +141,8 @@ def test_token_candidates_keep_duplicates_and_candidate_0_is_behaviour():
 
 def test_token_candidates_are_iid_draws_from_the_policy():
     _, policy, ro = token_rollout(V=4, H=3, B=400, K=8, seed=1)
-    prompts, behaviour, cands = ro.batch.obs
+    obs = ro.batch.obs
+    prompts, behaviour, cands = obs.prompts, obs.behaviour, obs.candidates
     with torch.no_grad():
         p = torch.softmax(policy(torch.cat([prompts, behaviour], 1)[:, :-1])[:, 2:], -1)
     counts = torch.nn.functional.one_hot(cands, 4).float().mean(2)  # [B, H, V] empirical
@@ -151,7 +151,8 @@ def test_token_candidates_are_iid_draws_from_the_policy():
 
 def test_sequential_dead_states_score_zero_and_give_q_equal_p_old():
     task, policy, ro = token_rollout(reward="sequential", V=4, H=6, B=60, K=8, seed=2)
-    prompts, behaviour, cands = ro.batch.obs
+    obs = ro.batch.obs
+    prompts, behaviour, cands = obs.prompts, obs.behaviour, obs.candidates
     correct = behaviour == target_tokens(prompts, "reverse_copy", 4)
     alive = torch.cat([torch.ones(60, 1, dtype=torch.bool), correct[:, :-1].cumprod(-1).bool()], 1)
     scores = ro.batch.scores.view(60, 6, 8)
