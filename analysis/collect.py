@@ -21,6 +21,7 @@ import numpy as np
 import pandas as pd
 import pyarrow.parquet as pq
 
+from bench.migrate import rekey_table
 from contract import io, schema
 from contract.schema import STALE_AFTER_S  # a running run silent this long lost its process
 
@@ -281,7 +282,7 @@ def load_runs(runs: list[RunInfo], root=None,
         if problems:
             skipped.append(RunInfo(run.path, "inconsistent", "inconsistent: " + "; ".join(problems)))
             continue
-        frames.append((run, df))
+        frames.append((run, rekey_table(df)[0]))  # a run recorded before the hash lost the names
     # One (config_hash, seed) is one run however many copies lie under the root (a backup
     # copied into it, a directory moved and copied back): the copy where the runner
     # writes it wins, else the shallowest, else the first by path.
@@ -353,6 +354,10 @@ def read_results(path, what: str = "nothing to work on", say=None) -> pd.DataFra
         print(f"error: {path} lacks the collected table's columns {', '.join(missing)}; {make}",
               file=sys.stderr)
         return 2
+    df, legacy = rekey_table(df)
+    if legacy:
+        print(f"note: {path}: {len(legacy)} config hash{'es' * (len(legacy) != 1)} from before the "
+              f"hash left the preset names re-keyed as read (bench.migrate)", file=sys.stderr)
     return df
 
 

@@ -23,7 +23,6 @@ from typing import Any
 
 import numpy as np
 import pandas as pd
-import torch
 
 from algorithms import ALGORITHMS
 from bench import rundir
@@ -113,6 +112,8 @@ def _rewrite(path: Path, old: str, new: str) -> None:
             io.write_parquet(path / schema.METRICS, df.assign(config_hash=new))
     ckpt = path / schema.CHECKPOINT
     if ckpt.exists():
+        import torch  # only here: reading a table needs no torch
+
         state = torch.load(ckpt, map_location="cpu", weights_only=True)
         if isinstance(state.get("identity"), dict):
             state["identity"]["config_hash"] = new

@@ -19,7 +19,7 @@ import pandas as pd
 import torch
 
 from bench import checkpoint, debug, interrupts, rundir
-from bench.build import ConfigError, RunSpec, build  # noqa: F401  (the runner's public face)
+from bench.build import RunSpec
 from bench.identity import flatten
 from bench.optim import build_optimizer
 from contract import io, schema

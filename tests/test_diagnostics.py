@@ -20,7 +20,8 @@ from algorithms.tpo import TPO
 from contract.batch import Batch, Request, Rollout
 from bench.optim import build_optimizer
 from contract.rng import Streams
-from bench.runner import build, train_episode
+from bench.build import build
+from bench.runner import train_episode
 from conftest import TINY, compose
 
 # ------------------------------------------------------------------ a hand-built episode

@@ -86,7 +86,7 @@ def test_run_line_format_rate_and_eta(capsys):
 
 
 def test_progress_every_s_is_not_identity_and_is_validated():
-    from bench.runner import ConfigError, build
+    from bench.build import ConfigError, build
 
     cfg = compose(*SMALL)
     assert cfg["progress_every_s"] == 30

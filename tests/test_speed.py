@@ -6,7 +6,8 @@ import pandas as pd
 
 from contract.rng import Streams
 from bench.optim import build_optimizer
-from bench.runner import build, train_episode
+from bench.build import build
+from bench.runner import train_episode
 from bench.speed import transformer_flops_per_token
 from conftest import REPO, TINY, compose
 from tasks.transformer import Transformer

@@ -10,7 +10,7 @@ import pytest
 import torch
 
 from analysis import plot
-from bench.runner import ConfigError, build
+from bench.build import ConfigError, build
 from conftest import REPO, TINY, compose, run_bench
 
 # (overrides, key the message must name, fragment of the rule it must state)

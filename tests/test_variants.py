@@ -11,7 +11,8 @@ from algorithms.pg import PG
 from algorithms.tpo import TPO, tpo_target
 from contract.batch import Batch, Request
 from contract.rng import Streams
-from bench.runner import ConfigError, build, train_episode
+from bench.build import ConfigError, build
+from bench.runner import train_episode
 from bench.optim import build_optimizer
 from conftest import REPO, compose
 from tasks.seq import SeqTask, target_tokens
