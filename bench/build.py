@@ -242,7 +242,7 @@ def _science(cfg: dict[str, Any], task_impl: str, task, algo_impl: str, algo, op
     # prompt: the run is the prompt-matched one, stored (and skipped) under one hash.
     science["match"] = match
     science["task"] = {"impl": task_impl, **identity_fields(task), "name": task.name}
-    science["algo"] = {"name": cfg["algo"]["name"], "impl": algo_impl, **dataclasses.asdict(algo)}
+    science["algo"] = {"name": cfg["algo"]["name"], "impl": algo_impl, **identity_fields(algo)}
     science["optim"] = optim
     return science
 

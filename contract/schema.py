@@ -59,6 +59,12 @@ EFFECTIVE_COLUMNS = ("batch_size_effective", "group_size_effective", "lr_effecti
 # Columns that describe but do not identify a run.
 LABEL_COLUMNS = ("task.name", "algo.name", "experiment")
 
+# Dataclass field metadata for a task's or algorithm's config fields (bench.build hashes
+# the rest): where data comes from does not change the science; a knob added after runs
+# existed is hashed only when set away from its default, so those runs keep their hashes.
+NOT_IDENTITY = {"identity": False}
+IF_SET = {"identity": "if_set"}
+
 SEED_DIR = re.compile(r"seed=(\d+)")
 
 

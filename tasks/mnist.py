@@ -33,12 +33,11 @@ from torch.nn.utils import parameters_to_vector
 from contract.batch import Batch, Request, Rollout
 from tasks._data import BASE_URL, load_mnist
 from contract.rng import Streams
+from contract.schema import IF_SET, NOT_IDENTITY
 from tasks import register
 from tasks._bandit import check_bandit_request, sampled_batch
 from tasks._nn import lecun_truncated_
 
-NOT_IDENTITY = {"identity": False}  # where data comes from does not change the science
-IF_SET = {"identity": "if_set"}  # added after runs existed: hashed only when used
 
 
 class MLP(nn.Module):
