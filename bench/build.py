@@ -190,6 +190,13 @@ def build(cfg: dict[str, Any], explicit: frozenset[str] = frozenset()) -> RunSpe
             raise ConfigError(f"algo.epochs={algo.epochs}: task {task.name!r} takes {steps} "
                               "optimizer step(s) per batch for every method; do not set algo.epochs")
         algo = dataclasses.replace(algo, epochs=steps)  # recorded as what really runs
+    if getattr(algo, "dynamic_sampling", 0) and not (getattr(task, "splits_groups", False)
+                                                   and getattr(algo, "level", "sequence") == "sequence"):
+        raise ConfigError(f"algo.dynamic_sampling={algo.dynamic_sampling}: it replaces whole groups "
+                          f"by groups of fresh prompts, and task {task.name!r} (algo.level="
+                          f"{getattr(algo, 'level', 'sequence')}) does not give groups that can be "
+                          "replaced one by one (the sequence tasks at level=sequence do); set "
+                          "algo.dynamic_sampling=0")
     request = Request(name=cfg["algo"]["name"], k=algo.k, level=getattr(algo, "level", "sequence"),
                       needs=needs(algo), k_explicit="algo.k" in explicit)
     try:

@@ -18,7 +18,7 @@ from typing import Any
 import pandas as pd
 import torch
 
-from bench import checkpoint, debug, interrupts, rundir
+from bench import checkpoint, debug, dynamic, interrupts, rundir
 from bench.build import RunSpec
 from bench.identity import flatten
 from bench.optim import build_optimizer
@@ -55,9 +55,14 @@ def train_episode(task, algo, request: Request, policy, opt, streams: Streams,
     had. `clock`, if given, accumulates seconds per phase (the speed benchmark reads it)."""
     t0 = time.perf_counter()
     ro = task.rollout(policy, request, streams)
+    first = ro.batch  # what the error and the group diagnostics describe
+    row: dict[str, float] = {}
+    if getattr(algo, "dynamic_sampling", 0):
+        ro, extra = dynamic.top_up(ro, lambda: task.rollout(policy, request, streams),
+                                   algo.dynamic_sampling)
+        row.update(extra)
     t1 = time.perf_counter()
     before = _flat_params(policy)
-    row: dict[str, float] = {}
     over_epochs: dict[str, float] = {}
     for epoch in range(algo.epochs):
         out = algo.loss(ro.batch, task.logprobs(policy, ro.batch))
@@ -79,7 +84,7 @@ def train_episode(task, algo, request: Request, policy, opt, streams: Streams,
     row["param_change"] = float((_flat_params(policy) - before).norm())
     row.update(error=float(ro.error), reward_mean=float(ro.reward_mean), rollouts=ro.rollouts,
                group_size=ro.batch.group_size)
-    row.update(_group_diagnostics(ro.batch))
+    row.update(_group_diagnostics(first))
     if clock is not None:
         t3 = time.perf_counter()
         for phase, dt in (("generation", t1 - t0), ("training", t2 - t1), ("bookkeeping", t3 - t2)):

@@ -39,6 +39,7 @@ together with the task that needs it.
 """
 from __future__ import annotations
 
+import dataclasses
 from dataclasses import dataclass
 from typing import Any, Protocol, runtime_checkable
 
@@ -101,6 +102,28 @@ class Batch:
         if self.sampled is not None:
             return self.sampled.to(self.logp_old.dtype)
         return 1.0 if self.probs is None else self.probs
+
+    def take(self, index: torch.Tensor) -> "Batch":
+        """The groups `index` ([M] long) picks, in that order, the task's obs with them:
+        every tensor whose first axis is the groups' (N) is indexed, in obs as well (a
+        frozen dataclass); an obs tensor on another axis cannot be split by group and is
+        refused (ValueError) rather than left misaligned."""
+        return dataclasses.replace(self, **{k: _by_group(v, index, self.num_groups, k)
+                                            for k, v in _fields(self).items() if k != "obs"},
+                                   obs=_obs_by_group(self.obs, index, self.num_groups))
+
+    @classmethod
+    def concat(cls, batches: list["Batch"]) -> "Batch":
+        """One batch of every group of `batches`, in order (same K, T and obs type)."""
+        first = batches[0]
+        out = {k: None if v is None else torch.cat([getattr(b, k) for b in batches])
+               for k, v in _fields(first).items() if k != "obs"}
+        obs = first.obs
+        if dataclasses.is_dataclass(obs):
+            obs = dataclasses.replace(obs, **{
+                f: torch.cat([getattr(b.obs, f) for b in batches])
+                for f, v in _fields(obs).items() if isinstance(v, torch.Tensor)})
+        return cls(**out, obs=obs)
 
     # ------------------------------------------------------------ the four families
 
@@ -166,6 +189,29 @@ class Batch:
         onehot = F.one_hot(label, logp_old.shape[-1]).to(logp_old.dtype)
         return cls(logp_old=logp_old.unsqueeze(-1), token_rewards=onehot.unsqueeze(-1),
                    scores=onehot, success=onehot > 0, label=label, obs=obs)
+
+
+def _fields(obj) -> dict[str, Any]:
+    return {f.name: getattr(obj, f.name) for f in dataclasses.fields(obj)}
+
+
+def _by_group(x: Any, index: torch.Tensor, n: int, name: str) -> Any:
+    if not isinstance(x, torch.Tensor):
+        return x
+    if x.dim() == 0 or x.shape[0] != n:
+        raise ValueError(f"{name} has shape {tuple(x.shape)}, not the batch's {n} groups first: "
+                         "this batch cannot be split by group")
+    return x[index]
+
+
+def _obs_by_group(obs: Any, index: torch.Tensor, n: int) -> Any:
+    if obs is None:
+        return None
+    if not dataclasses.is_dataclass(obs):
+        raise ValueError(f"obs of type {type(obs).__name__} is not a dataclass: this batch "
+                         "cannot be split by group")
+    return dataclasses.replace(obs, **{k: _by_group(v, index, n, f"obs.{k}")
+                                       for k, v in _fields(obs).items()})
 
 
 NEEDS = ("sample", "sample_group", "action_group", "label")

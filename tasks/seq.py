@@ -7,6 +7,7 @@ after it; answer token t is predicted at position H-1+t (no BOS, no separator).
 from __future__ import annotations
 
 from dataclasses import dataclass
+from typing import ClassVar
 
 import torch
 
@@ -73,6 +74,9 @@ class SeqTask:
     vocab_size: int = 2
     batch_size: int = 100
     episodes: int = 2000
+    # A sequence-level batch is B independent prompt groups (Batch.take/concat split and
+    # join them), so DAPO's dynamic sampling can replace one group by a fresh one.
+    splits_groups: ClassVar[bool] = True
 
     def __post_init__(self):
         if self.target not in TARGETS:
