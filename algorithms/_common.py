@@ -65,3 +65,9 @@ def reinforce_sum(weight: torch.Tensor, logp: torch.Tensor, batch: Batch) -> tor
     the population probability)."""
     per_candidate = (weight.detach() * logp).sum(-1) * batch.candidate_weights()
     return -per_candidate.sum(-1).mean()
+
+
+def check_choice(key: str, value: str, choices) -> None:
+    """A string knob with a fixed set of values (an advantage estimator, an aggregation)."""
+    if value not in choices:
+        raise ValueError(f"algo.{key}={value!r} is not one of {', '.join(choices)}")
