@@ -18,7 +18,7 @@ from bench.build import ConfigError, build
 from bench.optim import build_optimizer
 from bench.runner import train_episode
 from conftest import compose
-from contract.batch import Batch, Request
+from contract.batch import Batch
 from contract.rng import Streams
 
 D = torch.float64
@@ -336,6 +336,19 @@ def test_zoo_preset_trains_one_episode(name):
     row = train_episode(spec.task, spec.algo, spec.request, policy, opt, streams)
     assert math.isfinite(row["loss"]) and row["grad_norm"] > 0 and row["param_change"] > 0
     assert math.isfinite(row["absA_fail"])
+
+
+def test_zoo_runs_token_level():
+    """algo.level=token (dense rewards): K next-token candidates per prefix state, T = 1."""
+    for name in ("dapo", "cispo", "gpg"):
+        spec = build(compose(f"algo={name}", "task=demo", "algo.level=token", "task.batch_size=4",
+                             "task.sequence_length=3"))
+        assert spec.request.level == "token"
+        streams = Streams.from_seed(0)
+        policy = spec.task.make_policy(streams.init)
+        opt = build_optimizer(spec.optim_name, list(policy.parameters()), **spec.optim_hparams)
+        row = train_episode(spec.task, spec.algo, spec.request, policy, opt, streams)
+        assert math.isfinite(row["loss"]) and row["grad_norm"] > 0, name
 
 
 @pytest.mark.parametrize("task", ["tabular_single", "tabular_multi"])
