@@ -7,10 +7,16 @@ and fit the policy's group distribution to it by cross-entropy
     L = -sum_i q_i log_softmax(logp_theta)_i,   averaged over groups,
 whose gradient wrt the group logits is p_theta - q: it vanishes once the policy
 matches the target, however many epochs run on the same batch.
+
+A candidate's log-prob, in logp_old and logp_theta alike, is
+    logp_i = sum_t logp_it        (logp_norm="sum": the paper's, SPEC 7)
+    logp_i = mean_t logp_it       (logp_norm="mean": length-normalised, the closed TRL
+                                   PR's default; a different method, SPEC 7)
+which are one for one-step candidates (T = 1: bandits, token level).
 """
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import ClassVar
 
 import torch
@@ -18,6 +24,14 @@ import torch
 from algorithms import register
 from algorithms._common import check_level, check_positive, mean_where, standardise
 from contract.batch import Batch, LossOut
+from contract.schema import IF_SET
+
+LOGP_NORMS = ("sum", "mean")
+
+
+def candidate_logp(logp: torch.Tensor, norm: str = "sum") -> torch.Tensor:
+    """[N, K] candidate log-probs from per-step ones [N, K, T]: summed or length-normalised."""
+    return logp.sum(-1) if norm == "sum" else logp.mean(-1)
 
 
 def tpo_target(logp_old: torch.Tensor, scores: torch.Tensor, eta: float = 1.0,
@@ -38,17 +52,23 @@ class TPO:
     eta: float = 1.0
     anchor: bool = True
     level: str = "sequence"
+    logp_norm: str = field(default="sum", metadata=IF_SET)  # added after runs existed
     needs: ClassVar[str] = "action_group"
 
     def __post_init__(self):
         check_level(self.level)
         check_positive("eta", self.eta, "the target's temperature divides the scores")
+        if self.logp_norm not in LOGP_NORMS:
+            raise ValueError(f"algo.logp_norm={self.logp_norm!r} is not one of "
+                             f"{', '.join(LOGP_NORMS)} (a candidate's log-prob: the sum of its "
+                             "step log-probs, or their mean)")
 
     def loss(self, batch: Batch, logp: torch.Tensor) -> LossOut:
         # q depends only on rollout-time quantities, so it is the same frozen target
         # in every epoch on this batch.
-        q = tpo_target(batch.seq_logp_old(), batch.scores, self.eta, self.anchor)
-        logp_group = torch.log_softmax(logp.sum(-1), -1)
+        q = tpo_target(candidate_logp(batch.logp_old, self.logp_norm), batch.scores,
+                       self.eta, self.anchor)
+        logp_group = torch.log_softmax(candidate_logp(logp, self.logp_norm), -1)
         loss = -(q * logp_group).sum(-1).mean()
         return LossOut(loss, {
             "q_success": mean_where(q, batch.success),
