@@ -26,9 +26,10 @@ on-policy setting, where every ratio is 1 and the clip never binds).
 
 DAPO's dynamic sampling (drop the groups whose rewards are all equal, all-0 or all-1,
 and top the batch up with groups of new prompts, counting every rollout sampled) is a
-rollout-side rule: it needs the runner and the task, not this loss, and is not
-implemented. Here a zero-variance group has A = 0 for every estimator and only
-dilutes the mean; GPG's rescaling (algorithms/gpg.py) undoes that dilution instead.
+rollout-side rule, so this loss only carries its knob: dynamic_sampling = N > 0 has the
+runner draw up to N batches per episode to fill it with informative groups
+(bench/dynamic.py). Without it a zero-variance group has A = 0 for every estimator and
+only dilutes the mean; GPG's rescaling (algorithms/gpg.py) undoes that dilution instead.
 """
 from __future__ import annotations
 
@@ -86,6 +87,9 @@ class ClippedSurrogate:
     kl_coef: float = 0.0
     max_len: int = 0
     """`constant` aggregation's T_max; 0: the batch's T"""
+    dynamic_sampling: int = 0
+    """DAPO's dynamic sampling: at most this many batches drawn per episode to fill it
+    with groups whose scores vary (0: off)"""
     level: str = "sequence"
     needs: ClassVar[str] = "sample_group"
 
@@ -98,6 +102,10 @@ class ClippedSurrogate:
         check_positive("eps_high", self.eps_high, "the ratio is clipped above at 1 + eps_high")
         check_non_negative("kl_coef", self.kl_coef, "a negative KL coefficient rewards moving "
                            "away from the rollout policy")
+        if isinstance(self.dynamic_sampling, bool) or not isinstance(self.dynamic_sampling, int) \
+                or self.dynamic_sampling < 0:
+            raise ValueError(f"algo.dynamic_sampling={self.dynamic_sampling!r} must be an integer "
+                             ">= 0 (the most batches drawn per episode; 0: off)")
         if isinstance(self.max_len, bool) or not isinstance(self.max_len, int) or self.max_len < 0:
             raise ValueError(f"algo.max_len={self.max_len!r} must be an integer >= 0 "
                              "(0: the batch's sequence length)")

@@ -192,11 +192,15 @@ def build(cfg: dict[str, Any], explicit: frozenset[str] = frozenset()) -> RunSpe
         algo = dataclasses.replace(algo, epochs=steps)  # recorded as what really runs
     if getattr(algo, "dynamic_sampling", 0) and not (getattr(task, "splits_groups", False)
                                                    and getattr(algo, "level", "sequence") == "sequence"):
-        raise ConfigError(f"algo.dynamic_sampling={algo.dynamic_sampling}: it replaces whole groups "
-                          f"by groups of fresh prompts, and task {task.name!r} (algo.level="
-                          f"{getattr(algo, 'level', 'sequence')}) does not give groups that can be "
-                          "replaced one by one (the sequence tasks at level=sequence do); set "
-                          "algo.dynamic_sampling=0")
+        # Like epochs above: a preset's dynamic sampling is dropped (and recorded as 0) where
+        # groups cannot be replaced one by one; asked for on the command line, it is refused.
+        if "algo.dynamic_sampling" in explicit:
+            raise ConfigError(f"algo.dynamic_sampling={algo.dynamic_sampling}: it replaces whole "
+                              f"groups by groups of fresh prompts, and task {task.name!r} (algo.level="
+                              f"{getattr(algo, 'level', 'sequence')}) does not give groups that can "
+                              "be replaced one by one (the sequence tasks at level=sequence do); "
+                              "set algo.dynamic_sampling=0")
+        algo = dataclasses.replace(algo, dynamic_sampling=0)
     request = Request(name=cfg["algo"]["name"], k=algo.k, level=getattr(algo, "level", "sequence"),
                       needs=needs(algo), k_explicit="algo.k" in explicit)
     try:

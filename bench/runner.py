@@ -58,7 +58,7 @@ def train_episode(task, algo, request: Request, policy, opt, streams: Streams,
     first = ro.batch  # what the error and the group diagnostics describe
     row: dict[str, float] = {}
     if getattr(algo, "dynamic_sampling", 0):
-        ro, extra = dynamic.top_up(ro, lambda: task.rollout(policy, request, streams),
+        ro, extra = dynamic.top_up(ro, lambda: task.rollout(policy, request, streams.extra()),
                                    algo.dynamic_sampling)
         row.update(extra)
     t1 = time.perf_counter()

@@ -97,7 +97,7 @@ def test_the_episode_reports_the_first_batch_and_counts_the_top_up(monkeypatch):
     assert row["error"] == 0.75 and row["zero_var_frac"] == 0.5  # the episode's own batch
 
 
-def test_dynamic_sampling_is_refused_where_groups_cannot_be_replaced(tmp_path, monkeypatch):
+def test_dynamic_sampling_is_dropped_or_refused_where_groups_cannot_be_replaced(tmp_path, monkeypatch):
     from algorithms import ALGORITHMS
 
     @dataclass(frozen=True)
@@ -114,7 +114,47 @@ def test_dynamic_sampling_is_refused_where_groups_cannot_be_replaced(tmp_path, m
     cfg = compose("task=tabular_single", f"output_root={tmp_path}")
     cfg["algo"] = {"name": "withdyn"}
     with pytest.raises(ConfigError, match="algo.dynamic_sampling=4.*tabular_single"):
-        build(cfg)
+        build(cfg, explicit=frozenset({"algo.dynamic_sampling"}))
+    # a preset's dynamic sampling is dropped there, and the record says 0
+    spec = build(cfg)
+    assert spec.algo.dynamic_sampling == 0 and spec.config["algo"]["dynamic_sampling"] == 0
     cfg = compose("task=demo", f"output_root={tmp_path}")
     cfg["algo"] = {"name": "withdyn"}
     assert build(cfg).algo.dynamic_sampling == 4
+
+
+def test_top_up_draws_from_streams_of_its_own_so_the_episode_prompts_stay_paired():
+    """The prompts of episode t are the same for every method of a seed: top-up rollouts
+    must not consume the data stream the next episode's prompts come from."""
+    seen = []
+
+    class Task:
+        def rollout(self, policy, req, streams):
+            seen.append(streams)
+            torch.rand(3, generator=streams.data)  # what drawing prompts does
+            flat = len(seen) < 3
+            return Rollout(group_batch([[0, 0], [1, 1]] if flat else [[0, 1], [1, 0]], len(seen)),
+                           0.5, 0.5, 4)
+
+        def logprobs(self, policy, batch):
+            return policy.w.expand_as(batch.logp_old)
+
+    policy = torch.nn.Module()
+    policy.w = torch.nn.Parameter(torch.zeros(1, 1, 1, dtype=torch.float64))
+    streams, plain = Streams.from_seed(3), Streams.from_seed(3)
+    algo = Dapoish()
+    object.__setattr__(algo, "seen", [])
+    train_episode(Task(), algo, None, policy, torch.optim.SGD(policy.parameters(), lr=0.1), streams)
+    assert len(seen) == 3 and seen[0] is streams and seen[1] is seen[2] is streams.top_up
+    torch.rand(3, generator=plain.data)  # the one draw of an episode without top-ups
+    assert torch.equal(streams.data.get_state(), plain.data.get_state())
+    # and the top-up streams are checkpointed and restored
+    state = streams.state()
+    again = Streams.from_seed(3)
+    again.load_state(state)
+    assert torch.equal(again.extra().data.get_state(), streams.top_up.data.get_state())
+    old = {k: v for k, v in state.items() if not k.startswith("top_up:")}  # a checkpoint from before
+    fresh = Streams.from_seed(3)
+    fresh.load_state(old)
+    assert fresh.top_up is None
+    assert torch.equal(fresh.extra().data.get_state(), Streams.from_seed(3).extra().data.get_state())

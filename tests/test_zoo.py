@@ -298,7 +298,8 @@ def test_gpg_is_plain_policy_gradient_rescaled_by_the_informative_share():
     ("dr_grpo", "ClippedSurrogate", {"advantage": "group_mean", "aggregation": "constant",
                                      "kl_coef": 0.0, "eps_low": 0.2, "eps_high": 0.2}),
     ("dapo", "ClippedSurrogate", {"advantage": "group_std", "aggregation": "token-mean",
-                                  "eps_low": 0.2, "eps_high": 0.28, "kl_coef": 0.0}),
+                                  "eps_low": 0.2, "eps_high": 0.28, "kl_coef": 0.0,
+                                  "dynamic_sampling": 4}),
     ("rloo", "ClippedSurrogate", {"advantage": "rloo", "aggregation": "seq-mean-token-sum"}),
     ("gspo", "ClippedSurrogate", {"ratio": "sequence", "eps_low": 3e-4, "eps_high": 4e-4,
                                   "aggregation": "seq-mean-token-mean"}),
@@ -318,7 +319,8 @@ def test_each_zoo_preset_is_parameters_of_a_module(name, impl, fields):
 
 def test_zoo_knobs_are_checked():
     for bad in (dict(advantage="std"), dict(aggregation="mean"), dict(ratio="seq"),
-                dict(eps_high=0.0), dict(kl_coef=-1.0), dict(max_len=-1)):
+                dict(eps_high=0.0), dict(kl_coef=-1.0), dict(max_len=-1),
+                dict(dynamic_sampling=-1), dict(dynamic_sampling=True)):
         with pytest.raises(ValueError):
             ClippedSurrogate(**bad)
     with pytest.raises(ConfigError, match="algo.advantage='std' is not one of"):
@@ -341,8 +343,10 @@ def test_zoo_preset_trains_one_episode(name):
 def test_zoo_runs_token_level():
     """algo.level=token (dense rewards): K next-token candidates per prefix state, T = 1."""
     for name in ("dapo", "cispo", "gpg"):
+        # DAPO's dynamic sampling replaces whole prompt groups: not at token level
+        off = ["algo.dynamic_sampling=0"] if name == "dapo" else []
         spec = build(compose(f"algo={name}", "task=demo", "algo.level=token", "task.batch_size=4",
-                             "task.sequence_length=3"))
+                             "task.sequence_length=3", *off))
         assert spec.request.level == "token"
         streams = Streams.from_seed(0)
         policy = spec.task.make_policy(streams.init)
