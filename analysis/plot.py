@@ -5,7 +5,8 @@
     python analysis/plot.py --list
 
 Without --figure: one figure per task. With it: the paper's figures in SPEC 5's layout
-(analysis/paper/figures.py; `all` draws every one that has results).
+(analysis/paper/figures.py; `all` draws every one that has results), or `leaderboard`
+(analysis/leaderboard.py: every method and task of the table, with its default settings).
 
 One line per (algo.name, config_hash): the seed mean with a +-1 standard-error band,
 SE = std(ddof=0) / sqrt(n_seeds) as in the paper. Different config hashes are never pooled.
@@ -18,6 +19,7 @@ from pathlib import Path
 import numpy as np
 import pandas as pd
 
+from analysis import leaderboard
 from analysis.collect import GROUP, last_step, read_results
 from analysis.labels import compact_labels, label_text, legend_labels, se_text, title_items
 from analysis.paper import figures
@@ -26,6 +28,10 @@ from analysis.style import (COLUMN_IN, LINESTYLES, LOG_FLOOR, TITLE_PT, color_fo
 from contract import io
 # The statistics live in stats.py (shared with the paper report); re-exported here for callers.
 from analysis.stats import THRESHOLD, mean_se, seed_curves, seed_hits, steps_to_threshold  # noqa: F401
+
+
+# Figures of other modules than the paper's: name -> module with TITLE, draw(df, out_dir), NoData.
+OTHER_FIGURES = {leaderboard.NAME: leaderboard}
 
 
 def linear_by_default(task: str) -> bool:
@@ -191,10 +197,13 @@ def main(argv=None) -> int:
     if args.list:
         for name, spec in figures.FIGURES.items():
             print(f"{name:<24} {spec.title} ({len(spec.panels)} panel{'s' * (len(spec.panels) > 1)})")
+        for name, module in OTHER_FIGURES.items():
+            print(f"{name:<24} {module.TITLE} (not in 'all')")
         return 0
-    unknown = sorted(set(args.figure or ()) - set(figures.FIGURES) - {"all"})
+    known = [*figures.FIGURES, *OTHER_FIGURES]
+    unknown = sorted(set(args.figure or ()) - set(known) - {"all"})
     if unknown:
-        print(f"error: unknown figure(s) {', '.join(unknown)}; known: {', '.join(figures.FIGURES)}",
+        print(f"error: unknown figure(s) {', '.join(unknown)}; known: {', '.join(known)}",
               file=sys.stderr)
         return 2
 
@@ -223,9 +232,10 @@ def draw_figures(df: pd.DataFrame, names, out_dir) -> int:
     names = list(figures.FIGURES) if every else list(dict.fromkeys(names))
     drawn, missing = 0, 0
     for name in names:
+        other = OTHER_FIGURES.get(name)
         try:
-            paths = figures.draw(name, df, out_dir)
-        except figures.NoData as e:
+            paths = other.draw(df, out_dir) if other else figures.draw(name, df, out_dir)
+        except (other.NoData if other else figures.NoData) as e:
             print(f"{'skipped' if every else 'error'}: {e}", file=sys.stderr)
             missing += 1
             continue
