@@ -144,7 +144,7 @@ def test_plugin_algorithm_and_task_from_own_package(tmp_path, out):
 
 @pytest.mark.parametrize("args,message", [
     (["algo=nope"], "algo/nope"),
-    (["algo.name=nope"], "registered algorithms: ce, dg, grpo"),
+    (["algo.name=nope"], "registered algorithms: ce, cispo, clipped, dg, gpg, grpo, lpo"),
     (["task.impl=nope"], "registered tasks:"),
     (["+algo.bogus=1"], "unknown key algo.bogus for algorithm 'tpo'; valid keys: anchor, epochs, eta, k"),
     (["algo.k=1"], "algo.k=1: tpo is a grouped method"),
