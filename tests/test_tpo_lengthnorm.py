@@ -89,17 +89,17 @@ def test_a_bad_choice_is_refused_naming_the_key_and_the_choices(tmp_path):
     with pytest.raises(ValueError, match=r"algo.logp_norm='token_mean' is not one of sum, mean"):
         TPO(logp_norm="token_mean")
     with pytest.raises(ConfigError, match=r"algo.logp_norm='max' is not one of sum, mean"):
-        build(compose("task=demo", "algo=tpo", "+algo.logp_norm=max", f"output_root={tmp_path}"))
+        build(compose("task=demo", "algo=tpo", "algo.logp_norm=max", f"output_root={tmp_path}"))
 
 
 def test_the_default_leaves_every_completed_runs_hash(tmp_path):
     """IF_SET: logp_norm is hashed only away from "sum"; tpo_lennorm is
-    `algo=tpo +algo.logp_norm=mean` under another name, one science, one hash."""
+    `algo=tpo algo.logp_norm=mean` under another name, one science, one hash."""
     def spec(*o):
         return build(compose(*o, f"output_root={tmp_path}"))
     plain = spec("task=reverse_h10", "algo=tpo")
     assert "logp_norm" not in plain.config["algo"]
-    assert spec("task=reverse_h10", "algo=tpo", "+algo.logp_norm=sum").config_hash == plain.config_hash
-    mean = spec("task=reverse_h10", "algo=tpo", "+algo.logp_norm=mean")
+    assert spec("task=reverse_h10", "algo=tpo", "algo.logp_norm=sum").config_hash == plain.config_hash
+    mean = spec("task=reverse_h10", "algo=tpo", "algo.logp_norm=mean")
     assert mean.config_hash != plain.config_hash and mean.config["algo"]["logp_norm"] == "mean"
     assert spec("task=reverse_h10", "algo=tpo_lennorm").config_hash == mean.config_hash
