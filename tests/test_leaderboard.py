@@ -2,6 +2,7 @@
 hand, the stratified bootstrap's structure and coverage, and the command end to end on a
 small table whose every number is known."""
 import math
+import re
 
 import numpy as np
 import pandas as pd
@@ -340,3 +341,28 @@ def test_the_preset_lists_every_method_on_every_cell(tmp_path):
     assert cfg["task"] == {**cfg["task"], "name": "sequential_reverse_flip", "reward": "sequential",
                            "target": "reverse_flip", "sequence_length": 10, "vocab_size": 2, "episodes": 300}
     assert cfg["experiment"] == "leaderboard"
+
+
+def test_the_preset_runs_end_to_end_small(tmp_path):
+    """Issue 21's smoke: the preset itself (three of its cells, two methods, one seed, two
+    episodes), collected and ranked by the leaderboard's own command."""
+    import subprocess
+    import sys
+
+    from conftest import REPO, run_bench
+
+    out = tmp_path / "runs"
+    run_bench("-m", "+experiment=leaderboard", "seeds=1", "task.episodes=2", "algo=tpo,grpo",
+              "+experiment/leaderboard=terminal_h7,dense_v2,tabular_multi", "hydra/launcher=local",
+              "threads=1", f"output_root={out}")
+    table = tmp_path / "results.parquet"
+    subprocess.run([sys.executable, str(REPO / "analysis" / "collect.py"), str(out), "--out", str(table)],
+                   check=True, capture_output=True, timeout=300)
+    proc = subprocess.run([sys.executable, str(REPO / "analysis" / "leaderboard.py"), "--results",
+                           str(table), "--out", str(tmp_path / "lb"), "--reps", "200"],
+                          capture_output=True, text=True, timeout=300)
+    assert proc.returncode == 0, proc.stdout + proc.stderr
+    md = (tmp_path / "lb" / "leaderboard.md").read_text()
+    for method in ("tpo", "grpo"):
+        assert re.search(rf"^\| `?{method}`? \|", md, re.M), md
+    assert (tmp_path / "lb" / "leaderboard.png").stat().st_size > 0
