@@ -19,8 +19,8 @@ import dataclasses
 import torch
 
 from contract.batch import Batch, Rollout
+from contract.schema import ZERO_VAR_STD
 
-ZERO_VAR_STD = 1e-6  # SPEC 6: the zero-variance threshold of the diagnostics
 
 
 def informative(batch: Batch) -> torch.Tensor:

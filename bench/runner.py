@@ -26,7 +26,6 @@ from contract import io, schema
 from contract.batch import Batch, Request
 from contract.rng import Streams
 
-ZERO_VAR_STD = 1e-6  # SPEC 6
 # Algorithm metrics that describe the whole update, so they are averaged over its
 # epochs: at the first epoch the policy still is the actor (a ratio of 1: no clipping,
 # no KL), so a first-epoch value would say nothing. Loss and gradient norm stay the
@@ -43,7 +42,7 @@ def _group_diagnostics(batch: Batch) -> dict[str, float]:
            "all_fail_frac": math.nan, "zero_var_frac": math.nan}
     if batch.group_size > 1:
         out["all_fail_frac"] = 1.0 - out["success_prompt_frac"]
-        out["zero_var_frac"] = float((batch.scores.std(-1, correction=0) < ZERO_VAR_STD).float().mean())
+        out["zero_var_frac"] = float((batch.scores.std(-1, correction=0) < schema.ZERO_VAR_STD).float().mean())
     return out
 
 

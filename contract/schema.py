@@ -50,6 +50,10 @@ METRIC_COLUMNS = (
     "q_success", "q_fail", "absA_success", "absA_fail", "misalignment", "train_error",
     "test_error", "rollouts", "wall_s",
 )
+# SPEC 6: a group whose scores' population std is below this has zero variance
+# (zero_var_frac); DAPO's dynamic sampling replaces such groups.
+ZERO_VAR_STD = 1e-6
+
 # Columns that identify a run's rows without being config: with METRIC_COLUMNS, never
 # legend keys or config differences.
 ROW_KEYS = ("config_hash", "seed", "partial")
