@@ -325,21 +325,28 @@ def test_an_unfinished_run_is_refused_by_name_and_the_rest_ranked(tmp_path, caps
 # ---------------------------------------------------------------- the preset
 
 
+METHODS = ("tpo", "tpo_lennorm", "grpo", "grpo_no_kl", "dr_grpo", "dapo", "rloo", "gspo", "cispo", "gpg",
+           "maxrl", "reinforce_pp_baseline", "lpo", "lpo_reverse", "dg", "pg", "ppo")  # issue 21: old and new
+CELLS = ("terminal_h7", "dense_v8", "sequential_reverse_flip", "mnist", "tabular_multi")
+
+
 def test_the_preset_lists_every_method_on_every_cell(tmp_path):
     proc = run_bench("-m", "+experiment=leaderboard", "dry_run=true", f"output_root={tmp_path}")
-    assert "[dry run] 210 valid jobs (210 runs)" in proc.stdout  # 7 cells x 6 methods x 5 seeds
-    jobs = [line.split() for line in proc.stdout.splitlines() if line.startswith("  +experiment/")]
-    cells = {j[0].split("=")[1] for j in jobs}
-    assert cells == {"terminal_h7", "terminal_h8", "dense_v2", "dense_v8", "sequential_reverse_flip",
-                     "mnist", "tabular_multi"}
-    assert {j[1] for j in jobs} == {f"algo={a}" for a in ("tpo", "grpo", "grpo_no_kl", "dg", "pg", "ppo")}
+    n = len(CELLS) * len(METHODS) * 5
+    assert f"[dry run] {n} valid jobs ({n} runs)" in proc.stdout
+    jobs = [dict(kv.split("=", 1) for kv in line.split()) for line in proc.stdout.splitlines()
+            if line.startswith("  seed=")]
+    assert len(jobs) == n
+    assert {j["+experiment/leaderboard"] for j in jobs} == set(CELLS)
+    assert {j["algo"] for j in jobs} == set(METHODS)
+    assert [j["seed"] for j in jobs[:len(CELLS) * len(METHODS)]] == ["0"] * (len(CELLS) * len(METHODS))  # seed-major
     one = run_bench("-m", "+experiment=leaderboard", "seeds=1", "task.episodes=3", "dry_run=true",
                     f"output_root={tmp_path}")
-    assert "[dry run] 42 valid jobs (42 runs)" in one.stdout
+    assert f"[dry run] {n // 5} valid jobs ({n // 5} runs)" in one.stdout
     cfg = yaml.safe_load(run_bench("+experiment=leaderboard", "+experiment/leaderboard=sequential_reverse_flip",
                                    "--cfg", "job").stdout)
     assert cfg["task"] == {**cfg["task"], "name": "sequential_reverse_flip", "reward": "sequential",
-                           "target": "reverse_flip", "sequence_length": 10, "vocab_size": 2, "episodes": 300}
+                           "target": "reverse_flip", "sequence_length": 10, "vocab_size": 2, "episodes": 60}
     assert cfg["experiment"] == "leaderboard"
 
 
@@ -353,7 +360,7 @@ def test_the_preset_runs_end_to_end_small(tmp_path):
 
     out = tmp_path / "runs"
     run_bench("-m", "+experiment=leaderboard", "seeds=1", "task.episodes=2", "algo=tpo,grpo",
-              "+experiment/leaderboard=terminal_h7,dense_v2,tabular_multi", "hydra/launcher=local",
+              "+experiment/leaderboard=terminal_h7,dense_v8,tabular_multi", "hydra/launcher=local",
               "threads=1", f"output_root={out}")
     table = tmp_path / "results.parquet"
     subprocess.run([sys.executable, str(REPO / "analysis" / "collect.py"), str(out), "--out", str(table)],
