@@ -48,10 +48,11 @@ def register_sweepers() -> None:
 def main(cfg: DictConfig) -> dict:
     from hydra.core.hydra_config import HydraConfig
 
+    from bench import interrupts
     from bench.build import ConfigError
-    from bench.interrupts import Interrupted
     from bench.jobs import explicit_keys, job_result, job_specs
     from bench.runner import run
+    from contract import schema
 
     try:
         specs = job_specs(OmegaConf.to_container(cfg, resolve=True),
@@ -59,11 +60,23 @@ def main(cfg: DictConfig) -> dict:
     except (ConfigError, ImportError) as e:
         print(f"error: {e}", file=sys.stderr, flush=True)
         sys.exit(2)
-    try:
-        summaries = [run(spec) for spec in specs]
-    except Interrupted as e:  # the run checkpointed and recorded itself as interrupted
-        print(f"interrupted by {e.signame}: the same command resumes it", file=sys.stderr, flush=True)
-        sys.exit(128 + e.signum)
+    worker = interrupts.latch_in_sweep_worker()
+    summaries = []
+    for spec in specs:
+        if worker and (why := interrupts.stop_requested()):
+            summaries.append({"run_dir": str(spec.run_dir), "status": schema.NOT_STARTED,
+                              "reason": f"the sweep was stopped ({why}) before it started"})
+            continue
+        try:
+            summaries.append(run(spec))
+        except interrupts.Interrupted as e:  # the run checkpointed and recorded itself as interrupted
+            if not worker:
+                print(f"interrupted by {e.signame}: the same command resumes it", file=sys.stderr, flush=True)
+                sys.exit(128 + e.signum)
+            # A local sweep's worker ends its job normally: an exception would make the
+            # launcher kill the other workers mid-episode. The sweeper reports the stop.
+            summaries.append({"run_dir": str(spec.run_dir), "status": schema.INTERRUPTED,
+                              "reason": e.signame})
     failed = [s for s in summaries if s["status"] != "completed"]
     if failed and HydraConfig.get().mode.name == "RUN":
         sys.exit(1)  # a single run reports its failure through the exit code

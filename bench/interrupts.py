@@ -8,11 +8,21 @@ way through a step).
   hand over to the handler that was there before (submitit's requeue); where there was
   none (a plain `sbatch --signal=USR2@120`), keep training: the kill that follows then
   loses only the episodes since this checkpoint.
+
+In a local sweep's worker process (hydra/launcher=local: the sweeper sets STOP_FILE_ENV)
+a stop ends the job normally instead of raising out of it: an exception from one worker
+makes the launcher kill the others at once, mid-episode, losing their episodes since their
+last checkpoint. Every run of the sweep stops at its next boundary when the sweep's stop
+file appears (the sweeper writes it when it gets SIGINT or SIGTERM; `touch` it to stop a
+sweep by hand), and a worker that was asked to stop starts no further run.
 """
 from __future__ import annotations
 
+import os
 import signal
+import sys
 import threading
+from pathlib import Path
 from types import FrameType
 
 
@@ -28,6 +38,40 @@ class Interrupted(BaseException):
 
 STOP_SIGNALS = (signal.SIGINT, signal.SIGTERM)
 CHECKPOINT_SIGNAL = signal.SIGUSR2
+STOP_FILE_ENV = "TPO_BENCH_STOP_FILE"
+
+_latched: str | None = None  # a stop this process got: its later runs must not start
+_latch_installed = False
+
+
+def _signame(text: str) -> str:
+    return text if text in {s.name for s in STOP_SIGNALS} else signal.SIGTERM.name
+
+
+def stop_requested() -> str | None:
+    """The stop this process was asked for (a signal it got, or its sweep's stop file,
+    whose text names the signal the sweep got), else None."""
+    if _latched is not None:
+        return _latched
+    path = os.environ.get(STOP_FILE_ENV)
+    return stop_requested_by_file(path) if path and os.path.exists(path) else None
+
+
+def latch_in_sweep_worker() -> bool:
+    """True in a local sweep's worker process, where it (once) installs handlers that keep
+    a stop signal arriving between runs: the default would kill the worker, and with it
+    every sibling. A run's own Boundary takes over while it trains."""
+    global _latch_installed
+    if not os.environ.get(STOP_FILE_ENV):
+        return False
+    if not _latch_installed and threading.current_thread() is threading.main_thread():
+        def latch(signum: int, frame: FrameType | None) -> None:
+            global _latched
+            _latched = signal.Signals(signum).name
+        for sig in STOP_SIGNALS:
+            signal.signal(sig, latch)
+        _latch_installed = True
+    return True
 
 
 class Boundary:
@@ -40,10 +84,13 @@ class Boundary:
         self._previous: dict[int, object] = {}
 
     def _on_stop(self, signum: int, frame: FrameType | None) -> None:
+        global _latched
         name = signal.Signals(signum).name
         if self.stop is not None:  # the second one: do not wait for the boundary
             raise Interrupted(name)
         self.stop = name
+        if _latch_installed:  # a sweep worker: its later runs must not start
+            _latched = name
 
     def _on_checkpoint(self, signum: int, frame: FrameType | None) -> None:
         self.checkpoint_now = True
@@ -62,6 +109,8 @@ class Boundary:
 
     @property
     def pending(self) -> bool:
+        if self.stop is None:
+            self.stop = stop_requested()
         return self.stop is not None or self.checkpoint_now
 
     @property
@@ -77,3 +126,58 @@ class Boundary:
             previous = self._previous.get(CHECKPOINT_SIGNAL)
             if callable(previous):  # submitit: requeue the job, then exit
                 previous(CHECKPOINT_SIGNAL, None)
+
+
+class SweepStop:
+    """The local sweep's side (hydra/launcher=local), for the duration of the launch: the
+    first SIGINT or SIGTERM writes the stop file (every running run checkpoints at its
+    next episode boundary, no further run starts) and the sweep waits for its workers;
+    a second one stops at once. `signame` says which signal stopped it, if any."""
+
+    def __init__(self, stop_file: Path) -> None:
+        self.stop_file = Path(stop_file)
+        self.signame: str | None = None
+        self._previous: dict[int, object] = {}
+        self._env: str | None = None
+
+    def _on_stop(self, signum: int, frame: FrameType | None) -> None:
+        from contract import io
+
+        name = signal.Signals(signum).name
+        if self.signame is not None:
+            raise KeyboardInterrupt(name)
+        self.signame = name
+        io.write_text(self.stop_file, name)
+        print(f"[sweep] {name}: every running run stops at its next episode boundary "
+              f"(checkpointed) and no further run starts; {name} again stops at once",
+              file=sys.stderr, flush=True)
+
+    def __enter__(self) -> "SweepStop":
+        self.stop_file.parent.mkdir(parents=True, exist_ok=True)
+        self.stop_file.unlink(missing_ok=True)  # a stale request from an earlier sweep
+        self._env = os.environ.get(STOP_FILE_ENV)
+        os.environ[STOP_FILE_ENV] = str(self.stop_file.resolve())  # the workers inherit it
+        if threading.current_thread() is threading.main_thread():
+            for sig in STOP_SIGNALS:
+                self._previous[sig] = signal.signal(sig, self._on_stop)
+        return self
+
+    def __exit__(self, *exc) -> None:
+        for sig, handler in self._previous.items():
+            signal.signal(sig, handler)
+        self._previous.clear()
+        if self._env is None:
+            os.environ.pop(STOP_FILE_ENV, None)
+        else:
+            os.environ[STOP_FILE_ENV] = self._env
+        if self.signame is None and self.stop_file.exists():  # stopped by hand (`touch`)
+            self.signame = stop_requested_by_file(self.stop_file)
+        self.stop_file.unlink(missing_ok=True)
+
+
+def stop_requested_by_file(path: Path | str) -> str:
+    """The signal a stop file names (a `touch`ed, empty one: SIGTERM)."""
+    try:
+        return _signame(Path(path).read_text().strip())
+    except OSError:  # being written, or gone: a stop all the same
+        return signal.SIGTERM.name

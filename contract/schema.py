@@ -24,12 +24,16 @@ from typing import Iterator
 
 CONFIG, SUMMARY, METRICS, CHECKPOINT, LOCK = (
     "config.json", "summary.json", "metrics.parquet", "checkpoint.pt", ".lock")
+# In a local sweep's directory (hydra.sweep.dir) while it runs: its existence stops the
+# sweep at every run's next episode boundary (written on SIGINT/SIGTERM, or `touch`ed).
+SWEEP_STOP = "STOP"
 
 # summary.json "status": what a run directory can say of itself ...
 COMPLETED, RUNNING, INTERRUPTED, FAILED = "completed", "running", "interrupted", "failed"
 STATUSES = (COMPLETED, RUNNING, INTERRUPTED, FAILED)
-# ... and what a sweep reports for a run this process did not touch (nothing written).
-HELD, REFUSED = "held", "refused"
+# ... and what a sweep reports for a run this process did not touch (nothing written):
+# another process holds it, a file in it was refused, or the sweep was stopped first.
+HELD, REFUSED, NOT_STARTED = "held", "refused", "not started"
 # summary.json "error_kind" of a failed run: a non-finite loss, the disk, anything else.
 DIVERGED, IO_ERROR, ERROR = "diverged", "io", "error"
 ERROR_KINDS = (DIVERGED, IO_ERROR, ERROR)

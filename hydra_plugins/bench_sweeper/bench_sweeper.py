@@ -5,8 +5,10 @@ and what failed -- exiting non-zero when anything failed.
 """
 from __future__ import annotations
 
+import signal
 import sys
 from collections import Counter
+from contextlib import nullcontext
 from pathlib import Path
 from typing import Any, List
 
@@ -19,6 +21,8 @@ class BenchSweeper(BasicSweeper):
     def setup(self, *, hydra_context, task_function, config) -> None:
         self._slurm = str(OmegaConf.select(config, "hydra.launcher._target_") or "").endswith(
             ".SlurmLauncher")
+        self._local = str(OmegaConf.select(config, "hydra.launcher._target_") or "").endswith(
+            ".JoblibLauncher")
         if self._slurm:
             from bench import slurm
 
@@ -60,6 +64,8 @@ class BenchSweeper(BasicSweeper):
         from bench.jobs import explicit_keys, job_specs
         from contract.schema import seed_dir
         from bench.build import ConfigError
+        from bench.interrupts import SweepStop
+        from contract.schema import NOT_STARTED, SWEEP_STOP
         from hydra_plugins.bench_sweeper._progress import SweepProgress, every_s
 
         parser = OverridesParser.create(config_loader=self.hydra_context.config_loader)
@@ -127,7 +133,10 @@ class BenchSweeper(BasicSweeper):
             return []
         progress = SweepProgress([d for job in jobs for d in dirs[tuple(job)]], every_s(self.config),
                                  force=bool(OmegaConf.select(self.config, "force")))
-        with progress:
+        # A local sweep stops gracefully: its workers' runs checkpoint at their next
+        # episode boundary (bench.interrupts), instead of the launcher killing them.
+        stop = SweepStop(Path(self.config.hydra.sweep.dir) / SWEEP_STOP) if self._local else nullcontext()
+        with progress, stop:
             returns = super().sweep(arguments)
         runs = [r for batch in returns for job in batch
                 for r in (job.return_value or {}).get("runs", [])]
@@ -140,7 +149,11 @@ class BenchSweeper(BasicSweeper):
               f"completed, {len(failed) - sum(others.values())} failed"
               + "".join(f", {n} {status}" for status, n in sorted(others.items())), flush=True)
         for r in failed:
-            print(f"[sweep] {r['status']}: {r['run_dir']}: {r['reason']}", file=sys.stderr, flush=True)
+            if r["status"] != NOT_STARTED:  # counted above; a stopped sweep may have hundreds
+                print(f"[sweep] {r['status']}: {r['run_dir']}: {r['reason']}", file=sys.stderr, flush=True)
+        if self._local and stop.signame:
+            print(f"[sweep] stopped by {stop.signame}: the same command resumes it", file=sys.stderr, flush=True)
+            sys.exit(128 + signal.Signals[stop.signame])
         if failed:
             sys.exit(1)
         return returns
