@@ -235,7 +235,8 @@ class Refused(ValueError):
 def final_errors(df: pd.DataFrame, last_frac: float = LAST_FRAC, column: str = "error") -> pd.DataFrame:
     """One row per run (task.name, algo.name, config_hash, seed): `final_error`, the mean
     of `column` over its last ceil(last_frac * n) logged rows (n its rows with a value; at
-    least one), `initial_error` at its first logged row, and `first_step` (that row's step)."""
+    least one), `initial_error` at its first logged row, `first_step` (that row's step), and
+    `rollouts`, the cumulative count at its last row (NaN if the table has none)."""
     if not 0 <= last_frac <= 1:
         raise Refused(f"--last-frac must be in [0, 1], got {last_frac}")
     run = [*GROUP, "seed"]
@@ -249,6 +250,8 @@ def final_errors(df: pd.DataFrame, last_frac: float = LAST_FRAC, column: str = "
         "final_error": last.groupby(run, sort=True)[column].mean(),
         "initial_error": g[column].first(),
         "first_step": g["step"].first(),
+        # cumulative: the run's whole sampling cost (DAPO's top-ups included)
+        "rollouts": g["rollouts"].last() if "rollouts" in d.columns else np.nan,
     }).reset_index()
     return out.rename(columns={"task.name": TASK, "algo.name": METHOD})
 
@@ -398,7 +401,8 @@ def scores_from_table(df: pd.DataFrame, normalisation: str = "initial", last_fra
 class Board:
     """Everything the figure and the table show."""
     # per method (index), best IQM first: iqm, iqm_lo, iqm_hi, p_<ref>, p_<ref>_lo,
-    # p_<ref>_hi (each reference present), mean_rank, runs, tasks
+    # p_<ref>_hi (each reference present), mean_rank, runs, tasks, rollouts_rel (NaN
+    # without a rollouts column)
     table: pd.DataFrame
     poi: pd.DataFrame  # P(row > column), methods in the table's order
     profiles: dict  # method -> (point, lo, hi) over taus
@@ -427,12 +431,17 @@ def build_board(runs: pd.DataFrame, references=REFERENCES, reps: int = N_RESAMPL
     scores = {m: _per_task(runs, m, tasks) for m in methods}
     means = runs.groupby([TASK, METHOD])["score"].mean().unstack()[methods]
     ranks = task_ranks(means)
+    # A board at equal episodes is not one at equal samples: PG and PPO draw 1 answer per
+    # prompt where the grouped methods draw K, and DAPO tops its batch up. Per task, a
+    # method's mean rollouts over the task's median method's, averaged over tasks.
+    spent = runs.groupby([TASK, METHOD])["rollouts"].mean().unstack()[methods]
+    rollouts_rel = spent.div(spent.median(axis=1), axis=0).mean(axis=0)
     rows = {}
     for m in methods:
         ci = iqm_ci(scores[m], reps, seed, level)
         rows[m] = {"iqm": ci.point, "iqm_lo": ci.lo, "iqm_hi": ci.hi,
                    "mean_rank": float(ranks[m].mean()), "runs": int(sum(map(len, scores[m]))),
-                   "tasks": len(tasks)}
+                   "tasks": len(tasks), "rollouts_rel": float(rollouts_rel[m])}
     table = pd.DataFrame.from_dict(rows, orient="index")
     table = table.sort_values(["iqm", "mean_rank"], ascending=[False, True], kind="stable")
     order = list(table.index)
@@ -497,15 +506,21 @@ def markdown(board: Board) -> str:
     t = board.table
     refs = [r for r in board.settings["references"] if f"p_{r}" in t.columns]
     level = f"{board.settings['level'] * 100:g} %"
+    spent = bool(t["rollouts_rel"].notna().all())
     head = ["method", f"IQM [{level} CI]", *(f"P(> {r}) [{level} CI]" for r in refs),
-            "mean rank", "runs", "tasks"]
+            "mean rank", "runs", "tasks", *(["rollouts (× median)"] * spent)]
     lines = [f"**Leaderboard.** {describe(board)}", "",
              "| " + " | ".join(head) + " |", "|" + "---|" * len(head)]
     for m, r in t.iterrows():
         cells = [m, _ci(r.iqm, r.iqm_lo, r.iqm_hi),
                  *(_ci(r[f"p_{ref}"], r[f"p_{ref}_lo"], r[f"p_{ref}_hi"], 2) for ref in refs),
-                 f"{r.mean_rank:.2f}", str(int(r.runs)), str(int(r.tasks))]
+                 f"{r.mean_rank:.2f}", str(int(r.runs)), str(int(r.tasks)),
+                 *([f"{r.rollouts_rel:.2f}"] * spent)]
         lines.append("| " + " | ".join(cells) + " |")
+    if spent:
+        lines += ["", "Rollouts (× median): per task, the method's mean rollouts per run over "
+                      "the median method's, averaged over tasks: the board compares methods at "
+                      "equal episodes (prompt-matched), not at equal samples."]
     methods = list(t.index)
     lines += ["", "Per task: the untrained error (mean over runs at step 0) and each method's mean "
                   "final error, % ± SE over seeds (rank by mean score).", "",

@@ -284,6 +284,24 @@ def test_leaderboard_numbers_on_a_table_known_by_hand():
     assert "| dense | 50.00 | 0.00 ± 0.00 (1) | 21.88 ± 7.16 (2) | 25.00 ± 0.00 (3) |" in text
 
 
+def test_the_board_says_what_each_method_spent_in_rollouts():
+    """Prompt-matched: PG draws 1 answer per prompt where GRPO draws K = 8, DAPO tops up."""
+    df = _runs_table({(task, m): [0.1, 0.2] for task in ("t", "u") for m in ("grpo", "pg", "dapo")})
+    per_step = {("t", "grpo"): 800, ("t", "pg"): 100, ("t", "dapo"): 3200,
+                ("u", "grpo"): 400, ("u", "pg"): 50, ("u", "dapo"): 800}
+    df["rollouts"] = [per_step[(t_, a)] * (s + 1) for t_, a, s in zip(df["task.name"], df["algo.name"], df["step"])]
+    runs, _ = lb.scores_from_table(df)
+    assert runs.set_index([lb.TASK, lb.METHOD, "seed"]).loc[("t", "dapo", 0), "rollouts"] == 3200 * 20
+    t = lb.build_board(runs, reps=200).table
+    # per task over the median method (grpo on both): t: 1, 1/8, 4; u: 1, 1/8, 2
+    assert t.loc["grpo", "rollouts_rel"] == 1.0
+    assert t.loc["pg", "rollouts_rel"] == 0.125
+    assert t.loc["dapo", "rollouts_rel"] == 3.0
+    text = lb.markdown(lb.build_board(runs, reps=200))
+    assert "rollouts (× median)" in text and re.search(r"^\| dapo \|.*\| 3\.00 \|$", text, re.M), text
+    assert "rollouts" not in lb.markdown(lb.build_board(lb.scores_from_table(_e2e_table())[0], reps=50))
+
+
 def test_cli_writes_the_figure_and_table(tmp_path, capsys):
     res = tmp_path / "results.parquet"
     _e2e_table().to_parquet(res)
