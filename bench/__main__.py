@@ -1,5 +1,5 @@
 """`python -m bench [overrides] [-m]`: each Hydra job trains one run (or `seeds_per_job`
-consecutive seeds), failures recorded in the run's summary.json instead of raised."""
+consecutive seeds, one after the other or, with batch_seeds=true, as one computation), failures recorded in the run's summary.json instead of raised."""
 import sys
 
 import hydra
@@ -48,19 +48,21 @@ def register_sweepers() -> None:
 def main(cfg: DictConfig) -> dict:
     from hydra.core.hydra_config import HydraConfig
 
+    from bench import batched
     from bench.build import ConfigError
     from bench.interrupts import Interrupted
     from bench.jobs import explicit_keys, job_result, job_specs
     from bench.runner import run
 
     try:
-        specs = job_specs(OmegaConf.to_container(cfg, resolve=True),
-                          explicit_keys(HydraConfig.get().overrides.task))
+        resolved = OmegaConf.to_container(cfg, resolve=True)
+        specs = job_specs(resolved, explicit_keys(HydraConfig.get().overrides.task))
     except (ConfigError, ImportError) as e:
         print(f"error: {e}", file=sys.stderr, flush=True)
         sys.exit(2)
     try:
-        summaries = [run(spec) for spec in specs]
+        summaries = batched.run(specs) if resolved.get("batch_seeds") and len(specs) > 1 \
+            else [run(spec) for spec in specs]
     except Interrupted as e:  # the run checkpointed and recorded itself as interrupted
         print(f"interrupted by {e.signame}: the same command resumes it", file=sys.stderr, flush=True)
         sys.exit(128 + e.signum)
