@@ -199,17 +199,19 @@ class SeqTask:
             B, H, K = obs[0].candidates.shape
             tokens = torch.stack([torch.cat([o.prompts, o.behaviour], 1)[:, :-1] for o in obs])
             hidden = net.forward(tokens, head=False)
-            return [torch.log_softmax(net.head_of(s, hidden[s])[:, H - 1:], -1)
-                    .gather(-1, o.candidates).reshape(B * H, K, 1) for s, o in enumerate(obs)]
+            return [torch.log_softmax(net.head_of(s, h)[:, H - 1:], -1)
+                    .gather(-1, o.candidates).reshape(B * H, K, 1)
+                    for s, (h, o) in enumerate(zip(hidden.unbind(), obs))]
         B, K, H = obs[0].answers.shape
         answers = torch.stack([o.answers.reshape(B * K, H) for o in obs])
         first, rest = net.forward_shared_prefix(torch.stack([o.prompts for o in obs]),
                                                 answers[:, :, :-1], K, head=False)
         out = []
-        for s in range(len(obs)):
-            logits = torch.cat([net.head_of(s, first[s]).repeat_interleave(K, 0).unsqueeze(1),
-                                net.head_of(s, rest[s])], 1)
-            out.append(torch.log_softmax(logits, -1).gather(-1, answers[s].unsqueeze(-1)).view(B, K, H))
+        # unbind, not [s]: an index's backward writes a zero-filled gradient of all S seeds
+        for s, (f, r, a) in enumerate(zip(first.unbind(), rest.unbind(), answers.unbind())):
+            logits = torch.cat([net.head_of(s, f).repeat_interleave(K, 0).unsqueeze(1),
+                                net.head_of(s, r)], 1)
+            out.append(torch.log_softmax(logits, -1).gather(-1, a.unsqueeze(-1)).view(B, K, H))
         return out
 
     def evaluate(self, policy: Transformer) -> None:

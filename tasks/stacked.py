@@ -30,28 +30,26 @@ def _ln(x: torch.Tensor, scale: torch.Tensor, bias: torch.Tensor) -> torch.Tenso
     """x [S, n, d], scale/bias [S, d]: LayerNorm with a per-seed affine, one call per
     seed: the fused kernel's affine rounds otherwise than normalise-then-scale (measured
     on the CPU: not bitwise), and LayerNorm is a small share of an episode's time."""
+    # unbind, not x[s]: each x[s]'s backward would write a zero-filled [S, ...] gradient
+    # (measured: the stacked backward 2.3x slower than a loop over seeds at S = 8).
     d = x.shape[-1]
-    return torch.stack([F.layer_norm(x[s], (d,), scale[s], bias[s], LN_EPS) for s in range(x.shape[0])])
-
-
-def _bias(y: torch.Tensor, b: torch.Tensor) -> torch.Tensor:
-    """y [S, n, o] + b [S, o], one add per seed: a broadcast add's backward sums the
-    bias gradient over n in another order than the single module's (measured: not
-    bitwise at o = V = 3); a bmm's slices, by contrast, equal the per-seed mm."""
-    return torch.stack([y[s] + b[s] for s in range(y.shape[0])])
+    return torch.stack([F.layer_norm(xs, (d,), w, b, LN_EPS)
+                        for xs, w, b in zip(x.unbind(), scale.unbind(), bias.unbind())])
 
 
 def _dense(x: torch.Tensor, w: torch.Tensor, b: torch.Tensor | None = None) -> torch.Tensor:
-    """x [S, n, i] @ w [S, i, o] (+ b [S, o])."""
+    """x [S, n, i] @ w [S, i, o] (+ b [S, o]). A bmm's slices equal the per-seed mm
+    bit for bit on the CPU (measured); so do the broadcast bias add and its gradient's
+    sum over n, as long as that gradient is contiguous (see Stacked.head_of)."""
     y = torch.bmm(x, w)
-    return y if b is None else _bias(y, b)
+    return y if b is None else y + b.unsqueeze(1)
 
 
 class Stacked:
     """A stacked view of S Transformers: heads, layers and widths read from the first."""
 
     def __init__(self, policies: list[Transformer], params: Params | None = None):
-        ref = policies[0]
+        self.policies, ref = policies, policies[0]
         self.S, self.layers = len(policies), len(ref.blocks)
         self.heads, self.hd = ref.blocks[0].heads, ref.blocks[0].hd
         self.p = stack(policies) if params is None else params
@@ -71,11 +69,11 @@ class Stacked:
         p, S, (b, t, d) = self.p, self.S, x.shape[1:]
         pre = f"blocks.{i}."
         flat = x.reshape(S, b * t, d)
-        flat = _bias(flat + torch.bmm(att.transpose(1, 2).reshape(S, b * t, d),
-                                      p[pre + "wo"].reshape(S, d, d)), p[pre + "bo"])
+        flat = flat + torch.bmm(att.transpose(1, 2).reshape(S, b * t, d),
+                                p[pre + "wo"].reshape(S, d, d)) + p[pre + "bo"].unsqueeze(1)
         y = _ln(flat, p[pre + "ln2_scale"], p[pre + "ln2_bias"])
         h = F.gelu(_dense(y, p[pre + "w1"], p[pre + "b1"]), approximate="tanh")
-        out = _bias(flat + torch.bmm(h, p[pre + "w2"]), p[pre + "b2"])
+        out = flat + torch.bmm(h, p[pre + "w2"]) + p[pre + "b2"].unsqueeze(1)
         return out.view(S, b, t, d)
 
     def _embed(self, tokens: torch.Tensor, start: int) -> torch.Tensor:
@@ -94,9 +92,7 @@ class Stacked:
         does it. For a loss: the bias gradient's sum then meets the same strides as in
         the single module (the loss's slicing leaves non-contiguous gradients, and a sum
         over those adds in another order than over a contiguous copy: not bitwise)."""
-        p = self.p
-        x = F.layer_norm(x, (x.shape[-1],), p["lnf_scale"][s], p["lnf_bias"][s], LN_EPS)
-        return x @ p["head_w"][s] + p["head_b"][s]
+        return self.policies[s]._head(x)  # its own leaves: no gradient through the stack
 
     def forward(self, tokens: torch.Tensor, caches: list[list] | None = None,
                 start: int = 0, head: bool = True) -> torch.Tensor:
