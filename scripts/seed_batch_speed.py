@@ -3,7 +3,8 @@ loop over S modules, as torch.func.vmap(functional_call) over stacked parameters
 tasks.stacked (a seed axis, one bmm per layer), side by side in one process, the
 variants interleaved round-robin so that a load change hits them alike.
 
-    python scripts/seed_batch_speed.py [--seeds 1 4 8] [--repeats 3] [--threads 1]
+    python scripts/seed_batch_speed.py [--seeds 1 4 8] [--repeats 1] [--threads 1]
+        [--parts train rollout episode]
 
 Prints seed-episodes per CPU-second (process CPU time, not wall: a busy machine steals
 wall time, not CPU time) for three parts of a reverse_h10 episode (B 100, K 8, H 10,
@@ -14,11 +15,15 @@ vmap cannot carry the cache, a mutable Python list, across calls: n/a) and `epis
 from __future__ import annotations
 
 import argparse
+import sys
 import time
 import warnings
+from pathlib import Path
 
 import torch
 from torch.func import functional_call, stack_module_state, vmap
+
+sys.path.insert(0, str(Path(__file__).resolve().parent.parent))  # this checkout's bench, tasks
 
 from bench import batched
 from bench.build import build
@@ -51,6 +56,7 @@ def main() -> None:
     ap.add_argument("--seeds", type=int, nargs="+", default=[1, 4, 8])
     ap.add_argument("--repeats", type=int, default=1)
     ap.add_argument("--threads", type=int, default=1)
+    ap.add_argument("--parts", nargs="+", default=["train", "rollout", "episode"])
     args = ap.parse_args()
     torch.set_num_threads(args.threads)
     warnings.filterwarnings("ignore")  # vmap's fallback warning, said in the docstring
@@ -103,9 +109,11 @@ def main() -> None:
                     ("train", "stacked"): train_stacked,
                     ("rollout", "loop"): rollout_loop, ("rollout", "stacked"): rollout_stacked,
                     ("episode", "loop"): episode_loop, ("episode", "stacked"): episode_stacked}
+        variants = {k: f for k, f in variants.items() if k[0] in args.parts}
         cpu = {k: 0.0 for k in variants}
-        for f in variants.values():  # warm-up
-            f()
+        if S == args.seeds[0]:  # warm-up (allocator, first-call paths), once per variant
+            for f in variants.values():
+                f()
         for _ in range(args.repeats):
             for key, f in variants.items():
                 t0 = time.process_time()
@@ -119,6 +127,8 @@ def main() -> None:
     print(f"{'part':8} {'variant':8} " + " ".join(f"{'S=' + str(S):>8}" for S in args.seeds))
     for part, hows in (("train", ("loop", "vmap", "stacked")), ("rollout", ("loop", "vmap", "stacked")),
                        ("episode", ("loop", "stacked"))):
+        if part not in args.parts:
+            continue
         for how in hows:
             cells = [results.get((part, how, S)) for S in args.seeds]
             print(f"{part:8} {how:8} " + " ".join(f"{c:8.2f}" if c else f"{'n/a':>8}" for c in cells))
