@@ -146,8 +146,8 @@ def _train(seats: dict[int, Seat], ending: dict, boundary: interrupts.Boundary) 
     steps = range(min(s.start for s in seats.values()), task.episodes)
     for step in steps:
         active = {i: s for i, s in seats.items() if i not in ending and s.start <= step}
-        if not active:
-            break
+        if not active:  # every seat so far has failed; a later-resuming one may still join
+            continue
         for seat in active.values():
             if seat.start == step:  # its clock starts when it joins
                 seat.t0 = time.perf_counter()
@@ -155,8 +155,9 @@ def _train(seats: dict[int, Seat], ending: dict, boundary: interrupts.Boundary) 
             rows = train_episodes(task, algo, request, [s.policy for s in active.values()],
                                   [s.opt for s in active.values()], [s.streams for s in active.values()])
         except Exception as e:
-            for i in active:
-                ending[i] = failure(e)
+            # Not one seed's fault: the seeds waiting to join would meet it too.
+            for i in seats:
+                ending.setdefault(i, failure(e))
             break
         checkpointed = False
         for (i, seat), row in zip(active.items(), rows):

@@ -192,3 +192,17 @@ def test_batch_seeds_refused_where_it_cannot_run(tmp_path, args, message):
     proc = run_bench(*args, f"output_root={tmp_path}", check=False)
     assert proc.returncode == 2 and message in proc.stderr, proc.stderr
     assert not run_dirs(tmp_path)
+
+
+def test_a_diverging_seed_fails_alone(tmp_path, reference):
+    """Seed 1's loss reads NaN at step 2 (debug.nan_at, given to that seed only): it is
+    recorded `diverged` with its rows so far; seeds 0 and 2 complete as their single runs."""
+    cfg = compose(*JOB, f"output_root={tmp_path}")
+    specs = [build({**cfg, "seed": s, "debug": {**cfg["debug"], "nan_at": 2 if s == 1 else -1}})
+             for s in range(SEEDS)]
+    summaries = batched.run(specs)
+    assert [s["status"] for s in summaries] == ["completed", "failed", "completed"]
+    assert summaries[1]["error_kind"] == "diverged" and summaries[1]["rows"] == 2
+    dirs = {d.name: d for d in run_dirs(tmp_path)}
+    for name in ("seed=0", "seed=2"):
+        pd.testing.assert_frame_equal(metrics(dirs[name]), reference[name], check_exact=True)
