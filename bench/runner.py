@@ -6,6 +6,10 @@ the only module that runs tasks and algorithms together (bench.build joins them)
     _train(...)    the loop over episodes: metrics rows, evaluations, progress lines,
                    checkpoints at episode boundaries
     train_episode  one episode (SPEC 2), shared with the speed benchmark
+
+A run's state in the process is a Seat, and the steps of the story (_claim, _open,
+_start, _record, _close) take one, so that bench.batched can run several seeds' seats
+through the same steps with one batched episode between them.
 """
 from __future__ import annotations
 

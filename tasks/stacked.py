@@ -2,9 +2,12 @@
 
 S policies of one architecture run as one computation: their parameters stacked into
 [S, ...] tensors (`stack`), activations [S, b, t, d], every dense layer one bmm over the
-seed axis, attention one SDPA call over S*b sequences. Same operations in the same order
-as the module's forward, so each seed's slice equals its own module's output up to what
-bmm vs mm and a per-seed affine LayerNorm do to the last bits (tests/test_batched.py).
+seed axis, attention one SDPA call over S*b sequences, in the module's order of
+operations. On the CPU at one thread each seed's slice then equals its own module's
+output and gradients bit for bit (tests/test_batched.py), given three things done per
+seed: the LayerNorm affine, the output head of a loss (`head_of`), and whatever a task
+does after the head. Elsewhere (more threads, a GPU, where bmm and mm may tile and
+reduce otherwise) expect last-bit differences, which training then carries on.
 
 `stack` keeps the autograd link to each module's parameters (torch.stack is
 differentiable), so a backward of the S seeds' summed losses leaves each module's own
@@ -48,11 +51,11 @@ def _dense(x: torch.Tensor, w: torch.Tensor, b: torch.Tensor | None = None) -> t
 class Stacked:
     """A stacked view of S Transformers: heads, layers and widths read from the first."""
 
-    def __init__(self, policies: list[Transformer], params: Params | None = None):
+    def __init__(self, policies: list[Transformer]):
         self.policies, ref = policies, policies[0]
         self.S, self.layers = len(policies), len(ref.blocks)
         self.heads, self.hd = ref.blocks[0].heads, ref.blocks[0].hd
-        self.p = stack(policies) if params is None else params
+        self.p = stack(policies)
 
     # x is [S, b, t, d] throughout; attention sees [S*b, heads, t, hd].
 
