@@ -36,7 +36,7 @@ import torch
 from bench import debug, dynamic, interrupts, rundir
 from bench.build import RunSpec
 from bench.runner import (OVER_EPOCHS, Seat, _claim, _close, _flat_params, _group_diagnostics,
-                          _open, _record, _start, failure)
+                          _open, _record, _start, failure, train_episode)
 from contract import schema
 from contract.batch import Request
 
@@ -45,6 +45,8 @@ def train_episodes(task, algo, request: Request, policies: list, opts: list,
                    streams: list) -> list[dict[str, float]]:
     """bench.runner.train_episode for S seeds at once: one row per seed, each the row its
     single run would give."""
+    if len(policies) == 1:  # one seed left to train (the others skipped or failed): its own path
+        return [train_episode(task, algo, request, policies[0], opts[0], streams[0])]
     ros = task.rollout_seeds(policies, request, streams)
     firsts = [ro.batch for ro in ros]
     rows: list[dict[str, float]] = [{} for _ in policies]
