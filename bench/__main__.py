@@ -1,5 +1,5 @@
 """`python -m bench [overrides] [-m]`: each Hydra job trains one run (or `seeds_per_job`
-consecutive seeds), failures recorded in the run's summary.json instead of raised."""
+consecutive seeds, one after the other or, with batch_seeds=true, as one computation), failures recorded in the run's summary.json instead of raised."""
 import sys
 
 import hydra
@@ -48,40 +48,55 @@ def register_sweepers() -> None:
 def main(cfg: DictConfig) -> dict:
     from hydra.core.hydra_config import HydraConfig
 
-    from bench import interrupts
+    from bench import batched, interrupts
     from bench.build import ConfigError
     from bench.jobs import explicit_keys, job_result, job_specs
     from bench.runner import run
     from contract import schema
 
     try:
-        specs = job_specs(OmegaConf.to_container(cfg, resolve=True),
-                          explicit_keys(HydraConfig.get().overrides.task))
+        resolved = OmegaConf.to_container(cfg, resolve=True)
+        specs = job_specs(resolved, explicit_keys(HydraConfig.get().overrides.task))
     except (ConfigError, ImportError) as e:
         print(f"error: {e}", file=sys.stderr, flush=True)
         sys.exit(2)
     worker = interrupts.latch_in_sweep_worker()
+    # batch_seeds: the job's seeds as one stacked computation (bench.batched), else one by one
+    groups = [specs] if resolved.get("batch_seeds") and len(specs) > 1 else [[s] for s in specs]
     summaries = []
-    for spec in specs:
+    for group in groups:
         if worker and (why := interrupts.stop_requested()):
-            summaries.append({"run_dir": str(spec.run_dir), "status": schema.NOT_STARTED,
-                              "reason": f"the sweep was stopped ({why}) before it started"})
+            summaries += [{"run_dir": str(s.run_dir), "status": schema.NOT_STARTED,
+                           "reason": f"the sweep was stopped ({why}) before it started"} for s in group]
             continue
         try:
-            summaries.append(run(spec))
+            summaries += batched.run(group) if len(group) > 1 else [run(group[0])]
         except interrupts.Interrupted as e:  # the run checkpointed and recorded itself as interrupted
             if not worker:
                 print(f"interrupted by {e.signame}: the same command resumes it", file=sys.stderr, flush=True)
                 sys.exit(128 + e.signum)
             # A local sweep's worker ends its job normally: an exception would make the
             # launcher kill the other workers mid-episode. The sweeper reports the stop.
-            summaries.append({"run_dir": str(spec.run_dir), "status": schema.INTERRUPTED,
-                              "reason": e.signame})
+            summaries += [_as_recorded(s, e.signame) for s in group]
     failed = [s for s in summaries if s["status"] != "completed"]
     if failed and HydraConfig.get().mode.name == "RUN":
         sys.exit(1)  # a single run reports its failure through the exit code
     # A sweep goes on; the sweeper reports every run at the end.
     return job_result(summaries)
+
+
+def _as_recorded(spec, signame: str) -> dict:
+    """What an interrupted job's run says of itself (a batched job's seeds may have ended
+    differently: completed before the signal, or not yet joined)."""
+    from contract import io, schema
+
+    try:
+        s = io.read_json_object(spec.run_dir / schema.SUMMARY)
+    except (OSError, io.DamagedFile):
+        return {"run_dir": str(spec.run_dir), "status": schema.NOT_STARTED,
+                "reason": f"the sweep was stopped ({signame}) before it started"}
+    return {"run_dir": str(spec.run_dir), "status": s.get("status"), "reason": s.get("reason"),
+            "error_kind": s.get("error_kind")}
 
 
 def bad_input(error: BaseException | None) -> bool:

@@ -224,6 +224,7 @@ def build(cfg: dict[str, Any], explicit: frozenset[str] = frozenset()) -> RunSpe
         raise ConfigError(f"progress_every_s must be a non-negative number of seconds (0: a line "
                           f"every episode), got {progress_every_s!r}")
     _check_writable(cfg.get("output_root", "outputs"))
+    _check_batch_seeds(cfg, task)
 
     run_task, hparams, notes, match = _match(cfg, task, algo, hparams)
     config = _science(cfg, task_impl, task, algo_impl, algo, optim, match)
@@ -272,6 +273,19 @@ def _locate(root: str, task: str, algo: str, config: dict[str, Any], seed: int) 
                           f"its legacy hash (preset names included); re-key it first: "
                           f"python -m bench.migrate {root}")
     return schema.run_dir(root, task, algo, h, seed)
+
+
+def _check_batch_seeds(cfg: dict[str, Any], task) -> None:
+    """batch_seeds=true (bench.batched) needs a task that runs S policies as one computation."""
+    batch = cfg.get("batch_seeds", False)
+    if not isinstance(batch, bool):
+        raise ConfigError(f"batch_seeds must be true or false, got {batch!r}")
+    if batch and cfg.get("seeds_per_job", 1) != 1 and not (
+            hasattr(task, "rollout_seeds") and hasattr(task, "logprobs_seeds")):
+        raise ConfigError(f"batch_seeds=true trains a job's seeds_per_job seeds as one stacked "
+                          f"computation, which task {task.name!r} does not implement yet (no "
+                          f"rollout_seeds/logprobs_seeds; the sequence tasks have them): set "
+                          f"batch_seeds=false to train its seeds one after the other")
 
 
 def _check_writable(root: str) -> None:

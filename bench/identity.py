@@ -19,7 +19,7 @@ from typing import Any
 # Top-level config keys that do not change the science of a run.
 NON_IDENTITY_KEYS = frozenset({
     "seed", "device", "output_root", "threads", "log_every", "plugins", "force", "hydra",
-    "checkpoint_every", "debug", "seeds_per_job", "seeds", "experiment", "dry_run",
+    "checkpoint_every", "debug", "seeds_per_job", "batch_seeds", "seeds", "experiment", "dry_run",
     "resume_across_commits", "progress_every_s",
 })
 # Keys inside a section that name a preset rather than say what runs.

@@ -6,6 +6,10 @@ the only module that runs tasks and algorithms together (bench.build joins them)
     _train(...)    the loop over episodes: metrics rows, evaluations, progress lines,
                    checkpoints at episode boundaries
     train_episode  one episode (SPEC 2), shared with the speed benchmark
+
+A run's state in the process is a Seat, and the steps of the story (_claim, _open,
+_start, _record, _close) take one, so that bench.batched can run several seeds' seats
+through the same steps with one batched episode between them.
 """
 from __future__ import annotations
 
@@ -13,6 +17,7 @@ import math
 import os
 import sys
 import time
+from dataclasses import dataclass, field
 from typing import Any
 
 import pandas as pd
@@ -202,9 +207,61 @@ def _claim(spec: RunSpec, rd: rundir.RunDir) -> tuple[dict, dict | None]:
     return prev, None
 
 
+@dataclass
+class Seat:
+    """One run as a process carries it: its directory and record, then (from `_start`)
+    its policy, optimizer and streams and where it stands. A single run has one seat; a
+    seed-batched job one per seed (bench.batched), which is why the loop's bookkeeping
+    (`_start`, `_record`) takes a seat and not the loop's locals."""
+
+    spec: RunSpec
+    rd: rundir.RunDir
+    label: str
+    ident: dict[str, Any]
+    attempt: int
+    state: dict | None
+    """the checkpoint resumed from, or None"""
+    effective: dict[str, Any]
+    rows: list[dict[str, Any]] = field(default_factory=list)
+    policy: Any = None
+    opt: Any = None
+    streams: Streams | None = None
+    start: int = 0
+    cumulative: int = 0
+    wall_before: float = 0.0
+    t0: float = 0.0
+    progress: "ProgressLine | None" = None
+
+
 def _attempt(spec: RunSpec, rd: rundir.RunDir, prev: dict, boundary: interrupts.Boundary) -> dict[str, Any]:
     """One attempt at a run whose lock this process holds: resume or start, train, and
     record how it ended, whatever the ending."""
+    seat = _open(spec, rd, prev)
+    if isinstance(seat, dict):
+        return seat
+    status, reason, kind = schema.COMPLETED, None, None
+    try:
+        _train(seat, boundary)
+    except Exception as e:
+        status, reason, kind = failure(e)
+    except BaseException as e:  # interrupted (a signal, Ctrl-C): resumable from the checkpoint
+        status, reason = schema.INTERRUPTED, getattr(e, "signame", type(e).__name__)
+        raise
+    finally:
+        summary = _close(seat, status, reason, kind)
+    return summary
+
+
+def failure(e: Exception) -> tuple[str, str, str]:
+    """(status, reason, error_kind) of a run that raised `e`."""
+    kind = schema.IO_ERROR if isinstance(e, OSError) else \
+        schema.DIVERGED if isinstance(e, FloatingPointError) else schema.ERROR
+    return schema.FAILED, f"{type(e).__name__}: {e}", kind
+
+
+def _open(spec: RunSpec, rd: rundir.RunDir, prev: dict) -> Seat | dict[str, Any]:
+    """The attempt's start on disk: the checkpoint read and checked, config.json and a
+    `running` summary written. Returns the seat, or the answer for a refused checkpoint."""
     if spec.force:
         checkpoint.clear(rd.path)
     rd.clear_stale_temps()
@@ -224,25 +281,18 @@ def _attempt(spec: RunSpec, rd: rundir.RunDir, prev: dict, boundary: interrupts.
     label = f"{spec.task.name}/{spec.algo_name} {spec.config_hash} seed={spec.seed}"
     for note in (*spec.notes, *notes):
         print(f"[{label}] {note}", flush=True)
-    rows: list[dict[str, Any]] = []
-    effective = dict(spec.effective)
-    status, reason, kind = schema.COMPLETED, None, None
-    try:
-        _train(spec, state, ident, rows, effective, rd, boundary, label, record["attempts"])
-    except Exception as e:
-        status, reason = schema.FAILED, f"{type(e).__name__}: {e}"
-        kind = schema.IO_ERROR if isinstance(e, OSError) else \
-            schema.DIVERGED if isinstance(e, FloatingPointError) else schema.ERROR
-    except BaseException as e:  # interrupted (a signal, Ctrl-C): resumable from the checkpoint
-        status, reason = schema.INTERRUPTED, getattr(e, "signame", type(e).__name__)
-        raise
-    finally:
-        summary = rd.finish(_metrics_frame(spec, rows, effective, status),
-                            status=status, reason=reason, error_kind=kind, rows=rows, **effective)
-        if summary["status"] == schema.COMPLETED:
-            checkpoint.clear(rd.path)
-        else:
-            print(f"[{label}] {summary['status'].upper()}: {summary['reason']}", file=sys.stderr, flush=True)
+    return Seat(spec, rd, label, ident, record["attempts"], state, dict(spec.effective))
+
+
+def _close(seat: Seat, status: str, reason: str | None, kind: str | None) -> dict[str, Any]:
+    """The attempt's end on disk: metrics and the verdict; a completed run's checkpoint goes."""
+    summary = seat.rd.finish(_metrics_frame(seat.spec, seat.rows, seat.effective, status),
+                             status=status, reason=reason, error_kind=kind, rows=seat.rows,
+                             **seat.effective)
+    if summary["status"] == schema.COMPLETED:
+        checkpoint.clear(seat.rd.path)
+    else:
+        print(f"[{seat.label}] {summary['status'].upper()}: {summary['reason']}", file=sys.stderr, flush=True)
     return summary
 
 
@@ -271,57 +321,73 @@ def _metrics_frame(spec: RunSpec, rows: list[dict], effective: dict, status: str
 
 # ---------------------------------------------------------------- the loop
 
-def _train(spec: RunSpec, state: dict | None, ident: dict, rows: list, effective: dict,
-           rd: rundir.RunDir, boundary: interrupts.Boundary, label: str, attempt: int) -> None:
-    """The training loop, appending to `rows` (so a failure still records them) and
-    filling `effective` with what the batches really were. It checkpoints every
+def _train(seat: Seat, boundary: interrupts.Boundary) -> None:
+    """The training loop, appending to `seat.rows` (so a failure still records them) and
+    filling `seat.effective` with what the batches really were. It checkpoints every
     spec.checkpoint_every episodes and whenever a signal asks (interrupts.Boundary),
     always at an episode boundary."""
-    streams = Streams.from_seed(spec.seed, spec.device)
-    policy = spec.task.make_policy(streams.init).to(spec.device)
-    opt = build_optimizer(spec.optim_name, list(policy.parameters()), **spec.optim_hparams)
-    episodes = spec.task.episodes
+    _start(seat)
+    spec = seat.spec
+    episode = debug.inject(lambda: train_episode(spec.task, spec.algo, spec.request, seat.policy,
+                                                 seat.opt, seat.streams), spec.debug)
+    for step in range(seat.start, spec.task.episodes):
+        if _record(seat, step, episode(step), boundary):
+            boundary.after_checkpoint()
+
+
+def _start(seat: Seat) -> None:
+    """The seat's policy, optimizer and streams, fresh or resumed from its checkpoint."""
+    spec = seat.spec
+    seat.streams = Streams.from_seed(spec.seed, spec.device)
+    seat.policy = spec.task.make_policy(seat.streams.init).to(spec.device)
+    seat.opt = build_optimizer(spec.optim_name, list(seat.policy.parameters()), **spec.optim_hparams)
     # Tasks with held-out evaluation log one row per evaluation, step = updates done
     # (the first before any update); the others one row per episode, step = its
     # 0-based index, error measured on its rollouts before its update (SPEC 3.1).
     eval_every = getattr(spec.task, "eval_every", 0)
-    start, cumulative, wall_before = 0, 0, 0.0
-    if state is not None:
-        policy.load_state_dict(state["policy"])
-        opt.load_state_dict(state["optimizer"])
-        streams.load_state(state["streams"])
-        rows.extend(state["rows"])
-        start, cumulative, wall_before = state["next_step"], state["cumulative"], state["wall_s"]
-        print(f"[{label}] resumed from checkpoint at step {start} (attempt {attempt})", flush=True)
+    if seat.state is not None:
+        state = seat.state
+        seat.policy.load_state_dict(state["policy"])
+        seat.opt.load_state_dict(state["optimizer"])
+        seat.streams.load_state(state["streams"])
+        seat.rows.extend(state["rows"])
+        seat.start, seat.cumulative, seat.wall_before = state["next_step"], state["cumulative"], state["wall_s"]
+        print(f"[{seat.label}] resumed from checkpoint at step {seat.start} (attempt {seat.attempt})", flush=True)
     elif eval_every:
-        rows.append({"step": 0, "rollouts": 0, "wall_s": 0.0, **spec.task.evaluate(policy)})
-    episode = debug.inject(lambda: train_episode(spec.task, spec.algo, spec.request, policy, opt, streams),
-                           spec.debug)
-    progress = ProgressLine(label, episodes, start, bool(eval_every), spec.log_every, spec.progress_every_s)
-    t0 = time.perf_counter()
-    for step in range(start, episodes):
-        row = episode(step)
-        effective["group_size_effective"] = row.pop("group_size")
-        cumulative += row.pop("rollouts")
-        row.update(step=step, rollouts=cumulative, wall_s=wall_before + time.perf_counter() - t0)
-        if not math.isfinite(row["loss"]):
-            raise FloatingPointError(f"non-finite loss {row['loss']} at step {step}")
-        done = step + 1
-        if not eval_every:
-            rows.append(row)
-        elif done % eval_every == 0 or done == episodes:
-            rows.append({**row, "train_error": row["error"], "step": done,
-                         **spec.task.evaluate(policy)})
-        progress.after(done, row, rows[-1])
-        if done < episodes and (done % spec.checkpoint_every == 0 or boundary.pending):
-            rd.checkpoint({"identity": ident, "next_step": done, "cumulative": cumulative,
-                           "wall_s": row["wall_s"], "policy": policy.state_dict(),
-                           "optimizer": opt.state_dict(), "streams": streams.state(), "rows": rows}, done)
-            if boundary.pending:
-                print(f"[{label}] checkpoint at step {done} ({boundary.why})", flush=True)
-            boundary.after_checkpoint()
-        else:
-            rd.beat_if_due()
+        seat.rows.append({"step": 0, "rollouts": 0, "wall_s": 0.0, **spec.task.evaluate(seat.policy)})
+    seat.progress = ProgressLine(seat.label, spec.task.episodes, seat.start, bool(eval_every),
+                                 spec.log_every, spec.progress_every_s)
+    seat.t0 = time.perf_counter()
+
+
+def _record(seat: Seat, step: int, row: dict[str, Any], boundary: interrupts.Boundary) -> bool:
+    """Episode `step`'s row into the seat's record: a metrics row (or an evaluation), the
+    progress line, a checkpoint when due or asked for. Returns whether it checkpointed
+    (the caller then calls boundary.after_checkpoint, once for all its seats)."""
+    spec, rows, eval_every = seat.spec, seat.rows, getattr(seat.spec.task, "eval_every", 0)
+    episodes = spec.task.episodes
+    seat.effective["group_size_effective"] = row.pop("group_size")
+    seat.cumulative += row.pop("rollouts")
+    row.update(step=step, rollouts=seat.cumulative, wall_s=seat.wall_before + time.perf_counter() - seat.t0)
+    if not math.isfinite(row["loss"]):
+        raise FloatingPointError(f"non-finite loss {row['loss']} at step {step}")
+    done = step + 1
+    if not eval_every:
+        rows.append(row)
+    elif done % eval_every == 0 or done == episodes:
+        rows.append({**row, "train_error": row["error"], "step": done,
+                     **spec.task.evaluate(seat.policy)})
+    seat.progress.after(done, row, rows[-1])
+    if done < episodes and (done % spec.checkpoint_every == 0 or boundary.pending):
+        seat.rd.checkpoint({"identity": seat.ident, "next_step": done, "cumulative": seat.cumulative,
+                            "wall_s": row["wall_s"], "policy": seat.policy.state_dict(),
+                            "optimizer": seat.opt.state_dict(), "streams": seat.streams.state(),
+                            "rows": rows}, done)
+        if boundary.pending:
+            print(f"[{seat.label}] checkpoint at step {done} ({boundary.why})", flush=True)
+        return True
+    seat.rd.beat_if_due()
+    return False
 
 
 class ProgressLine:

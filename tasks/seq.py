@@ -13,7 +13,7 @@ import torch
 
 from contract.batch import Batch, Request, Rollout
 from contract.rng import Streams
-from tasks import register
+from tasks import register, stacked
 from tasks.transformer import Transformer
 
 TARGETS = ("copy", "flip", "reverse_copy", "reverse_flip")
@@ -107,8 +107,13 @@ class SeqTask:
         prompts = torch.randint(0, V, (B, H), generator=streams.data, device=streams.data.device)
         if req.level == "token":
             return self._token_rollout(policy, prompts, k, streams.action)
-        tokens, logp = generate(policy, prompts, k, streams.action)
-        correct = tokens == target_tokens(prompts, self.target, V).unsqueeze(1)
+        return self._sequence_groups(prompts, *generate(policy, prompts, k, streams.action))
+
+    def _sequence_groups(self, prompts: torch.Tensor, tokens: torch.Tensor,
+                         logp: torch.Tensor) -> Rollout:
+        """Sequence-level groups from B prompts' sampled answers and their log-probs."""
+        B, k = tokens.shape[:2]
+        correct = tokens == target_tokens(prompts, self.target, self.vocab_size).unsqueeze(1)
         rewards = token_rewards(correct, self.reward)
         obs = SeqObs(prompts, tokens)
         if k == 1:
@@ -126,8 +131,12 @@ class SeqTask:
                        gen: torch.Generator) -> Rollout:
         """SPEC 2 token-level groups: one behaviour trajectory per prompt, K next-token
         candidates per prefix state (candidate 0 the behaviour token), B*H groups."""
-        B, H = prompts.shape
-        behaviour, cands, logp = generate(policy, prompts, 1, gen, candidates=k)
+        return self._token_groups(prompts, *generate(policy, prompts, 1, gen, candidates=k))
+
+    def _token_groups(self, prompts: torch.Tensor, behaviour: torch.Tensor, cands: torch.Tensor,
+                      logp: torch.Tensor) -> Rollout:
+        """Token-level groups from B behaviour trajectories and their [B, H, K] candidates."""
+        B, H, k = cands.shape
         target = target_tokens(prompts, self.target, self.vocab_size)
         correct = cands == target.unsqueeze(-1)  # [B, H, K]
         if self.reward == "sequential":
@@ -158,6 +167,52 @@ class SeqTask:
         logits = torch.cat([first.repeat_interleave(K, 0).unsqueeze(1), rest], 1)
         logp = torch.log_softmax(logits, -1).gather(-1, answers.unsqueeze(-1))
         return logp.view(B, K, H)
+
+    # ------------------------------------------------------------ S seeds at once
+
+    def rollout_seeds(self, policies: list[Transformer], req: Request,
+                      streams: list[Streams]) -> list[Rollout]:
+        """Each seed's `rollout`, the S policies' forwards one stacked computation
+        (tasks.stacked), each seed's prompts and samples drawn from its own streams in the
+        order `rollout` draws them, so each seed's rollout equals its unbatched one."""
+        B, H, V, k = self.batch_size, self.sequence_length, self.vocab_size, req.k
+        prompts = torch.stack([torch.randint(0, V, (B, H), generator=st.data, device=st.data.device)
+                               for st in streams])
+        gens = [st.action for st in streams]
+        if req.level == "token":
+            out = generate_seeds(policies, prompts, 1, gens, candidates=k)
+            return [self._token_groups(prompts[s], *(x[s] for x in out)) for s in range(len(streams))]
+        out = generate_seeds(policies, prompts, k, gens)
+        return [self._sequence_groups(prompts[s], *(x[s] for x in out)) for s in range(len(streams))]
+
+    def logprobs_seeds(self, policies: list[Transformer], batches: list[Batch]) -> list[torch.Tensor]:
+        """Each seed's `logprobs`, as one stacked forward; seeds whose batches differ in
+        shape (dynamic sampling keeps what it finds) are done one by one."""
+        obs = [b.obs for b in batches]
+        shapes = {(type(o), *(tuple(t.shape) for t in vars(o).values())) for o in obs}
+        if len(shapes) > 1:
+            return [self.logprobs(p, b) for p, b in zip(policies, batches)]
+        # Only the model is stacked; what follows it runs per seed on that seed's slice,
+        # as `logprobs` writes it (a broadcast op's backward may sum in another order).
+        net = stacked.Stacked(policies)
+        if isinstance(obs[0], TokenObs):
+            B, H, K = obs[0].candidates.shape
+            tokens = torch.stack([torch.cat([o.prompts, o.behaviour], 1)[:, :-1] for o in obs])
+            hidden = net.forward(tokens, head=False)
+            return [torch.log_softmax(net.head_of(s, h)[:, H - 1:], -1)
+                    .gather(-1, o.candidates).reshape(B * H, K, 1)
+                    for s, (h, o) in enumerate(zip(hidden.unbind(), obs))]
+        B, K, H = obs[0].answers.shape
+        answers = torch.stack([o.answers.reshape(B * K, H) for o in obs])
+        first, rest = net.forward_shared_prefix(torch.stack([o.prompts for o in obs]),
+                                                answers[:, :, :-1], K, head=False)
+        out = []
+        # unbind, not [s]: an index's backward writes a zero-filled gradient of all S seeds
+        for s, (f, r, a) in enumerate(zip(first.unbind(), rest.unbind(), answers.unbind())):
+            logits = torch.cat([net.head_of(s, f).repeat_interleave(K, 0).unsqueeze(1),
+                                net.head_of(s, r)], 1)
+            out.append(torch.log_softmax(logits, -1).gather(-1, a.unsqueeze(-1)).view(B, K, H))
+        return out
 
     def evaluate(self, policy: Transformer) -> None:
         return None  # SPEC 3.1: no greedy or held-out evaluation on these tasks
@@ -197,3 +252,40 @@ def generate(policy: Transformer, prompts: torch.Tensor, k: int, gen: torch.Gene
     if candidates:
         return tokens, torch.stack(cands, 1), torch.stack(logps, 1)
     return tokens, torch.cat(logps, 1).view(B, k, H)
+
+
+@torch.no_grad()
+def generate_seeds(policies: list[Transformer], prompts: torch.Tensor, k: int,
+                   gens: list[torch.Generator], candidates: int = 0):
+    """`generate` for S seeds: prompts [S, B, H], one generator per seed; every output
+    gains a leading seed axis. The forwards are one stacked computation; the draws stay
+    per seed, on that seed's slice with its own generator, step by step as in `generate`."""
+    S, B, H = prompts.shape
+    net = stacked.Stacked(policies)
+    caches: list[list] = [[] for _ in range(net.layers)]
+    logits = net.forward(prompts, caches)[:, :, -1]
+    # Cache rows are seed-major (s*B + b): repeat_interleave keeps each seed's block.
+    for c in caches:
+        c[0] = tuple(x.repeat_interleave(k, 0) for x in c[0])
+    logits = logits.repeat_interleave(k, 1)
+    tokens, logps, cands = [], [], []
+    for t in range(H):
+        # Per seed after the model, as `generate` writes it.
+        logp = [torch.log_softmax(logits[s], -1) for s in range(S)]
+        if candidates:
+            cand = [torch.multinomial(logp[s].exp(), candidates, replacement=True, generator=gens[s])
+                    for s in range(S)]
+            cands.append(torch.stack(cand))
+            logps.append(torch.stack([logp[s].gather(-1, cand[s]) for s in range(S)]))
+            tok = cands[-1][:, :, :1]
+        else:
+            tok = [torch.multinomial(logp[s].exp(), 1, generator=gens[s]) for s in range(S)]
+            logps.append(torch.stack([logp[s].gather(-1, tok[s]) for s in range(S)]))
+            tok = torch.stack(tok)
+        tokens.append(tok)
+        if t < H - 1:
+            logits = net.forward(tok, caches, start=H + t)[:, :, -1]
+    tokens = torch.cat(tokens, 2).view(S, B, k, H)
+    if candidates:
+        return tokens, torch.stack(cands, 2), torch.stack(logps, 2)
+    return tokens, torch.cat(logps, 2).view(S, B, k, H)

@@ -1,0 +1,172 @@
+"""Seed-batched jobs (issue 22 item 1, phase 1): `batch_seeds=true` trains a job's
+`seeds_per_job` seeds as one computation instead of one after the other.
+
+What is shared and what is not:
+- per seed, exactly as a single run (bench.runner.Seat): its run directory, lock,
+  checkpoint, resume, skip-when-completed, summary and metrics; its three random streams,
+  its policy module and its optimizer (so checkpoints and the optimizer code are the
+  single run's);
+- batched: the model arithmetic only. The task's `rollout_seeds` and `logprobs_seeds`
+  run the S policies as one stacked forward (tasks.stacked: a seed axis, one bmm per
+  layer) and draw each seed's samples from its own generator, in a single run's order.
+  The algorithm is untouched: each seed's loss is `algo.loss` on its own batch; the S
+  losses are summed and backpropagated once (a seed's parameters get only its own loss's
+  gradient, through torch.stack into its module's .grad), and each seed's optimizer steps.
+
+On the CPU at one thread each seed's metrics and weights equal its single run bit for
+bit (tests/test_batched.py); the stacked LayerNorm runs one call per seed for that
+(its fused affine rounds otherwise).
+
+Seeds may stand at different steps (one resumed from a later checkpoint than another):
+a seed joins the batch at the step it resumes from. A seed whose loss turns non-finite,
+or whose directory fails to write, fails alone; the others go on. An error inside the
+batched computation fails every seed still training.
+
+Done: the sequence tasks (tasks.seq), sequence- and token-level, every algorithm
+(dynamic sampling's top-ups are drawn per seed, unbatched). Left: MNIST and tabular (no
+`rollout_seeds`: refused at build time, bench.build), host syncs (item 2), the GPU.
+"""
+from __future__ import annotations
+
+import time
+from typing import Any
+
+import torch
+
+from bench import debug, dynamic, interrupts, rundir
+from bench.build import RunSpec
+from bench.runner import (OVER_EPOCHS, Seat, _claim, _close, _flat_params, _group_diagnostics,
+                          _open, _record, _start, failure, train_episode)
+from contract import schema
+from contract.batch import Request
+
+
+def train_episodes(task, algo, request: Request, policies: list, opts: list,
+                   streams: list) -> list[dict[str, float]]:
+    """bench.runner.train_episode for S seeds at once: one row per seed, each the row its
+    single run would give."""
+    if len(policies) == 1:  # one seed left to train (the others skipped or failed): its own path
+        return [train_episode(task, algo, request, policies[0], opts[0], streams[0])]
+    ros = task.rollout_seeds(policies, request, streams)
+    firsts = [ro.batch for ro in ros]
+    rows: list[dict[str, float]] = [{} for _ in policies]
+    if getattr(algo, "dynamic_sampling", 0):
+        for s, (policy, st) in enumerate(zip(policies, streams)):
+            ros[s], extra = dynamic.top_up(
+                ros[s], lambda policy=policy, st=st: task.rollout(policy, request, st.extra()),
+                algo.dynamic_sampling)
+            rows[s].update(extra)
+    before = [_flat_params(p) for p in policies]
+    over_epochs: list[dict[str, float]] = [{} for _ in policies]
+    for epoch in range(algo.epochs):
+        logps = task.logprobs_seeds(policies, [ro.batch for ro in ros])
+        outs = [algo.loss(ro.batch, lp) for ro, lp in zip(ros, logps)]
+        for opt in opts:
+            opt.zero_grad(set_to_none=True)
+        # d(sum)/d(loss_s) = 1 exactly, and no loss reaches another seed's parameters.
+        torch.stack([out.loss for out in outs]).sum().backward()
+        for s, (out, policy, opt) in enumerate(zip(outs, policies, opts)):
+            row = rows[s]
+            if epoch == 0:
+                grads = [p.grad.reshape(-1) for p in policy.parameters() if p.grad is not None]
+                row["grad_norm"] = float(torch.cat(grads).norm()) if grads else 0.0
+                row["loss"] = out.loss.item()
+                row.update({k: float(v) for k, v in out.metrics.items() if k not in OVER_EPOCHS})
+                if hasattr(task, "grad_metrics"):
+                    row.update(task.grad_metrics(policy))
+            for k in OVER_EPOCHS:
+                if k in out.metrics:
+                    over_epochs[s][k] = over_epochs[s].get(k, 0.0) + float(out.metrics[k])
+            opt.step()
+    for s, (row, ro, policy) in enumerate(zip(rows, ros, policies)):
+        row.update({k: total / algo.epochs for k, total in over_epochs[s].items()})
+        row["param_change"] = float((_flat_params(policy) - before[s]).norm())
+        row.update(error=float(ro.error), reward_mean=float(ro.reward_mean), rollouts=ro.rollouts,
+                   group_size=ro.batch.group_size)
+        row.update(_group_diagnostics(firsts[s]))
+    return rows
+
+
+# ---------------------------------------------------------------- the job
+
+def run(specs: list[RunSpec]) -> list[dict[str, Any]]:
+    """bench.runner.run for a job's seeds, trained together; one summary per spec, in
+    order. Completed seeds are skipped and seeds another process holds are left to it,
+    each as a single run would be; the rest train as one batch."""
+    rds = [rundir.RunDir(s.run_dir, pause_s=s.debug.get("checkpoint_pause", 0.0)) for s in specs]
+    answers: dict[int, dict[str, Any]] = {}
+    try:
+        claimed = []
+        for i, (spec, rd) in enumerate(zip(specs, rds)):
+            prev, answer = _claim(spec, rd)
+            if answer is None:
+                claimed.append((i, spec, rd, prev))
+            else:
+                answers[i] = answer
+        if claimed:
+            with interrupts.Boundary() as boundary:
+                answers.update(_attempt(claimed, boundary))
+    finally:
+        for rd in rds:
+            rd.release()
+    return [answers[i] for i in range(len(specs))]
+
+
+def _attempt(claimed: list, boundary: interrupts.Boundary) -> dict[int, dict[str, Any]]:
+    """bench.runner._attempt for the claimed seeds: each opened (or refused) and closed on
+    its own, trained together."""
+    answers: dict[int, dict[str, Any]] = {}
+    seats: dict[int, Seat] = {}
+    for i, spec, rd, prev in claimed:
+        seat = _open(spec, rd, prev)
+        if isinstance(seat, dict):
+            answers[i] = seat
+        else:
+            seats[i] = seat
+    ending: dict[int, tuple[str, str | None, str | None]] = {}
+    try:
+        _train(seats, ending, boundary)
+    except BaseException as e:  # interrupted: every seat still open is resumable
+        for i in seats:
+            ending.setdefault(i, (schema.INTERRUPTED, getattr(e, "signame", type(e).__name__), None))
+        raise
+    finally:
+        for i, seat in seats.items():
+            answers[i] = _close(seat, *ending.get(i, (schema.COMPLETED, None, None)))
+    return answers
+
+
+def _train(seats: dict[int, Seat], ending: dict, boundary: interrupts.Boundary) -> None:
+    """bench.runner._train over seats in lockstep; a seat that fails gets its `ending`
+    and leaves the batch."""
+    for seat in seats.values():
+        _start(seat)
+    if not seats:
+        return
+    first = next(iter(seats.values())).spec
+    task, algo, request = first.task, first.algo, first.request
+    steps = range(min(s.start for s in seats.values()), task.episodes)
+    for step in steps:
+        active = {i: s for i, s in seats.items() if i not in ending and s.start <= step}
+        if not active:  # every seat so far has failed; a later-resuming one may still join
+            continue
+        for seat in active.values():
+            if seat.start == step:  # its clock starts when it joins
+                seat.t0 = time.perf_counter()
+        try:
+            rows = train_episodes(task, algo, request, [s.policy for s in active.values()],
+                                  [s.opt for s in active.values()], [s.streams for s in active.values()])
+        except Exception as e:
+            # Not one seed's fault: the seeds waiting to join would meet it too.
+            for i in seats:
+                ending.setdefault(i, failure(e))
+            break
+        checkpointed = False
+        for (i, seat), row in zip(active.items(), rows):
+            try:
+                row = debug.inject(lambda row=row: row, seat.spec.debug)(step)
+                checkpointed |= _record(seat, step, row, boundary)
+            except Exception as e:
+                ending[i] = failure(e)
+        if checkpointed:  # after every seat's checkpoint: a stop then leaves all resumable
+            boundary.after_checkpoint()

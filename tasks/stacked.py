@@ -1,0 +1,135 @@
+"""The Transformer of tasks/transformer.py over a leading seed axis (issue 22 item 1).
+
+S policies of one architecture run as one computation: their parameters stacked into
+[S, ...] tensors (`stack`), activations [S, b, t, d], every dense layer one bmm over the
+seed axis, attention one SDPA call over S*b sequences, in the module's order of
+operations. On the CPU at one thread each seed's slice then equals its own module's
+output and gradients bit for bit (tests/test_batched.py), given three things done per
+seed: the LayerNorm affine, the output head of a loss (`head_of`), and whatever a task
+does after the head. Elsewhere (more threads, a GPU, where bmm and mm may tile and
+reduce otherwise) expect last-bit differences, which training then carries on.
+
+`stack` keeps the autograd link to each module's parameters (torch.stack is
+differentiable), so a backward of the S seeds' summed losses leaves each module's own
+`.grad`, and each seed's optimizer steps its module unchanged.
+"""
+from __future__ import annotations
+
+import torch
+import torch.nn.functional as F
+
+from tasks.transformer import LN_EPS, Transformer
+
+Params = dict[str, torch.Tensor]
+
+
+def stack(policies: list[Transformer]) -> Params:
+    """name -> [S, *shape], differentiable back to each policy's parameters."""
+    named = [dict(p.named_parameters()) for p in policies]
+    return {k: torch.stack([n[k] for n in named]) for k in named[0]}
+
+
+def _ln(x: torch.Tensor, scale: torch.Tensor, bias: torch.Tensor) -> torch.Tensor:
+    """x [S, n, d], scale/bias [S, d]: LayerNorm with a per-seed affine, one call per
+    seed: the fused kernel's affine rounds otherwise than normalise-then-scale (measured
+    on the CPU: not bitwise), and LayerNorm is a small share of an episode's time."""
+    # unbind, not x[s]: each x[s]'s backward would write a zero-filled [S, ...] gradient
+    # (measured: the stacked backward 2.3x slower than a loop over seeds at S = 8).
+    d = x.shape[-1]
+    return torch.stack([F.layer_norm(xs, (d,), w, b, LN_EPS)
+                        for xs, w, b in zip(x.unbind(), scale.unbind(), bias.unbind())])
+
+
+def _dense(x: torch.Tensor, w: torch.Tensor, b: torch.Tensor | None = None) -> torch.Tensor:
+    """x [S, n, i] @ w [S, i, o] (+ b [S, o]). A bmm's slices equal the per-seed mm
+    bit for bit on the CPU (measured); so do the broadcast bias add and its gradient's
+    sum over n, as long as that gradient is contiguous (see Stacked.head_of)."""
+    y = torch.bmm(x, w)
+    return y if b is None else y + b.unsqueeze(1)
+
+
+class Stacked:
+    """A stacked view of S Transformers: heads, layers and widths read from the first."""
+
+    def __init__(self, policies: list[Transformer]):
+        self.policies, ref = policies, policies[0]
+        self.S, self.layers = len(policies), len(ref.blocks)
+        self.heads, self.hd = ref.blocks[0].heads, ref.blocks[0].hd
+        self.p = stack(policies)
+
+    # x is [S, b, t, d] throughout; attention sees [S*b, heads, t, hd].
+
+    def _qkv(self, i: int, x: torch.Tensor):
+        p, S, (b, t, d) = self.p, self.S, x.shape[1:]
+        pre = f"blocks.{i}."
+        y = _ln(x.reshape(S, b * t, d), p[pre + "ln1_scale"], p[pre + "ln1_bias"])
+        w = torch.cat([p[pre + "wq"], p[pre + "wk"], p[pre + "wv"]], 2).reshape(S, d, 3 * d)
+        bias = torch.cat([p[pre + "bq"], p[pre + "bk"], p[pre + "bv"]], 1).reshape(S, 3 * d)
+        qkv = _dense(y, w, bias).view(S * b, t, 3, self.heads, self.hd).permute(2, 0, 3, 1, 4)
+        return qkv[0], qkv[1], qkv[2]
+
+    def _finish(self, i: int, x: torch.Tensor, att: torch.Tensor) -> torch.Tensor:
+        p, S, (b, t, d) = self.p, self.S, x.shape[1:]
+        pre = f"blocks.{i}."
+        flat = x.reshape(S, b * t, d)
+        flat = flat + torch.bmm(att.transpose(1, 2).reshape(S, b * t, d),
+                                p[pre + "wo"].reshape(S, d, d)) + p[pre + "bo"].unsqueeze(1)
+        y = _ln(flat, p[pre + "ln2_scale"], p[pre + "ln2_bias"])
+        h = F.gelu(_dense(y, p[pre + "w1"], p[pre + "b1"]), approximate="tanh")
+        out = flat + torch.bmm(h, p[pre + "w2"]) + p[pre + "b2"].unsqueeze(1)
+        return out.view(S, b, t, d)
+
+    def _embed(self, tokens: torch.Tensor, start: int) -> torch.Tensor:
+        """tokens [S, b, t] -> [S, b, t, d]."""
+        seeds = torch.arange(self.S, device=tokens.device).view(-1, 1, 1)
+        return self.p["tok_emb"][seeds, tokens] + \
+            self.p["pos_emb"][:, start:start + tokens.shape[2]].unsqueeze(1)
+
+    def _head(self, x: torch.Tensor) -> torch.Tensor:
+        S, rest, d = self.S, x.shape[1:-1], x.shape[-1]
+        y = _ln(x.reshape(S, -1, d), self.p["lnf_scale"], self.p["lnf_bias"])
+        return _dense(y, self.p["head_w"], self.p["head_b"]).view(S, *rest, -1)
+
+    def head_of(self, s: int, x: torch.Tensor) -> torch.Tensor:
+        """Seed s's output head on its hidden states x [..., d], as its module's `_head`
+        does it. For a loss: the bias gradient's sum then meets the same strides as in
+        the single module (the loss's slicing leaves non-contiguous gradients, and a sum
+        over those adds in another order than over a contiguous copy: not bitwise)."""
+        return self.policies[s]._head(x)  # its own leaves: no gradient through the stack
+
+    def forward(self, tokens: torch.Tensor, caches: list[list] | None = None,
+                start: int = 0, head: bool = True) -> torch.Tensor:
+        """Logits [S, b, t, V] (hidden states [S, b, t, d] with head=False); caches as in
+        Transformer.forward, over S*b sequences."""
+        x = self._embed(tokens, start)
+        for i in range(self.layers):
+            q, k, v = self._qkv(i, x)
+            if caches is not None:
+                cache = caches[i]
+                if cache:
+                    assert x.shape[2] == 1, "decode one position at a time after the prefill"
+                    k = torch.cat([cache[0][0], k], 2)
+                    v = torch.cat([cache[0][1], v], 2)
+                cache[:] = [(k, v)]
+            x = self._finish(i, x, F.scaled_dot_product_attention(q, k, v, is_causal=x.shape[2] > 1))
+        return self._head(x) if head else x
+
+    def forward_shared_prefix(self, prefix: torch.Tensor, suffix: torch.Tensor, group: int,
+                              head: bool = True):
+        """prefix [S, b, P], suffix [S, b*group, T] -> logits [S, b, V], [S, b*group, T, V]
+        (with head=False the hidden states [S, b, d], [S, b*group, T, d])."""
+        xp, xs = self._embed(prefix, 0), self._embed(suffix, prefix.shape[2])
+        P, T = prefix.shape[2], suffix.shape[2]
+        mask = torch.ones(T, P + T, dtype=torch.bool, device=xs.device)
+        mask[:, P:] = torch.ones(T, T, dtype=torch.bool, device=xs.device).tril()
+        for i in range(self.layers):
+            qp, kp, vp = self._qkv(i, xp)
+            qs, ks, vs = self._qkv(i, xs)
+            keys = torch.cat([kp.repeat_interleave(group, 0), ks], 2)
+            values = torch.cat([vp.repeat_interleave(group, 0), vs], 2)
+            att_s = F.scaled_dot_product_attention(qs, keys, values, attn_mask=mask)
+            att_p = F.scaled_dot_product_attention(qp, kp, vp, is_causal=P > 1)
+            xp, xs = self._finish(i, xp, att_p), self._finish(i, xs, att_s)
+        if not head:
+            return xp[:, :, -1], xs
+        return self._head(xp[:, :, -1]), self._head(xs)

@@ -1,0 +1,208 @@
+"""Seed-batched jobs (issue 22 item 1): batch_seeds=true trains a job's seeds as one
+stacked computation, and each seed must be exactly its single run (on the CPU, one
+thread: bit for bit), write its own directory, resume and be skipped like one."""
+import math
+import signal
+import subprocess
+import sys
+
+import pandas as pd
+import pytest
+import torch
+
+from bench import batched
+from bench.build import build
+from bench.optim import build_optimizer
+from bench.runner import train_episode
+from bench.speed import compose
+from conftest import REPO, TINY, metrics, run_bench, run_dirs, summary, wait_for
+from contract.rng import Streams
+
+# Odd sizes (B 5, H 3, V 3): every per-seed tensor off the SIMD width, where a stacked
+# elementwise op or reduction would show a different rounding if it had one.
+SMALL = ["task=demo", "task.batch_size=5", "task.sequence_length=3", "task.vocab_size=3", "threads=1"]
+ALGOS = ["tpo", "grpo", "dg", "ppo", "tpo_token", "dapo"]
+SEEDS = 3
+EPISODES = 3
+
+
+@pytest.fixture(autouse=True, scope="module")
+def one_thread():
+    """The claim is for one thread (as threads=1 runs): an intra-op split of a reduction
+    can round otherwise, in the stacked and the single computation alike."""
+    before = torch.get_num_threads()
+    torch.set_num_threads(1)
+    yield
+    torch.set_num_threads(before)
+
+
+def _seats(spec, seeds):
+    streams = [Streams.from_seed(s) for s in seeds]
+    policies = [spec.task.make_policy(st.init) for st in streams]
+    opts = [build_optimizer(spec.optim_name, list(p.parameters()), **spec.optim_hparams) for p in policies]
+    return streams, policies, opts
+
+
+def _same_row(a: dict, b: dict) -> bool:
+    return a.keys() == b.keys() and all(
+        x == y or (isinstance(x, float) and math.isnan(x) and math.isnan(y)) for x, y in zip(a.values(), b.values()))
+
+
+def _batched_vs_single(spec, seeds, episodes=EPISODES, mutate=None):
+    """(single rows, batched rows, single seats, batched seats) after `episodes`."""
+    single, stacked = _seats(spec, seeds), _seats(spec, seeds)
+    rows_single = [[train_episode(spec.task, spec.algo, spec.request, p, o, st)
+                    for st, p, o in zip(*single)] for _ in range(episodes)]
+    rows_batched = []
+    for _ in range(episodes):
+        streams, policies, opts = stacked
+        if mutate is not None:
+            streams, policies, opts = mutate(streams, policies, opts)
+        rows_batched.append(batched.train_episodes(spec.task, spec.algo, spec.request, policies, opts, streams))
+    return rows_single, rows_batched, single, stacked
+
+
+def _same_state(a, b) -> bool:
+    """Weights, optimizer moments and random streams of two seats, bitwise."""
+    for (sa, pa, oa), (sb, pb, ob) in zip(zip(*a), zip(*b)):
+        weights = all(torch.equal(x, y) for x, y in zip(pa.state_dict().values(), pb.state_dict().values()))
+        moments = all(torch.equal(x, y) for s, t in zip(oa.state.values(), ob.state.values())
+                      for x, y in zip(s.values(), t.values()) if isinstance(x, torch.Tensor))
+        rng = all(torch.equal(x, y) for x, y in zip(sa.state().values(), sb.state().values()))
+        if not (weights and moments and rng):
+            return False
+    return True
+
+
+@pytest.mark.parametrize("algo", ALGOS)
+def test_batched_seeds_equal_their_single_runs(algo):
+    spec = build(compose(*SMALL, f"algo={algo}"))
+    rows_single, rows_batched, single, stacked = _batched_vs_single(spec, range(SEEDS))
+    for e in range(EPISODES):
+        for s in range(SEEDS):
+            assert _same_row(rows_single[e][s], rows_batched[e][s]), (algo, e, s)
+    assert _same_state(single, stacked)
+    # the seeds really differ from each other: a mix-up between them would show
+    assert rows_single[-1][0]["loss"] != rows_single[-1][1]["loss"]
+
+
+def test_batched_equals_single_at_the_paper_shape():
+    """reverse_h10's B 100, K 8, H 10, V 2, one episode of TPO."""
+    spec = build(compose("task=reverse_h10", "algo=tpo", "threads=1"))
+    rows_single, rows_batched, single, stacked = _batched_vs_single(spec, range(2), episodes=1)
+    assert all(_same_row(a, b) for a, b in zip(rows_single[0], rows_batched[0]))
+    assert _same_state(single, stacked)
+
+
+@pytest.mark.parametrize("mutation", ["swap_streams", "skip_a_step"])
+def test_a_mixed_up_seed_is_caught(mutation):
+    """The comparison above can fail: swap two seeds' action streams in the batch, or let
+    one seed's optimizer miss its step, and it does."""
+    spec = build(compose(*SMALL, "algo=tpo"))
+
+    class Skip:  # an optimizer that forgets to step
+        def __init__(self, opt):
+            self.opt = opt
+
+        def zero_grad(self, set_to_none=True):
+            self.opt.zero_grad(set_to_none=set_to_none)
+
+        def step(self):
+            pass
+
+    def mutate(streams, policies, opts):
+        if mutation == "swap_streams":
+            a, b = streams[0], streams[1]
+            streams = [Streams(a.init, a.data, b.action, seed=a.seed), Streams(b.init, b.data, a.action, seed=b.seed),
+                       *streams[2:]]
+        else:
+            opts = [Skip(opts[0]), *opts[1:]]
+        return streams, policies, opts
+
+    rows_single, rows_batched, single, stacked = _batched_vs_single(spec, range(SEEDS), mutate=mutate)
+    same = all(_same_row(a, b) for ea, eb in zip(rows_single, rows_batched) for a, b in zip(ea, eb))
+    assert not (same and _same_state(single, stacked))
+
+
+# ---------------------------------------------------------------- through the CLI
+
+JOB = [*TINY, "task.episodes=6", "checkpoint_every=2", "seed=0", f"seeds_per_job={SEEDS}"]
+
+
+@pytest.fixture(scope="module")
+def reference(tmp_path_factory):
+    """The job's seeds one after the other, unbatched: what every batched job must equal."""
+    root = tmp_path_factory.mktemp("single")
+    run_bench(*JOB, f"output_root={root}")
+    return {d.name: metrics(d) for d in run_dirs(root)}
+
+
+def _assert_equals_reference(root, reference):
+    dirs = run_dirs(root)
+    assert sorted(d.name for d in dirs) == sorted(reference)
+    for d in dirs:
+        assert summary(d)["status"] == "completed"
+        pd.testing.assert_frame_equal(metrics(d), reference[d.name], check_exact=True)
+
+
+def test_batched_job_writes_each_seed_as_its_single_run(tmp_path, reference):
+    run_bench(*JOB, "batch_seeds=true", f"output_root={tmp_path}")
+    _assert_equals_reference(tmp_path, reference)
+
+
+def test_batched_job_killed_mid_run_resumes_to_identical_metrics(tmp_path, reference):
+    proc = subprocess.Popen([sys.executable, "-m", "bench", *JOB, "batch_seeds=true", "debug.sleep=0.3",
+                             f"output_root={tmp_path}"], cwd=REPO, text=True,
+                            stdout=subprocess.PIPE, stderr=subprocess.STDOUT)
+    wait_for(lambda: len(list(tmp_path.rglob("checkpoint.pt"))) == SEEDS)
+    proc.send_signal(signal.SIGKILL)
+    proc.wait()
+    steps = {torch.load(p, weights_only=True)["next_step"] for p in tmp_path.rglob("checkpoint.pt")}
+    again = run_bench(*JOB, "batch_seeds=true", f"output_root={tmp_path}")
+    assert again.stdout.count("resumed from checkpoint at step") == SEEDS, (steps, again.stdout)
+    _assert_equals_reference(tmp_path, reference)
+    assert all(summary(d)["attempts"] == 2 for d in run_dirs(tmp_path))
+
+
+def test_batched_job_skips_a_completed_seed_and_joins_a_resumed_one(tmp_path, reference):
+    """Seed 1 already completed (skipped, untouched); seed 2 killed at a checkpoint as a
+    single run (it joins the batch at its step); seed 0 fresh."""
+    run_bench(*TINY, "task.episodes=6", "checkpoint_every=2", "seed=1", f"output_root={tmp_path}")
+    proc = subprocess.Popen([sys.executable, "-m", "bench", *TINY, "task.episodes=6", "checkpoint_every=2",
+                             "seed=2", "debug.sleep=0.3", f"output_root={tmp_path}"], cwd=REPO, text=True,
+                            stdout=subprocess.PIPE, stderr=subprocess.STDOUT)
+    wait_for(lambda: list(tmp_path.rglob("seed=2/checkpoint.pt")))
+    proc.send_signal(signal.SIGKILL)
+    proc.wait()
+    [done] = [d for d in run_dirs(tmp_path) if d.name == "seed=1"]
+    before = (done / "summary.json").read_text()
+    out = run_bench(*JOB, "batch_seeds=true", f"output_root={tmp_path}")
+    assert "seed=1 already completed" in out.stdout
+    assert out.stdout.count("resumed from checkpoint at step") == 1
+    assert (done / "summary.json").read_text() == before
+    _assert_equals_reference(tmp_path, reference)
+
+
+@pytest.mark.parametrize("args, message", [
+    (["task=mnist", "seeds_per_job=2", "batch_seeds=true"], "batch_seeds=true"),
+    (["task=tabular_single", "seeds_per_job=2", "batch_seeds=true"], "batch_seeds=false"),
+    ([*TINY, "batch_seeds=sometimes"], "batch_seeds must be true or false"),
+])
+def test_batch_seeds_refused_where_it_cannot_run(tmp_path, args, message):
+    proc = run_bench(*args, f"output_root={tmp_path}", check=False)
+    assert proc.returncode == 2 and message in proc.stderr, proc.stderr
+    assert not run_dirs(tmp_path)
+
+
+def test_a_diverging_seed_fails_alone(tmp_path, reference):
+    """Seed 1's loss reads NaN at step 2 (debug.nan_at, given to that seed only): it is
+    recorded `diverged` with its rows so far; seeds 0 and 2 complete as their single runs."""
+    cfg = compose(*JOB, f"output_root={tmp_path}")
+    specs = [build({**cfg, "seed": s, "debug": {**cfg["debug"], "nan_at": 2 if s == 1 else -1}})
+             for s in range(SEEDS)]
+    summaries = batched.run(specs)
+    assert [s["status"] for s in summaries] == ["completed", "failed", "completed"]
+    assert summaries[1]["error_kind"] == "diverged" and summaries[1]["rows"] == 2
+    dirs = {d.name: d for d in run_dirs(tmp_path)}
+    for name in ("seed=0", "seed=2"):
+        pd.testing.assert_frame_equal(metrics(dirs[name]), reference[name], check_exact=True)
