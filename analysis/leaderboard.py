@@ -520,7 +520,9 @@ def markdown(board: Board) -> str:
     if spent:
         lines += ["", "Rollouts (× median): per task, the method's mean rollouts per run over "
                       "the median method's, averaged over tasks: the board compares methods at "
-                      "equal episodes (prompt-matched), not at equal samples."]
+                      "equal episodes (prompt-matched), not at equal samples. A rollout is one "
+                      "sampled answer: token-level methods sample one trajectory per prompt "
+                      "(and score K next-token candidates along it), so they count one."]
     methods = list(t.index)
     lines += ["", "Per task: the untrained error (mean over runs at step 0) and each method's mean "
                   "final error, % ± SE over seeds (rank by mean score).", "",

@@ -65,7 +65,7 @@ def main(cfg: DictConfig) -> dict:
     groups = [specs] if resolved.get("batch_seeds") and len(specs) > 1 else [[s] for s in specs]
     summaries = []
     for group in groups:
-        if worker and (why := interrupts.stop_requested()):
+        if why := interrupts.stop_requested():  # this worker, or its sweep, was stopped
             summaries += [{"run_dir": str(s.run_dir), "status": schema.NOT_STARTED,
                            "reason": f"the sweep was stopped ({why}) before it started"} for s in group]
             continue
@@ -77,26 +77,13 @@ def main(cfg: DictConfig) -> dict:
                 sys.exit(128 + e.signum)
             # A local sweep's worker ends its job normally: an exception would make the
             # launcher kill the other workers mid-episode. The sweeper reports the stop.
-            summaries += [_as_recorded(s, e.signame) for s in group]
+            summaries += getattr(e, "answers", None) or [
+                {"run_dir": str(group[0].run_dir), "status": schema.INTERRUPTED, "reason": e.signame}]
     failed = [s for s in summaries if s["status"] != "completed"]
     if failed and HydraConfig.get().mode.name == "RUN":
         sys.exit(1)  # a single run reports its failure through the exit code
     # A sweep goes on; the sweeper reports every run at the end.
     return job_result(summaries)
-
-
-def _as_recorded(spec, signame: str) -> dict:
-    """What an interrupted job's run says of itself (a batched job's seeds may have ended
-    differently: completed before the signal, or not yet joined)."""
-    from contract import io, schema
-
-    try:
-        s = io.read_json_object(spec.run_dir / schema.SUMMARY)
-    except (OSError, io.DamagedFile):
-        return {"run_dir": str(spec.run_dir), "status": schema.NOT_STARTED,
-                "reason": f"the sweep was stopped ({signame}) before it started"}
-    return {"run_dir": str(spec.run_dir), "status": s.get("status"), "reason": s.get("reason"),
-            "error_kind": s.get("error_kind")}
 
 
 def bad_input(error: BaseException | None) -> bool:

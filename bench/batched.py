@@ -105,17 +105,20 @@ def run(specs: list[RunSpec]) -> list[dict[str, Any]]:
                 answers[i] = answer
         if claimed:
             with interrupts.Boundary() as boundary:
-                answers.update(_attempt(claimed, boundary))
+                _attempt(claimed, boundary, answers)
+    except interrupts.Interrupted as e:  # each seed as it recorded itself (a sweep reports them)
+        e.answers = [answers.get(i) or {"run_dir": str(s.run_dir), "status": schema.INTERRUPTED,
+                                        "reason": e.signame} for i, s in enumerate(specs)]
+        raise
     finally:
         for rd in rds:
             rd.release()
     return [answers[i] for i in range(len(specs))]
 
 
-def _attempt(claimed: list, boundary: interrupts.Boundary) -> dict[int, dict[str, Any]]:
+def _attempt(claimed: list, boundary: interrupts.Boundary, answers: dict[int, dict[str, Any]]) -> None:
     """bench.runner._attempt for the claimed seeds: each opened (or refused) and closed on
-    its own, trained together."""
-    answers: dict[int, dict[str, Any]] = {}
+    its own, trained together; their summaries go into `answers`, even when interrupted."""
     seats: dict[int, Seat] = {}
     for i, spec, rd, prev in claimed:
         seat = _open(spec, rd, prev)
@@ -126,6 +129,9 @@ def _attempt(claimed: list, boundary: interrupts.Boundary) -> dict[int, dict[str
     ending: dict[int, tuple[str, str | None, str | None]] = {}
     try:
         _train(seats, ending, boundary)
+    except Exception as e:  # outside one seed's steps (an evaluation, say): each records it
+        for i in seats:
+            ending.setdefault(i, failure(e))
     except BaseException as e:  # interrupted: every seat still open is resumable
         for i in seats:
             ending.setdefault(i, (schema.INTERRUPTED, getattr(e, "signame", type(e).__name__), None))
@@ -133,15 +139,17 @@ def _attempt(claimed: list, boundary: interrupts.Boundary) -> dict[int, dict[str
     finally:
         for i, seat in seats.items():
             answers[i] = _close(seat, *ending.get(i, (schema.COMPLETED, None, None)))
-    return answers
 
 
 def _train(seats: dict[int, Seat], ending: dict, boundary: interrupts.Boundary) -> None:
     """bench.runner._train over seats in lockstep; a seat that fails gets its `ending`
     and leaves the batch."""
-    for seat in seats.values():
-        _start(seat)
-    if not seats:
+    for i, seat in seats.items():
+        try:  # a damaged checkpoint fails its own seed only
+            _start(seat)
+        except Exception as e:
+            ending[i] = failure(e)
+    if len(ending) == len(seats):
         return
     first = next(iter(seats.values())).spec
     task, algo, request = first.task, first.algo, first.request
@@ -161,11 +169,11 @@ def _train(seats: dict[int, Seat], ending: dict, boundary: interrupts.Boundary) 
             for i in seats:
                 ending.setdefault(i, failure(e))
             break
-        checkpointed = False
+        checkpointed, asked = False, boundary.pending  # once: every seat checkpoints or none
         for (i, seat), row in zip(active.items(), rows):
             try:
                 row = debug.inject(lambda row=row: row, seat.spec.debug)(step)
-                checkpointed |= _record(seat, step, row, boundary)
+                checkpointed |= _record(seat, step, row, asked, boundary.why)
             except Exception as e:
                 ending[i] = failure(e)
         if checkpointed:  # after every seat's checkpoint: a stop then leaves all resumable

@@ -39,6 +39,9 @@ class Interrupted(BaseException):
 STOP_SIGNALS = (signal.SIGINT, signal.SIGTERM)
 CHECKPOINT_SIGNAL = signal.SIGUSR2
 STOP_FILE_ENV = "TPO_BENCH_STOP_FILE"
+# The sweeper's own pid: with one job at a time joblib runs the jobs in the sweeper's
+# process, which must then stop the way a single run does (SweepStop's handlers are its).
+STOP_OWNER_ENV = "TPO_BENCH_STOP_OWNER"
 
 _latched: str | None = None  # a stop this process got: its later runs must not start
 _latch_installed = False
@@ -62,7 +65,7 @@ def latch_in_sweep_worker() -> bool:
     a stop signal arriving between runs: the default would kill the worker, and with it
     every sibling. A run's own Boundary takes over while it trains."""
     global _latch_installed
-    if not os.environ.get(STOP_FILE_ENV):
+    if not os.environ.get(STOP_FILE_ENV) or os.environ.get(STOP_OWNER_ENV) == str(os.getpid()):
         return False
     if not _latch_installed and threading.current_thread() is threading.main_thread():
         def latch(signum: int, frame: FrameType | None) -> None:
@@ -138,7 +141,7 @@ class SweepStop:
         self.stop_file = Path(stop_file)
         self.signame: str | None = None
         self._previous: dict[int, object] = {}
-        self._env: str | None = None
+        self._env: dict[str, str | None] = {}
 
     def _on_stop(self, signum: int, frame: FrameType | None) -> None:
         from contract import io
@@ -155,8 +158,9 @@ class SweepStop:
     def __enter__(self) -> "SweepStop":
         self.stop_file.parent.mkdir(parents=True, exist_ok=True)
         self.stop_file.unlink(missing_ok=True)  # a stale request from an earlier sweep
-        self._env = os.environ.get(STOP_FILE_ENV)
+        self._env = {k: os.environ.get(k) for k in (STOP_FILE_ENV, STOP_OWNER_ENV)}
         os.environ[STOP_FILE_ENV] = str(self.stop_file.resolve())  # the workers inherit it
+        os.environ[STOP_OWNER_ENV] = str(os.getpid())
         if threading.current_thread() is threading.main_thread():
             for sig in STOP_SIGNALS:
                 self._previous[sig] = signal.signal(sig, self._on_stop)
@@ -166,10 +170,11 @@ class SweepStop:
         for sig, handler in self._previous.items():
             signal.signal(sig, handler)
         self._previous.clear()
-        if self._env is None:
-            os.environ.pop(STOP_FILE_ENV, None)
-        else:
-            os.environ[STOP_FILE_ENV] = self._env
+        for key, value in self._env.items():
+            if value is None:
+                os.environ.pop(key, None)
+            else:
+                os.environ[key] = value
         if self.signame is None and self.stop_file.exists():  # stopped by hand (`touch`)
             self.signame = stop_requested_by_file(self.stop_file)
         self.stop_file.unlink(missing_ok=True)

@@ -331,7 +331,8 @@ def _train(seat: Seat, boundary: interrupts.Boundary) -> None:
     episode = debug.inject(lambda: train_episode(spec.task, spec.algo, spec.request, seat.policy,
                                                  seat.opt, seat.streams), spec.debug)
     for step in range(seat.start, spec.task.episodes):
-        if _record(seat, step, episode(step), boundary):
+        row = episode(step)
+        if _record(seat, step, row, boundary.pending, boundary.why):
             boundary.after_checkpoint()
 
 
@@ -360,10 +361,11 @@ def _start(seat: Seat) -> None:
     seat.t0 = time.perf_counter()
 
 
-def _record(seat: Seat, step: int, row: dict[str, Any], boundary: interrupts.Boundary) -> bool:
+def _record(seat: Seat, step: int, row: dict[str, Any], asked: bool, why: str) -> bool:
     """Episode `step`'s row into the seat's record: a metrics row (or an evaluation), the
-    progress line, a checkpoint when due or asked for. Returns whether it checkpointed
-    (the caller then calls boundary.after_checkpoint, once for all its seats)."""
+    progress line, a checkpoint when due or `asked` (a signal, read once per step by the
+    caller so that every seat of a batch sees the same answer). Returns whether it
+    checkpointed (the caller then calls boundary.after_checkpoint, once for all its seats)."""
     spec, rows, eval_every = seat.spec, seat.rows, getattr(seat.spec.task, "eval_every", 0)
     episodes = spec.task.episodes
     seat.effective["group_size_effective"] = row.pop("group_size")
@@ -378,13 +380,13 @@ def _record(seat: Seat, step: int, row: dict[str, Any], boundary: interrupts.Bou
         rows.append({**row, "train_error": row["error"], "step": done,
                      **spec.task.evaluate(seat.policy)})
     seat.progress.after(done, row, rows[-1])
-    if done < episodes and (done % spec.checkpoint_every == 0 or boundary.pending):
+    if done < episodes and (done % spec.checkpoint_every == 0 or asked):
         seat.rd.checkpoint({"identity": seat.ident, "next_step": done, "cumulative": seat.cumulative,
                             "wall_s": row["wall_s"], "policy": seat.policy.state_dict(),
                             "optimizer": seat.opt.state_dict(), "streams": seat.streams.state(),
                             "rows": rows}, done)
-        if boundary.pending:
-            print(f"[{seat.label}] checkpoint at step {done} ({boundary.why})", flush=True)
+        if asked:
+            print(f"[{seat.label}] checkpoint at step {done} ({why})", flush=True)
         return True
     seat.rd.beat_if_due()
     return False

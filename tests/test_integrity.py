@@ -179,14 +179,17 @@ def test_stop_signal_checkpoints_at_the_boundary_and_records_interrupted(tmp_pat
     pd.testing.assert_frame_equal(metrics(d), reference, check_exact=True)
 
 
-@pytest.mark.parametrize("how", ["sigterm_to_the_sweep", "ctrl_c_to_the_group"])
-def test_a_local_sweep_stops_every_running_run_at_its_boundary(tmp_path, how):
+@pytest.mark.parametrize("how, n_jobs, n_running", [("sigterm_to_the_sweep", 2, 2),
+                                                    ("ctrl_c_to_the_group", 8, 3)])
+def test_a_local_sweep_stops_every_running_run_at_its_boundary(tmp_path, how, n_jobs, n_running):
     """hydra/launcher=local: before, the first worker to stop raised out of its job and the
     launcher killed the other worker mid-episode (its episodes since its last checkpoint
     lost). Now every running run checkpoints at its boundary, no queued run starts, and
-    the same command finishes all of them to an uninterrupted sweep's metrics."""
+    the same command finishes all of them to an uninterrupted sweep's metrics. n_jobs=8 for
+    3 jobs: the sweeper starts 3 workers, not 8 (an idle one, unguarded, would die of the
+    Ctrl-C and the launcher would kill the rest)."""
     sweep = ["-m", *SLOW, "checkpoint_every=1000", "seed=0,1,2", "hydra/launcher=local",
-             "hydra.launcher.n_jobs=2"]
+             f"hydra.launcher.n_jobs={n_jobs}"]
     p = subprocess.Popen([sys.executable, "-m", "bench", *sweep, "debug.sleep=0.3",
                           f"output_root={tmp_path / 'runs'}"], cwd=REPO, text=True,
                          stdout=subprocess.PIPE, stderr=subprocess.STDOUT, start_new_session=True)
@@ -194,7 +197,7 @@ def test_a_local_sweep_stops_every_running_run_at_its_boundary(tmp_path, how):
     for line in p.stdout:
         if m := re.search(r"seed=(\d)\] step 2/12", line):
             running.add(int(m.group(1)))
-        if len(running) == 2:
+        if len(running) == n_running:
             break
     sig = signal.SIGTERM if how == "sigterm_to_the_sweep" else signal.SIGINT
     if sig == signal.SIGTERM:
@@ -204,16 +207,16 @@ def test_a_local_sweep_stops_every_running_run_at_its_boundary(tmp_path, how):
     rest = p.stdout.read()
     assert p.wait(timeout=300) == 128 + sig, rest
     dirs = run_dirs(tmp_path / "runs")
-    assert {int(d.name.split("=")[1]) for d in dirs} == running, rest  # the queued one never started
+    assert {int(d.name.split("=")[1]) for d in dirs} == running, rest  # a queued one never started
     for d in dirs:
         s = summary(d)
         assert s["status"] == "interrupted" and s["reason"] == sig.name, (d, s["status"], rest)
         state = torch.load(d / "checkpoint.pt", weights_only=True)
         assert 2 <= state["next_step"] < 12 and len(state["rows"]) == state["next_step"]
-    assert "1 not started" in rest and f"stopped by {sig.name}" in rest, rest
+    assert (f"{3 - n_running} not started" in rest) == (n_running < 3) and f"stopped by {sig.name}" in rest, rest
     assert not list((tmp_path / "runs").rglob("STOP"))  # the stop request does not outlive the sweep
     again = run_bench(*sweep, f"output_root={tmp_path / 'runs'}")
-    assert again.stdout.count("resumed from checkpoint") == 2, again.stdout
+    assert again.stdout.count("resumed from checkpoint") == n_running, again.stdout
     run_bench(*sweep[:-2], f"output_root={tmp_path / 'ref'}")  # uninterrupted, basic launcher
     for seed in range(3):
         [a] = [d for d in run_dirs(tmp_path / "runs") if d.name == f"seed={seed}"]

@@ -133,6 +133,14 @@ class BenchSweeper(BasicSweeper):
             return []
         progress = SweepProgress([d for job in jobs for d in dirs[tuple(job)]], every_s(self.config),
                                  force=bool(OmegaConf.select(self.config, "force")))
+        if self._local:
+            # No idle workers: loky starts n_jobs at once, and one that a Ctrl-C meets
+            # before its first job (so before bench.interrupts guards it) dies and takes
+            # its siblings with it.
+            from joblib import effective_n_jobs
+
+            n = effective_n_jobs(self.launcher.joblib.get("n_jobs", -1))
+            self.launcher.joblib["n_jobs"] = max(1, min(n, len(jobs)))
         # A local sweep stops gracefully: its workers' runs checkpoint at their next
         # episode boundary (bench.interrupts), instead of the launcher killing them.
         stop = SweepStop(Path(self.config.hydra.sweep.dir) / SWEEP_STOP) if self._local else nullcontext()
