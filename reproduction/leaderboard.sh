@@ -1,11 +1,11 @@
 #!/usr/bin/env bash
 # Issue 21's leaderboard at its preset size (conf/experiment/leaderboard.yaml: 17 methods x
-# 5 tasks x 5 seeds, about 4.7 core-hours here), one job per core, one torch thread each,
+# 5 tasks x 5 seeds, about 5.3 core-hours here), one job per core, one torch thread each,
 # checkpoints every 20 episodes: interrupt it any time and run it again; completed runs are
 # skipped and unfinished ones resume. Then the table and figure are regenerated.
 #
 #   bash reproduction/leaderboard.sh            # from the repository root
-#   SEEDS=20 bash reproduction/leaderboard.sh   # the 20-seed board (about 19 core-hours)
+#   SEEDS=20 bash reproduction/leaderboard.sh   # the 20-seed board (about 21 core-hours)
 #
 # Runs land in reproduction/runs/leaderboard/ (committed, so the study continues from any
 # checkout); the board in reproduction/leaderboard/ (leaderboard.md, .png, .pdf).
