@@ -2,7 +2,7 @@
 l [N, K, T] to a scalar: the `aggregation` parameter every token-level surrogate shares.
 With candidate weights w_nk (batch.candidate_weights(): 1, the sampled indicator, or the
 population probability) and an optional step mask m [N, K, T] (the LLM task family's
-completion mask; no task of this harness has one: every step counts, m = 1):
+completion mask, batch.mask; the other tasks have none: every step counts, m = 1):
 
     token-mean            L = sum_nkt w m l / sum_nkt w m                 DAPO, BNPO (TRL "dapo",
                                                                           "bnpo"), CISPO, GPG
@@ -14,7 +14,7 @@ Sequence means count the sequences with at least one step (verl agg_loss); `cons
 counts every sequence, as TRL's dr_grpo does (per_token_loss.size(0)). T_max is the
 generation budget (TRL max_completion_length), by default the batch's T.
 
-On this harness every sequence has T = H steps and no mask, so token-mean,
+On the token tasks every sequence has T = H steps and no mask, so token-mean,
 seq-mean-token-mean and constant (T_max = T) are the same number, and seq-mean-token-sum
 is T times it: the modes differ by a constant factor, which the normalised optimisers
 (Muon, NAdam) all but cancel. They part only where lengths differ (a mask) or

@@ -59,9 +59,9 @@ class CISPO:
         w = rho.clamp(1 - self.eps_low, 1 + self.eps_high)
         per_step = -w * A.unsqueeze(-1) * logp
         weights = batch.candidate_weights()
-        loss = aggregate(per_step, self.aggregation, weights)
+        loss = aggregate(per_step, self.aggregation, weights, batch.mask)
         kl = reverse_kl(d)
         if self.kl_coef:
-            loss = loss + self.kl_coef * aggregate(kl, self.aggregation, weights)
-        return LossOut(loss, {"clip_frac": (w != rho).float().mean().item(),
-                              "kl": kl.mean().item(), **advantage_diagnostics(A, batch)})
+            loss = loss + self.kl_coef * aggregate(kl, self.aggregation, weights, batch.mask)
+        return LossOut(loss, {"clip_frac": batch.step_mean((w != rho).float()).item(),
+                              "kl": batch.step_mean(kl).item(), **advantage_diagnostics(A, batch)})

@@ -48,11 +48,15 @@ from contract.batch import Batch, LossOut
 RATIOS = ("token", "sequence")
 
 
-def log_ratio(logp: torch.Tensor, logp_old: torch.Tensor, ratio: str) -> torch.Tensor:
-    """[N, K, T] log of rho_it: the token's own, or the sequence's mean (GSPO) on every t."""
+def log_ratio(logp: torch.Tensor, logp_old: torch.Tensor, ratio: str,
+              mask: torch.Tensor | None = None) -> torch.Tensor:
+    """[N, K, T] log of rho_it: the token's own, or the sequence's mean (GSPO) on every t
+    (over the mask's real steps, where there is one: padded steps have d = 0)."""
     d = logp - logp_old
     if ratio == "sequence":
-        return d.mean(-1, keepdim=True).expand_as(d)
+        mean = d.mean(-1, keepdim=True) if mask is None else \
+            d.sum(-1, keepdim=True) / mask.sum(-1, keepdim=True).clamp_min(1).to(d.dtype)
+        return mean.expand_as(d)
     return d
 
 
@@ -112,14 +116,14 @@ class ClippedSurrogate:
 
     def loss(self, batch: Batch, logp: torch.Tensor) -> LossOut:
         A = advantages(self.advantage, batch.scores, batch.probs)
-        d = log_ratio(logp, batch.logp_old, self.ratio)
+        d = log_ratio(logp, batch.logp_old, self.ratio, batch.mask)
         rho = d.exp()
         surrogate = clipped_objective(rho, A.unsqueeze(-1), self.eps_low, self.eps_high)
-        weights, max_len = batch.candidate_weights(), self.max_len or None
-        loss = -aggregate(surrogate, self.aggregation, weights, max_len=max_len)
+        weights, max_len, mask = batch.candidate_weights(), self.max_len or None, batch.mask
+        loss = -aggregate(surrogate, self.aggregation, weights, mask, max_len)
         kl = reverse_kl(logp - batch.logp_old)
         if self.kl_coef:
-            loss = loss + self.kl_coef * aggregate(kl, self.aggregation, weights, max_len=max_len)
+            loss = loss + self.kl_coef * aggregate(kl, self.aggregation, weights, mask, max_len)
         clipped = (rho < 1 - self.eps_low) | (rho > 1 + self.eps_high)
-        return LossOut(loss, {"clip_frac": clipped.float().mean().item(),
-                              "kl": kl.mean().item(), **advantage_diagnostics(A, batch)})
+        return LossOut(loss, {"clip_frac": batch.step_mean(clipped.float()).item(),
+                              "kl": batch.step_mean(kl).item(), **advantage_diagnostics(A, batch)})

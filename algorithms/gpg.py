@@ -61,7 +61,7 @@ class GPG:
     def loss(self, batch: Batch, logp: torch.Tensor) -> LossOut:
         A = advantages(self.advantage, batch.scores, batch.probs)
         per_step = -A.unsqueeze(-1) * logp
-        loss = aggregate(per_step, self.aggregation, batch.candidate_weights())
+        loss = aggregate(per_step, self.aggregation, batch.candidate_weights(), batch.mask)
         if self.rescale:
             loss = gpg_alpha(batch.scores, batch.probs) * loss
         return LossOut(loss, advantage_diagnostics(A, batch))

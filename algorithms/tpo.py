@@ -12,7 +12,8 @@ A candidate's log-prob, in logp_old and logp_theta alike, is
     logp_i = sum_t logp_it        (logp_norm="sum": the paper's, SPEC 7)
     logp_i = mean_t logp_it       (logp_norm="mean": length-normalised, the closed TRL
                                    PR's default; a different method, SPEC 7)
-which are one for one-step candidates (T = 1: bandits, token level).
+which are one for one-step candidates (T = 1: bandits, token level); with a completion
+mask (the LLM family) both run over the candidate's real tokens.
 """
 from __future__ import annotations
 
@@ -29,9 +30,15 @@ from contract.schema import IF_SET
 LOGP_NORMS = ("sum", "mean")
 
 
-def candidate_logp(logp: torch.Tensor, norm: str = "sum") -> torch.Tensor:
-    """[N, K] candidate log-probs from per-step ones [N, K, T]: summed or length-normalised."""
-    return logp.sum(-1) if norm == "sum" else logp.mean(-1)
+def candidate_logp(logp: torch.Tensor, norm: str = "sum",
+                   mask: torch.Tensor | None = None) -> torch.Tensor:
+    """[N, K] candidate log-probs from per-step ones [N, K, T]: summed or length-normalised
+    (over the mask's real steps, where there is one; padded steps hold 0)."""
+    if norm == "sum":
+        return logp.sum(-1)
+    if mask is None:
+        return logp.mean(-1)
+    return logp.sum(-1) / mask.sum(-1).clamp_min(1).to(logp.dtype)
 
 
 def tpo_target(logp_old: torch.Tensor, scores: torch.Tensor, eta: float = 1.0,
@@ -66,9 +73,9 @@ class TPO:
     def loss(self, batch: Batch, logp: torch.Tensor) -> LossOut:
         # q depends only on rollout-time quantities, so it is the same frozen target
         # in every epoch on this batch.
-        q = tpo_target(candidate_logp(batch.logp_old, self.logp_norm), batch.scores,
+        q = tpo_target(candidate_logp(batch.logp_old, self.logp_norm, batch.mask), batch.scores,
                        self.eta, self.anchor)
-        logp_group = torch.log_softmax(candidate_logp(logp, self.logp_norm), -1)
+        logp_group = torch.log_softmax(candidate_logp(logp, self.logp_norm, batch.mask), -1)
         loss = -(q * logp_group).sum(-1).mean()
         return LossOut(loss, {
             "q_success": mean_where(q, batch.success),

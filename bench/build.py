@@ -95,7 +95,7 @@ def _instantiate(registry, section: dict[str, Any], key: str):
             raise ConfigError(f"{key}.{field}={value!r} should be of type {want.__name__}")
     try:
         obj = cls(**section)
-    except (ValueError, TypeError) as e:
+    except (ValueError, TypeError, ImportError) as e:  # ImportError: an optional extra missing
         raise ConfigError(str(e)) from None
     return impl, obj
 

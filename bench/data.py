@@ -1,9 +1,27 @@
-"""`python -m bench.data mnist --dir DIR`: stage (download and verify) MNIST's IDX files.
+"""`python -m bench.data {mnist,gsm8k} --dir DIR`: stage (download and verify) a data set.
 
-The loader itself lives with the task that reads it (`tasks/_data.py`)."""
+The loaders live with the tasks that read them: MNIST's IDX files in `tasks/_data.py`,
+GSM8K's JSON lines in `tasks/_problems.py`; each takes the rest of the command line."""
+import argparse
+import importlib
 import sys
 
-from tasks._data import main
+STAGERS = {"mnist": "tasks._data", "gsm8k": "tasks._problems"}
+
+
+def main(argv: list[str] | None = None) -> int:
+    argv = sys.argv[1:] if argv is None else list(argv)
+    if argv and argv[0] in STAGERS:
+        # imported on demand: a stager loads only its own loader
+        return importlib.import_module(STAGERS[argv[0]]).main(argv)
+    p = argparse.ArgumentParser(prog="python -m bench.data",
+                                description="Download (if missing) and check a data set.")
+    p.add_argument("dataset", choices=list(STAGERS))
+    p.add_argument("options", nargs=argparse.REMAINDER,
+                   help="the data set's own options (python -m bench.data DATASET --help)")
+    p.parse_args(argv)  # no known data set named: exits with the usage
+    return 2
+
 
 if __name__ == "__main__":
     sys.exit(main())

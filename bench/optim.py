@@ -156,6 +156,11 @@ def _adam(params, lr):
     return torch.optim.Adam(params, lr=lr, betas=(0.9, 0.999), eps=1e-8, weight_decay=0.0)
 
 
+def _adamw(params, lr, weight_decay):
+    # SPEC 7: the paper's LLM runs (verl) use AdamW; decoupled weight decay.
+    return torch.optim.AdamW(params, lr=lr, betas=(0.9, 0.999), eps=1e-8, weight_decay=weight_decay)
+
+
 def _muon_nadam(params, lr):
     return MuonNAdam(params, lr=lr)
 
@@ -169,6 +174,7 @@ def _normalised_step(params, alpha):
 OPTIMIZERS = {
     "muon_nadam": _muon_nadam,
     "adam": _adam,
+    "adamw": _adamw,
     "normalised_step": _normalised_step,
 }
 
@@ -182,6 +188,10 @@ def check_optimizer(name, hparams):
         raise ValueError(f"optim={name} takes the keys {', '.join(wanted)}; got "
                          f"{', '.join(sorted(hparams)) or 'none'}")
     for key, value in hparams.items():
+        if key == "weight_decay":  # a fraction of the weights per step: 0 is none
+            if isinstance(value, bool) or not isinstance(value, (int, float)) or not 0 <= value < 1:
+                raise ValueError(f"optim.weight_decay must be a number in [0, 1), got {value!r}")
+            continue
         # NaN fails both comparisons and inf the bound: no separate finiteness test.
         if isinstance(value, bool) or not isinstance(value, (int, float)) or not (
                 0 < value <= MAX_STEP_SIZE):

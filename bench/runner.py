@@ -51,6 +51,48 @@ def _group_diagnostics(batch: Batch) -> dict[str, float]:
     return out
 
 
+def reference_kl(batch: Batch, logp: torch.Tensor) -> torch.Tensor:
+    """KL(pi_theta || pi_ref) per real token, k3 estimator exp(r - l) - (r - l) - 1 with
+    l = logp_theta, r = logp_ref, averaged over the batch's real tokens: the penalty a
+    task with a frozen reference asks for (`kl_ref`, the LLM family), added to whatever
+    loss the algorithm returns, as the paper does for TPO and GRPO alike (SPEC 7)."""
+    d = batch.logp_ref - logp
+    return batch.step_mean(torch.exp(d) - d - 1)
+
+
+def micro_batches(batch: Batch, micro_groups: int) -> list[tuple[Batch, float]]:
+    """The batch cut into parts of `micro_groups` whole groups (0: one part), each with
+    its share of the groups: gradient accumulation never splits a group (TPO's loss is a
+    function of the whole group, SPEC 7). A loss that is a mean over groups accumulates
+    exactly; a token-mean one is normalised within each part (as TRL's per-device loss)."""
+    N = batch.num_groups
+    if not micro_groups or micro_groups >= N:
+        return [(batch, 1.0)]
+    starts = range(0, N, micro_groups)
+    return [(batch.take(torch.arange(s, min(s + micro_groups, N), device=batch.scores.device)),
+             (min(s + micro_groups, N) - s) / N) for s in starts]
+
+
+def _backward(task, algo, batch: Batch, policy, kl_ref: float) -> tuple[float, dict[str, float]]:
+    """One full-batch gradient (accumulated over micro-batches): the loss and the
+    algorithm's metrics, each the groups-weighted mean over the parts."""
+    # task.micro_batch counts completions; the task has checked it holds whole groups.
+    parts = micro_batches(batch, getattr(task, "micro_batch", 0) // batch.group_size)
+    loss_value, metrics = 0.0, {}
+    for part, share in parts:
+        logp = task.logprobs(policy, part)
+        out = algo.loss(part, logp)
+        loss = out.loss
+        if kl_ref:
+            kl = reference_kl(part, logp)
+            loss = loss + kl_ref * kl
+        (loss if len(parts) == 1 else loss * share).backward()
+        loss_value += loss.item() * share
+        for k, v in out.metrics.items():
+            metrics[k] = metrics.get(k, 0.0) + float(v) * share
+    return loss_value, metrics
+
+
 def train_episode(task, algo, request: Request, policy, opt, streams: Streams,
                   clock: dict[str, float] | None = None) -> dict[str, float]:
     """One episode: sample, then algo.epochs full-batch optimizer steps on it (SPEC 2).
@@ -68,26 +110,28 @@ def train_episode(task, algo, request: Request, policy, opt, streams: Streams,
     t1 = time.perf_counter()
     before = _flat_params(policy)
     over_epochs: dict[str, float] = {}
+    kl_ref = getattr(task, "kl_ref", 0.0) if ro.batch.logp_ref is not None else 0.0
     for epoch in range(algo.epochs):
-        out = algo.loss(ro.batch, task.logprobs(policy, ro.batch))
         opt.zero_grad(set_to_none=True)
-        out.loss.backward()
+        loss, metrics = _backward(task, algo, ro.batch, policy, kl_ref)
         if epoch == 0:
             grads = [p.grad.reshape(-1) for p in policy.parameters() if p.grad is not None]
             row["grad_norm"] = float(torch.cat(grads).norm()) if grads else 0.0
-            row["loss"] = out.loss.item()
-            row.update({k: float(v) for k, v in out.metrics.items() if k not in OVER_EPOCHS})
+            row["loss"] = loss
+            row.update({k: v for k, v in metrics.items() if k not in OVER_EPOCHS})
             if hasattr(task, "grad_metrics"):  # e.g. misalignment to an oracle direction
                 row.update(task.grad_metrics(policy))
         for k in OVER_EPOCHS:
-            if k in out.metrics:
-                over_epochs[k] = over_epochs.get(k, 0.0) + float(out.metrics[k])
+            if k in metrics:
+                over_epochs[k] = over_epochs.get(k, 0.0) + metrics[k]
         opt.step()
     t2 = time.perf_counter()
     row.update({k: total / algo.epochs for k, total in over_epochs.items()})
     row["param_change"] = float((_flat_params(policy) - before).norm())
     row.update(error=float(ro.error), reward_mean=float(ro.reward_mean), rollouts=ro.rollouts,
-               group_size=ro.batch.group_size)
+               group_size=ro.batch.group_size, **ro.metrics)
+    if ro.tokens is not None:
+        row["tokens"] = ro.tokens
     row.update(_group_diagnostics(first))
     if clock is not None:
         t3 = time.perf_counter()
@@ -97,7 +141,8 @@ def train_episode(task, algo, request: Request, policy, opt, streams: Streams,
 
 
 def _flat_params(model: torch.nn.Module) -> torch.Tensor:
-    return torch.cat([p.detach().reshape(-1) for p in model.parameters()])
+    # Trained parameters only: a LoRA run's frozen base would be copied every episode.
+    return torch.cat([p.detach().reshape(-1) for p in model.parameters() if p.requires_grad])
 
 
 def fmt_duration(seconds: float) -> str:
@@ -228,6 +273,7 @@ class Seat:
     streams: Streams | None = None
     start: int = 0
     cumulative: int = 0
+    tokens: int = 0
     wall_before: float = 0.0
     t0: float = 0.0
     progress: "ProgressLine | None" = None
@@ -353,6 +399,7 @@ def _start(seat: Seat) -> None:
         seat.streams.load_state(state["streams"])
         seat.rows.extend(state["rows"])
         seat.start, seat.cumulative, seat.wall_before = state["next_step"], state["cumulative"], state["wall_s"]
+        seat.tokens = state.get("tokens", 0)  # checkpoints from before the LLM family lack it
         print(f"[{seat.label}] resumed from checkpoint at step {seat.start} (attempt {seat.attempt})", flush=True)
     elif eval_every:
         seat.rows.append({"step": 0, "rollouts": 0, "wall_s": 0.0, **spec.task.evaluate(seat.policy)})
@@ -370,6 +417,9 @@ def _record(seat: Seat, step: int, row: dict[str, Any], asked: bool, why: str) -
     episodes = spec.task.episodes
     seat.effective["group_size_effective"] = row.pop("group_size")
     seat.cumulative += row.pop("rollouts")
+    if "tokens" in row:  # generated tokens, cumulative like rollouts (the LLM family)
+        seat.tokens += row.pop("tokens")
+        row["tokens"] = seat.tokens
     row.update(step=step, rollouts=seat.cumulative, wall_s=seat.wall_before + time.perf_counter() - seat.t0)
     if not math.isfinite(row["loss"]):
         raise FloatingPointError(f"non-finite loss {row['loss']} at step {step}")
@@ -382,6 +432,7 @@ def _record(seat: Seat, step: int, row: dict[str, Any], asked: bool, why: str) -
     seat.progress.after(done, row, rows[-1])
     if done < episodes and (done % spec.checkpoint_every == 0 or asked):
         seat.rd.checkpoint({"identity": seat.ident, "next_step": done, "cumulative": seat.cumulative,
+                            "tokens": seat.tokens,
                             "wall_s": row["wall_s"], "policy": seat.policy.state_dict(),
                             "optimizer": seat.opt.state_dict(), "streams": seat.streams.state(),
                             "rows": rows}, done)

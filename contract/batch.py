@@ -33,9 +33,11 @@ needs to re-score the candidates: prompts and answers, images and actions): they
 the current policy's log-probs of the same candidates from the runner, shaped like
 `logp_old`.
 
-Every step of every candidate is valid: there is no step mask. The LLM task family (a
-later issue), whose completions end at different lengths, adds the completion mask
-together with the task that needs it.
+Candidates that end at different lengths (the LLM family's completions, T the
+generation budget) carry a completion `mask`; everywhere else every step is real and
+the mask is None. Padded steps hold 0 in every per-step tensor (and the task's
+`logprobs` returns 0 there), so a sum over steps is already the sum over real steps;
+only a mean over steps or a count of them needs `step_mask()`.
 """
 from __future__ import annotations
 
@@ -75,6 +77,13 @@ class Batch:
     label: torch.Tensor | None = None
     """[N] long, labelled batches only: the index of each context's correct candidate
     (CE's target). The scores of such a batch are the rewards the label implies."""
+    mask: torch.Tensor | None = None
+    """[N, K, T] bool, candidates of different lengths only (the LLM family): True on a
+    candidate's real steps, False on the padding after it ends. Padded steps are 0 in
+    logp_old, token_rewards, advantages and logp_ref, and in the task's `logprobs`."""
+    logp_ref: torch.Tensor | None = None
+    """[N, K, T] per-step log-probs under a frozen reference policy (the initial one), for
+    a KL penalty to it; None where the task keeps no reference."""
     obs: Any = None
     """The task's own record of the candidates (a frozen dataclass per task), read only
     by that task's `logprobs`."""
@@ -95,6 +104,20 @@ class Batch:
     def seq_logp_old(self) -> torch.Tensor:
         """[N, K] candidate log-probs: the sum of its step log-probs (SPEC 1)."""
         return self.logp_old.sum(-1)
+
+    def step_mask(self) -> torch.Tensor:
+        """[N, K, T] bool: the completion mask, or every step where there is none."""
+        if self.mask is not None:
+            return self.mask
+        return torch.ones(self.logp_old.shape, dtype=torch.bool, device=self.logp_old.device)
+
+    def step_mean(self, x: torch.Tensor) -> torch.Tensor:
+        """Mean of a per-step tensor [N, K, T] over the real steps (a diagnostic's mean;
+        a loss reduces through its own normaliser)."""
+        if self.mask is None:
+            return x.mean()
+        m = self.mask.to(x.dtype)
+        return (x * m).sum() / m.sum().clamp_min(1)
 
     def candidate_weights(self) -> torch.Tensor | float:
         """[N, K] weight of each candidate's term in a group's sums: the sampled indicator
@@ -130,36 +153,43 @@ class Batch:
     @classmethod
     def single_samples(cls, logp_old: torch.Tensor, token_rewards: torch.Tensor,
                        advantages: torch.Tensor, success: torch.Tensor, *,
-                       scores: torch.Tensor | None = None, obs: Any = None) -> "Batch":
+                       scores: torch.Tensor | None = None, mask: torch.Tensor | None = None,
+                       logp_ref: torch.Tensor | None = None, obs: Any = None) -> "Batch":
         """N single samples (K = 1) scored by the task's per-step advantage.
 
-        logp_old, token_rewards, advantages: [N, T], or [N] for one-step tasks;
-        success: [N]; scores: [N], default the mean reward over the steps."""
-        def one(x: torch.Tensor) -> torch.Tensor:
-            return x.reshape(x.shape[0], 1, -1)
+        logp_old, token_rewards, advantages, mask, logp_ref: [N, T], or [N] for one-step
+        tasks; success: [N]; scores: [N], default the mean reward over the (real) steps."""
+        def one(x: torch.Tensor | None) -> torch.Tensor | None:
+            return None if x is None else x.reshape(x.shape[0], 1, -1)
 
         token_rewards = one(token_rewards)
+        if scores is None:
+            scores = _mean_reward(token_rewards, one(mask))
         return cls(logp_old=one(logp_old), token_rewards=token_rewards,
-                   scores=token_rewards.mean(-1) if scores is None else scores.reshape(-1, 1),
-                   success=success.reshape(-1, 1), advantages=one(advantages), obs=obs)
+                   scores=scores.reshape(-1, 1), success=success.reshape(-1, 1),
+                   advantages=one(advantages), mask=one(mask), logp_ref=one(logp_ref), obs=obs)
 
     @classmethod
     def sampled_group(cls, logp_old: torch.Tensor, token_rewards: torch.Tensor,
                       success: torch.Tensor, *, scores: torch.Tensor | None = None,
-                      advantages: torch.Tensor | None = None, obs: Any = None) -> "Batch":
+                      advantages: torch.Tensor | None = None, mask: torch.Tensor | None = None,
+                      logp_ref: torch.Tensor | None = None, obs: Any = None) -> "Batch":
         """N groups of K sampled candidates each.
 
-        logp_old, token_rewards (and advantages, for a task that supplies them anyway):
-        [N, K, T], or [N, K] for one-step candidates; success: [N, K]; scores: [N, K],
-        default the mean reward over the steps."""
+        logp_old, token_rewards (and advantages, for a task that supplies them anyway),
+        mask and logp_ref: [N, K, T], or [N, K] for one-step candidates; success: [N, K];
+        scores: [N, K], default the mean reward over the (real) steps."""
         def steps(x: torch.Tensor) -> torch.Tensor:
             return x.unsqueeze(-1) if x.dim() == 2 else x
 
         token_rewards = steps(token_rewards)
-        return cls(logp_old=steps(logp_old), token_rewards=token_rewards,
-                   scores=token_rewards.mean(-1) if scores is None else scores,
+        if scores is None:
+            scores = _mean_reward(token_rewards, None if mask is None else steps(mask))
+        return cls(logp_old=steps(logp_old), token_rewards=token_rewards, scores=scores,
                    success=success, obs=obs,
-                   advantages=None if advantages is None else steps(advantages))
+                   advantages=None if advantages is None else steps(advantages),
+                   mask=None if mask is None else steps(mask),
+                   logp_ref=None if logp_ref is None else steps(logp_ref))
 
     @classmethod
     def action_set(cls, logp_old: torch.Tensor, scores: torch.Tensor, success: torch.Tensor, *,
@@ -189,6 +219,14 @@ class Batch:
         onehot = F.one_hot(label, logp_old.shape[-1]).to(logp_old.dtype)
         return cls(logp_old=logp_old.unsqueeze(-1), token_rewards=onehot.unsqueeze(-1),
                    scores=onehot, success=onehot > 0, label=label, obs=obs)
+
+
+def _mean_reward(token_rewards: torch.Tensor, mask: torch.Tensor | None) -> torch.Tensor:
+    """A candidate's default score: the mean of its rewards over its real steps."""
+    if mask is None:
+        return token_rewards.mean(-1)
+    m = mask.to(token_rewards.dtype)
+    return (token_rewards * m).sum(-1) / m.sum(-1).clamp_min(1)
 
 
 def _fields(obj) -> dict[str, Any]:
@@ -253,6 +291,12 @@ class Rollout:
     reward_mean: float | torch.Tensor
     rollouts: int
     """sampled sequences (or actions) this episode, for the cumulative budget column."""
+    tokens: int | None = None
+    """generated tokens this episode (the LLM family), for the cumulative `tokens` column;
+    None where a task does not count them."""
+    metrics: dict[str, float] = dataclasses.field(default_factory=dict)
+    """per-episode diagnostics of the rollouts themselves (response length, entropy, KL to
+    the reference): metric columns of contract.schema."""
 
 
 # ---------------------------------------------------------------- the two seams

@@ -53,6 +53,9 @@ METRIC_COLUMNS = (
     "all_fail_frac", "zero_var_frac", "success_prompt_frac", "clip_frac", "kl",
     "q_success", "q_fail", "absA_success", "absA_fail", "misalignment", "train_error",
     "test_error", "rollouts", "wall_s",
+    # the LLM family (tasks/llm.py): held-out pass@1 / pass@k at each evaluation, and per
+    # step the mean completion length, token entropy, KL(pi_old || pi_ref), tokens generated
+    "pass_at_1", "pass_at_k", "response_length", "entropy", "kl_ref", "tokens",
 )
 # SPEC 6: a group whose scores' population std is below this has zero variance
 # (zero_var_frac); DAPO's dynamic sampling replaces such groups.

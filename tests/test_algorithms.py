@@ -5,8 +5,10 @@ import math
 
 import pytest
 import torch
+import yaml
 
 from algorithms import ALGORITHMS
+from conftest import REPO
 from algorithms._common import standardise
 from algorithms.ce import CE
 from algorithms.dg import DG, dg_gate
@@ -288,6 +290,9 @@ def test_labelled_batch_and_ce_read_the_label():
 def test_every_registered_algorithm_and_task_meets_its_protocol():
     for name in ALGORITHMS.names():
         assert isinstance(ALGORITHMS.get(name)(), Algorithm), name
+    # The LLM task has no default model: it is given one (a directory, or architecture facts).
+    micro = yaml.safe_load((REPO / "conf" / "task" / "arch" / "micro_qwen3.yaml").read_text())
+    needs = {"llm": {"arch": micro, "train_size": 8, "test_size": 2}}
     for name in TASKS.names():
-        assert isinstance(TASKS.get(name)(), Task), name
+        assert isinstance(TASKS.get(name)(**needs.get(name, {})), Task), name
     assert not isinstance(object(), Algorithm) and not isinstance(CE(), Task)
