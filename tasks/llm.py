@@ -31,6 +31,7 @@ from contract.batch import Batch, Request, Rollout
 from contract.rng import Streams
 from contract.schema import NOT_IDENTITY
 from tasks import _lm, _problems, register
+from tasks._checks import positive
 
 DTYPES = {"float32": torch.float32, "bfloat16": torch.bfloat16}
 PROMPT_FORMATS = ("raw", "chat")
@@ -47,13 +48,6 @@ class LMObs:
     """[N, P] attention mask of the prompts"""
     tokens: torch.Tensor
     """[N, K, T] completion tokens, pad after the EOS"""
-
-
-def _positive(obj, *keys: str) -> None:
-    for key in keys:
-        value = getattr(obj, key)
-        if isinstance(value, bool) or not isinstance(value, int) or value < 1:
-            raise ValueError(f"task.{key} must be a positive integer, got {value!r}")
 
 
 @register("llm")
@@ -115,7 +109,7 @@ class LLMTask:
 
     def __post_init__(self):
         _problems.check_dataset(self.dataset)
-        _positive(self, "train_size", "test_size", "prompts_per_step", "max_new_tokens",
+        positive(self, "train_size", "test_size", "prompts_per_step", "max_new_tokens",
                   "episodes", "eval_every", "eval_k", "warm_start_batch")
         for key in ("lora_rank", "micro_batch", "warm_start_steps", "warm_start_size"):
             value = getattr(self, key)

@@ -14,6 +14,7 @@ import torch
 from contract.batch import Batch, Request, Rollout
 from contract.rng import Streams
 from tasks import register, stacked
+from tasks._checks import positive
 from tasks.transformer import Transformer
 
 TARGETS = ("copy", "flip", "reverse_copy", "reverse_flip")
@@ -58,12 +59,6 @@ class TokenObs:
     """[B, H, K] tokens; the batch's group b*H + t is candidates[b, t]"""
 
 
-def _positive(obj, *keys: str) -> None:
-    for key in keys:
-        if getattr(obj, key) < 1:
-            raise ValueError(f"task.{key} must be a positive integer, got {getattr(obj, key)}")
-
-
 @register("seq")
 @dataclass(frozen=True)
 class SeqTask:
@@ -83,7 +78,7 @@ class SeqTask:
             raise ValueError(f"task.target={self.target!r} is not one of {', '.join(TARGETS)}")
         if self.reward not in REWARDS:
             raise ValueError(f"task.reward={self.reward!r} is not one of {', '.join(REWARDS)}")
-        _positive(self, "sequence_length", "batch_size", "episodes")
+        positive(self, "sequence_length", "batch_size", "episodes")
         if self.vocab_size < 2:
             raise ValueError(f"task.vocab_size must be at least 2, got {self.vocab_size}")
 
