@@ -43,7 +43,7 @@ from algorithms._advantages import ADVANTAGES, advantages
 from algorithms._aggregate import AGGREGATIONS, aggregate
 from algorithms._common import (check_choice, check_level, check_non_negative, check_positive,
                                 mean_where)
-from contract.batch import Batch, LossOut
+from contract.batch import Batch, LossOut, mean_over_steps
 
 RATIOS = ("token", "sequence")
 
@@ -54,9 +54,7 @@ def log_ratio(logp: torch.Tensor, logp_old: torch.Tensor, ratio: str,
     (over the mask's real steps, where there is one: padded steps have d = 0)."""
     d = logp - logp_old
     if ratio == "sequence":
-        mean = d.mean(-1, keepdim=True) if mask is None else \
-            d.sum(-1, keepdim=True) / mask.sum(-1, keepdim=True).clamp_min(1).to(d.dtype)
-        return mean.expand_as(d)
+        return mean_over_steps(d, mask, keepdim=True).expand_as(d)
     return d
 
 

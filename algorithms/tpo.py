@@ -24,7 +24,7 @@ import torch
 
 from algorithms import register
 from algorithms._common import check_level, check_positive, mean_where, standardise
-from contract.batch import Batch, LossOut
+from contract.batch import Batch, LossOut, mean_over_steps
 from contract.schema import IF_SET
 
 LOGP_NORMS = ("sum", "mean")
@@ -34,11 +34,7 @@ def candidate_logp(logp: torch.Tensor, norm: str = "sum",
                    mask: torch.Tensor | None = None) -> torch.Tensor:
     """[N, K] candidate log-probs from per-step ones [N, K, T]: summed or length-normalised
     (over the mask's real steps, where there is one; padded steps hold 0)."""
-    if norm == "sum":
-        return logp.sum(-1)
-    if mask is None:
-        return logp.mean(-1)
-    return logp.sum(-1) / mask.sum(-1).clamp_min(1).to(logp.dtype)
+    return logp.sum(-1) if norm == "sum" else mean_over_steps(logp, mask)
 
 
 def tpo_target(logp_old: torch.Tensor, scores: torch.Tensor, eta: float = 1.0,

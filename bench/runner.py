@@ -28,7 +28,7 @@ from bench.build import RunSpec
 from bench.identity import flatten
 from bench.optim import build_optimizer
 from contract import io, schema
-from contract.batch import Batch, Request
+from contract.batch import Batch, Request, reference_kl
 from contract.rng import Streams
 
 # Algorithm metrics that describe the whole update, so they are averaged over its
@@ -49,15 +49,6 @@ def _group_diagnostics(batch: Batch) -> dict[str, float]:
         out["all_fail_frac"] = 1.0 - out["success_prompt_frac"]
         out["zero_var_frac"] = float((batch.scores.std(-1, correction=0) < schema.ZERO_VAR_STD).float().mean())
     return out
-
-
-def reference_kl(batch: Batch, logp: torch.Tensor) -> torch.Tensor:
-    """KL(pi_theta || pi_ref) per real token, k3 estimator exp(r - l) - (r - l) - 1 with
-    l = logp_theta, r = logp_ref, averaged over the batch's real tokens: the penalty a
-    task with a frozen reference asks for (`kl_ref`, the LLM family), added to whatever
-    loss the algorithm returns, as the paper does for TPO and GRPO alike (SPEC 7)."""
-    d = batch.logp_ref - logp
-    return batch.step_mean(torch.exp(d) - d - 1)
 
 
 def micro_batches(batch: Batch, micro_groups: int) -> list[tuple[Batch, float]]:
@@ -83,9 +74,8 @@ def _backward(task, algo, batch: Batch, policy, kl_ref: float) -> tuple[float, d
         logp = task.logprobs(policy, part)
         out = algo.loss(part, logp)
         loss = out.loss
-        if kl_ref:
-            kl = reference_kl(part, logp)
-            loss = loss + kl_ref * kl
+        if kl_ref:  # the task's KL penalty to its reference, whatever the algorithm (SPEC 7)
+            loss = loss + kl_ref * reference_kl(part, logp)
         (loss if len(parts) == 1 else loss * share).backward()
         loss_value += loss.item() * share
         for k, v in out.metrics.items():

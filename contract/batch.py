@@ -164,7 +164,7 @@ class Batch:
 
         token_rewards = one(token_rewards)
         if scores is None:
-            scores = _mean_reward(token_rewards, one(mask))
+            scores = mean_over_steps(token_rewards, one(mask))
         return cls(logp_old=one(logp_old), token_rewards=token_rewards,
                    scores=scores.reshape(-1, 1), success=success.reshape(-1, 1),
                    advantages=one(advantages), mask=one(mask), logp_ref=one(logp_ref), obs=obs)
@@ -184,7 +184,7 @@ class Batch:
 
         token_rewards = steps(token_rewards)
         if scores is None:
-            scores = _mean_reward(token_rewards, None if mask is None else steps(mask))
+            scores = mean_over_steps(token_rewards, None if mask is None else steps(mask))
         return cls(logp_old=steps(logp_old), token_rewards=token_rewards, scores=scores,
                    success=success, obs=obs,
                    advantages=None if advantages is None else steps(advantages),
@@ -221,12 +221,22 @@ class Batch:
                    scores=onehot, success=onehot > 0, label=label, obs=obs)
 
 
-def _mean_reward(token_rewards: torch.Tensor, mask: torch.Tensor | None) -> torch.Tensor:
-    """A candidate's default score: the mean of its rewards over its real steps."""
+def reference_kl(batch: Batch, logp: torch.Tensor) -> torch.Tensor:
+    """KL(pi || pi_ref) per real token, k3 estimator exp(r - l) - (r - l) - 1 with l the
+    log-probs `logp` of pi and r = batch.logp_ref, averaged over the batch's real tokens:
+    the penalty a task with a frozen reference asks for (`kl_ref`, the LLM family), added
+    to whatever loss the algorithm returns, as the paper does for TPO and GRPO (SPEC 7);
+    with logp = logp_old, the acting policy's distance from its reference."""
+    d = batch.logp_ref - logp
+    return batch.step_mean(torch.exp(d) - d - 1)
+
+
+def mean_over_steps(x: torch.Tensor, mask: torch.Tensor | None, keepdim: bool = False) -> torch.Tensor:
+    """Each candidate's mean of a per-step tensor [..., T] over its real steps (padded
+    steps hold 0, so the sum needs no mask; the count does); every step without a mask."""
     if mask is None:
-        return token_rewards.mean(-1)
-    m = mask.to(token_rewards.dtype)
-    return (token_rewards * m).sum(-1) / m.sum(-1).clamp_min(1)
+        return x.mean(-1, keepdim=keepdim)
+    return x.sum(-1, keepdim=keepdim) / mask.sum(-1, keepdim=keepdim).clamp_min(1).to(x.dtype)
 
 
 def _fields(obj) -> dict[str, Any]:

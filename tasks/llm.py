@@ -27,7 +27,7 @@ from typing import Any, ClassVar
 
 import torch
 
-from contract.batch import Batch, Request, Rollout
+from contract.batch import Batch, Request, Rollout, reference_kl
 from contract.rng import Streams
 from contract.schema import NOT_IDENTITY
 from tasks import _lm, _problems, register
@@ -168,8 +168,6 @@ class LLMTask:
                     f"{req.k} completions dividing the batch's {self.prompts_per_step} x {req.k} = "
                     f"{total}: a group is never split across micro-batches (TPO's loss is per "
                     f"group); use a multiple of {req.k} that divides {total}")
-        if req.k > 1 and self.prompts_per_step < 1:
-            raise ValueError("task.prompts_per_step must be positive")
 
     # ------------------------------------------------------------ model
 
@@ -257,11 +255,9 @@ class LLMTask:
         else:
             batch = Batch.sampled_group(logp_old, rewards, success, scores=scores, mask=mask,
                                         logp_ref=logp_ref, obs=obs)
-        d = logp_ref - logp_old
-        n_tokens = m.sum().clamp_min(1)
         metrics = {"response_length": float(m.sum(-1).mean()),
-                   "entropy": float((c["entropy"].view(N, k, T) * m).sum() / n_tokens),
-                   "kl_ref": float(((d.exp() - d - 1) * m).sum() / n_tokens)}
+                   "entropy": float(batch.step_mean(c["entropy"].view(batch.logp_old.shape))),
+                   "kl_ref": float(reference_kl(batch, batch.logp_old))}
         reward_mean = scores.mean()
         return Rollout(batch, error=1.0 - reward_mean, reward_mean=reward_mean, rollouts=N * k,
                        tokens=int(m.sum()), metrics=metrics)
