@@ -35,8 +35,8 @@ import torch
 
 from bench import debug, dynamic, interrupts, rundir
 from bench.build import RunSpec
-from bench.runner import (OVER_EPOCHS, Seat, _claim, _close, _flat_params, _group_diagnostics,
-                          _open, _record, _start, failure, train_episode)
+from bench.runner import (EpisodeRow, Seat, _claim, _close, _flat_params, _open, _record, _start,
+                          failure, read_rows, train_episode)
 from contract import schema
 from contract.batch import Request
 
@@ -44,20 +44,19 @@ from contract.batch import Request
 def train_episodes(task, algo, request: Request, policies: list, opts: list,
                    streams: list) -> list[dict[str, float]]:
     """bench.runner.train_episode for S seeds at once: one row per seed, each the row its
-    single run would give."""
+    single run would give (the same bookkeeping, runner.EpisodeRow), all S rows read from
+    the device at once."""
     if len(policies) == 1:  # one seed left to train (the others skipped or failed): its own path
         return [train_episode(task, algo, request, policies[0], opts[0], streams[0])]
     ros = task.rollout_seeds(policies, request, streams)
     firsts = [ro.batch for ro in ros]
-    rows: list[dict[str, float]] = [{} for _ in policies]
+    extras: list[dict[str, float]] = [{} for _ in policies]
     if getattr(algo, "dynamic_sampling", 0):
         for s, (policy, st) in enumerate(zip(policies, streams)):
-            ros[s], extra = dynamic.top_up(
+            ros[s], extras[s] = dynamic.top_up(
                 ros[s], lambda policy=policy, st=st: task.rollout(policy, request, st.extra()),
                 algo.dynamic_sampling)
-            rows[s].update(extra)
-    before = [_flat_params(p) for p in policies]
-    over_epochs: list[dict[str, float]] = [{} for _ in policies]
+    books = [EpisodeRow(_flat_params(p), dict(extra)) for p, extra in zip(policies, extras)]
     for epoch in range(algo.epochs):
         logps = task.logprobs_seeds(policies, [ro.batch for ro in ros])
         outs = [algo.loss(ro.batch, lp) for ro, lp in zip(ros, logps)]
@@ -65,26 +64,11 @@ def train_episodes(task, algo, request: Request, policies: list, opts: list,
             opt.zero_grad(set_to_none=True)
         # d(sum)/d(loss_s) = 1 exactly, and no loss reaches another seed's parameters.
         torch.stack([out.loss for out in outs]).sum().backward()
-        for s, (out, policy, opt) in enumerate(zip(outs, policies, opts)):
-            row = rows[s]
-            if epoch == 0:
-                grads = [p.grad.reshape(-1) for p in policy.parameters() if p.grad is not None]
-                row["grad_norm"] = float(torch.cat(grads).norm()) if grads else 0.0
-                row["loss"] = out.loss.item()
-                row.update({k: float(v) for k, v in out.metrics.items() if k not in OVER_EPOCHS})
-                if hasattr(task, "grad_metrics"):
-                    row.update(task.grad_metrics(policy))
-            for k in OVER_EPOCHS:
-                if k in out.metrics:
-                    over_epochs[s][k] = over_epochs[s].get(k, 0.0) + float(out.metrics[k])
+        for book, out, policy, opt in zip(books, outs, policies, opts):
+            book.after_backward(epoch, task, policy, out.loss, out.metrics)
             opt.step()
-    for s, (row, ro, policy) in enumerate(zip(rows, ros, policies)):
-        row.update({k: total / algo.epochs for k, total in over_epochs[s].items()})
-        row["param_change"] = float((_flat_params(policy) - before[s]).norm())
-        row.update(error=float(ro.error), reward_mean=float(ro.reward_mean), rollouts=ro.rollouts,
-                   group_size=ro.batch.group_size)
-        row.update(_group_diagnostics(firsts[s]))
-    return rows
+    return read_rows([book.finish(algo.epochs, ro, first, policy)
+                      for book, ro, first, policy in zip(books, ros, firsts, policies)])
 
 
 # ---------------------------------------------------------------- the job

@@ -28,7 +28,7 @@ from bench.build import RunSpec
 from bench.identity import flatten
 from bench.optim import build_optimizer
 from contract import io, schema
-from contract.batch import Batch, Request, reference_kl
+from contract.batch import Batch, Request, Rollout, reference_kl
 from contract.rng import Streams
 
 # Algorithm metrics that describe the whole update, so they are averaged over its
@@ -40,15 +40,75 @@ OVER_EPOCHS = ("clip_frac", "kl")
 
 # ---------------------------------------------------------------- one episode
 
-def _group_diagnostics(batch: Batch) -> dict[str, float]:
-    """SPEC 6: all-fail and zero-variance fractions (NaN for single samples)."""
-    has_success = batch.success.any(-1).float()
-    out = {"success_prompt_frac": float(has_success.mean()),
-           "all_fail_frac": math.nan, "zero_var_frac": math.nan}
+def _group_diagnostics(batch: Batch) -> dict[str, torch.Tensor | float]:
+    """SPEC 6: all-fail and zero-variance fractions (NaN for single samples), left on the
+    device (`read_rows` reads them)."""
+    success = _kept(batch.success.any(-1).float().mean())
+    out = {"success_prompt_frac": success, "all_fail_frac": math.nan, "zero_var_frac": math.nan}
     if batch.group_size > 1:
-        out["all_fail_frac"] = 1.0 - out["success_prompt_frac"]
-        out["zero_var_frac"] = float((batch.scores.std(-1, correction=0) < schema.ZERO_VAR_STD).float().mean())
+        out["all_fail_frac"] = 1.0 - success
+        out["zero_var_frac"] = (batch.scores.std(-1, correction=0) < schema.ZERO_VAR_STD).float().mean()
     return out
+
+
+def _kept(value: torch.Tensor | float) -> torch.Tensor | float:
+    """A metric as a row keeps it until `read_rows`: a tensor detached, in float64 (the
+    arithmetic done on it then rounds as it did on the Python float it used to be read
+    into at once), a number as a float."""
+    return value.detach().double() if isinstance(value, torch.Tensor) else float(value)
+
+
+def read_rows(rows: list[dict[str, Any]]) -> list[dict[str, Any]]:
+    """An episode's rows (one per seed) with every tensor in them read as a Python float,
+    all in one transfer: on a GPU, one wait for the device per episode, not one per seed
+    and metric. The values are those float() gives, bit for bit."""
+    at = [(row, k) for row in rows for k, v in row.items() if isinstance(v, torch.Tensor)]
+    if at:
+        values = torch.stack([row[k].detach().reshape(()).double() for row, k in at]).tolist()
+        for (row, k), value in zip(at, values):
+            row[k] = value
+    return rows
+
+
+@dataclass
+class EpisodeRow:
+    """One episode's metrics row as its epochs go by, the bookkeeping train_episode and
+    bench.batched.train_episodes share (so a batched seed's row is its single run's):
+    loss, gradient norm and metrics of the first epoch (the gradient at the behaviour
+    policy), the OVER_EPOCHS metrics averaged over the epochs, then what the rollout and
+    the update were. Values stay tensors until `read_rows`."""
+
+    before: torch.Tensor
+    """the trained parameters before the episode's first step"""
+    row: dict[str, Any] = field(default_factory=dict)
+    over_epochs: dict[str, Any] = field(default_factory=dict)
+
+    def after_backward(self, epoch: int, task, policy, loss: torch.Tensor | float,
+                       metrics: dict[str, torch.Tensor | float]) -> None:
+        """Epoch `epoch`'s loss and metrics, its gradient in policy's .grad (before its step)."""
+        if epoch == 0:
+            grads = [p.grad.reshape(-1) for p in policy.parameters() if p.grad is not None]
+            self.row["grad_norm"] = torch.cat(grads).norm() if grads else 0.0
+            self.row["loss"] = _kept(loss)
+            self.row.update({k: _kept(v) for k, v in metrics.items() if k not in OVER_EPOCHS})
+            if hasattr(task, "grad_metrics"):  # e.g. misalignment to an oracle direction
+                self.row.update(task.grad_metrics(policy))
+        for k in OVER_EPOCHS:
+            if k in metrics:
+                self.over_epochs[k] = self.over_epochs.get(k, 0.0) + _kept(metrics[k])
+
+    def finish(self, epochs: int, ro: Rollout, first: Batch, policy) -> dict[str, Any]:
+        """The row, once the episode's `epochs` steps are taken: `ro` what was trained on,
+        `first` the episode's own batch (what the group diagnostics describe)."""
+        row = self.row
+        row.update({k: total / epochs for k, total in self.over_epochs.items()})
+        row["param_change"] = (_flat_params(policy) - self.before).norm()
+        row.update(error=_kept(ro.error), reward_mean=_kept(ro.reward_mean), rollouts=ro.rollouts,
+                   group_size=ro.batch.group_size, **ro.metrics)
+        if ro.tokens is not None:
+            row["tokens"] = ro.tokens
+        row.update(_group_diagnostics(first))
+        return row
 
 
 def micro_batches(batch: Batch, micro_groups: int) -> list[tuple[Batch, float]]:
@@ -64,9 +124,9 @@ def micro_batches(batch: Batch, micro_groups: int) -> list[tuple[Batch, float]]:
              (min(s + micro_groups, N) - s) / N) for s in starts]
 
 
-def _backward(task, algo, batch: Batch, policy, kl_ref: float) -> tuple[float, dict[str, float]]:
+def _backward(task, algo, batch: Batch, policy, kl_ref: float) -> tuple[Any, dict[str, Any]]:
     """One full-batch gradient (accumulated over micro-batches): the loss and the
-    algorithm's metrics, each the groups-weighted mean over the parts."""
+    algorithm's metrics, each the groups-weighted mean over the parts (kept: `_kept`)."""
     # task.micro_batch counts completions; the task has checked it holds whole groups.
     parts = micro_batches(batch, getattr(task, "micro_batch", 0) // batch.group_size)
     loss_value, metrics = 0.0, {}
@@ -77,9 +137,9 @@ def _backward(task, algo, batch: Batch, policy, kl_ref: float) -> tuple[float, d
         if kl_ref:  # the task's KL penalty to its reference, whatever the algorithm (SPEC 7)
             loss = loss + kl_ref * reference_kl(part, logp)
         (loss if len(parts) == 1 else loss * share).backward()
-        loss_value += loss.item() * share
+        loss_value = loss_value + _kept(loss) * share
         for k, v in out.metrics.items():
-            metrics[k] = metrics.get(k, 0.0) + float(v) * share
+            metrics[k] = metrics.get(k, 0.0) + _kept(v) * share
     return loss_value, metrics
 
 
@@ -92,37 +152,20 @@ def train_episode(task, algo, request: Request, policy, opt, streams: Streams,
     t0 = time.perf_counter()
     ro = task.rollout(policy, request, streams)
     first = ro.batch  # what the error and the group diagnostics describe
-    row: dict[str, float] = {}
+    extra: dict[str, float] = {}
     if getattr(algo, "dynamic_sampling", 0):
         ro, extra = dynamic.top_up(ro, lambda: task.rollout(policy, request, streams.extra()),
                                    algo.dynamic_sampling)
-        row.update(extra)
     t1 = time.perf_counter()
-    before = _flat_params(policy)
-    over_epochs: dict[str, float] = {}
+    book = EpisodeRow(_flat_params(policy), dict(extra))
     kl_ref = getattr(task, "kl_ref", 0.0) if ro.batch.logp_ref is not None else 0.0
     for epoch in range(algo.epochs):
         opt.zero_grad(set_to_none=True)
         loss, metrics = _backward(task, algo, ro.batch, policy, kl_ref)
-        if epoch == 0:
-            grads = [p.grad.reshape(-1) for p in policy.parameters() if p.grad is not None]
-            row["grad_norm"] = float(torch.cat(grads).norm()) if grads else 0.0
-            row["loss"] = loss
-            row.update({k: v for k, v in metrics.items() if k not in OVER_EPOCHS})
-            if hasattr(task, "grad_metrics"):  # e.g. misalignment to an oracle direction
-                row.update(task.grad_metrics(policy))
-        for k in OVER_EPOCHS:
-            if k in metrics:
-                over_epochs[k] = over_epochs.get(k, 0.0) + metrics[k]
+        book.after_backward(epoch, task, policy, loss, metrics)
         opt.step()
     t2 = time.perf_counter()
-    row.update({k: total / algo.epochs for k, total in over_epochs.items()})
-    row["param_change"] = float((_flat_params(policy) - before).norm())
-    row.update(error=float(ro.error), reward_mean=float(ro.reward_mean), rollouts=ro.rollouts,
-               group_size=ro.batch.group_size, **ro.metrics)
-    if ro.tokens is not None:
-        row["tokens"] = ro.tokens
-    row.update(_group_diagnostics(first))
+    [row] = read_rows([book.finish(algo.epochs, ro, first, policy)])
     if clock is not None:
         t3 = time.perf_counter()
         for phase, dt in (("generation", t1 - t0), ("training", t2 - t1), ("bookkeeping", t3 - t2)):
