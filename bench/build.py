@@ -283,9 +283,10 @@ def _check_batch_seeds(cfg: dict[str, Any], task) -> None:
     if batch and cfg.get("seeds_per_job", 1) != 1 and not (
             hasattr(task, "rollout_seeds") and hasattr(task, "logprobs_seeds")):
         raise ConfigError(f"batch_seeds=true trains a job's seeds_per_job seeds as one stacked "
-                          f"computation, which task {task.name!r} does not implement yet (no "
-                          f"rollout_seeds/logprobs_seeds; the sequence tasks have them): set "
-                          f"batch_seeds=false to train its seeds one after the other")
+                          f"computation, which task {task.name!r} cannot do: it has no "
+                          f"rollout_seeds/logprobs_seeds (seq, mnist and tabular_* have them; "
+                          f"the LLM task's model, micro-batches and reference KL are not stacked). "
+                          f"Set batch_seeds=false to train its seeds one after the other")
 
 
 def _check_writable(root: str) -> None:

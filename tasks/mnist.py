@@ -73,11 +73,12 @@ class StalePolicy(nn.Module):
         return self.mlp(x)
 
     @torch.no_grad()
-    def acting(self) -> Callable[[torch.Tensor], torch.Tensor]:
-        """Record the current weights, return the policy of `delay` updates ago (the
-        initial one while fewer updates have happened)."""
+    def acting_params(self) -> dict[str, torch.Tensor]:
+        """Record the current weights, return the parameters (named as the MLP names them)
+        of the policy of `delay` updates ago (the initial one while fewer updates have
+        happened)."""
         if not self.delay:
-            return self.mlp
+            return dict(self.mlp.named_parameters())
         size = self.delay + 1
         self.ring[int(self.pushed) % size] = parameters_to_vector(self.mlp.parameters())
         self.pushed += 1
@@ -86,7 +87,44 @@ class StalePolicy(nn.Module):
         for name, p in self.mlp.named_parameters():
             params[name] = flat[at:at + p.numel()].view_as(p)
             at += p.numel()
-        return lambda x: functional_call(self.mlp, params, (x,))
+        return params
+
+    def acting(self) -> Callable[[torch.Tensor], torch.Tensor]:
+        """The acting policy as a function of the images (`acting_params`)."""
+        params = self.acting_params()
+        return self.mlp if not self.delay else lambda x: functional_call(self.mlp, params, (x,))
+
+
+class _SeedLinear(torch.autograd.Function):
+    """F.linear over a leading seed axis: x [S, B, i], w [S, o, i], b [S, o] -> [S, B, o],
+    one batched matmul. Its own backward because autograd's for a bmm takes the weight
+    gradient as x^T g ([i, o], then transposed), where F.linear's takes g^T x ([o, i]):
+    the same sums, which MKL rounds otherwise (measured: not bitwise at o = 10). This
+    way each seed's slice of the output and of every gradient equals its own F.linear's
+    bit for bit on the CPU at one thread (tests/test_batched.py)."""
+
+    @staticmethod
+    def forward(ctx, x, w, b):
+        ctx.save_for_backward(x, w)
+        return torch.baddbmm(b.unsqueeze(1), x, w.transpose(1, 2))
+
+    @staticmethod
+    def backward(ctx, g):
+        x, w = ctx.saved_tensors
+        gx = torch.bmm(g, w) if ctx.needs_input_grad[0] else None
+        return gx, torch.bmm(g.transpose(1, 2), x), g.sum(1)
+
+
+def forward_seeds(params: list[dict[str, torch.Tensor]], x: torch.Tensor) -> torch.Tensor:
+    """MLP.forward for S parameter sets (named as MLP.named_parameters names them) at once:
+    images x [S, B, 784] -> logits [S, B, A], differentiable back to each set."""
+    layers = len(params[0]) // 2
+    for i in range(layers):
+        w, b = (torch.stack([p[f"layers.{i}.{k}"] for p in params]) for k in ("weight", "bias"))
+        x = _SeedLinear.apply(x, w, b)
+        if i < layers - 1:
+            x = F.relu(x)
+    return x
 
 
 @dataclass(frozen=True)
@@ -154,13 +192,23 @@ class MnistTask:
         return StalePolicy(MLP((784, *self.hidden, self.num_actions), gen), self.delay)
 
     def rollout(self, policy: StalePolicy, req: Request, streams: Streams) -> Rollout:
+        x, y = self._images(streams)
+        with torch.no_grad():
+            logp = torch.log_softmax(policy.acting()(x), -1)
+        return self._scored(x, y, logp, req, streams)
+
+    def _images(self, streams: Streams) -> tuple[torch.Tensor, torch.Tensor]:
+        """An episode's B training images and their labels, drawn from the data stream."""
         device = streams.data.device
         d = self.data(device)
         idx = torch.randint(0, len(d.train_y) - self.holdout, (self.batch_size,),
                             generator=streams.data, device=device)
-        x, y = d.train_x[idx], d.train_y[idx]
-        with torch.no_grad():
-            logp = torch.log_softmax(policy.acting()(x), -1)
+        return d.train_x[idx], d.train_y[idx]
+
+    def _scored(self, x: torch.Tensor, y: torch.Tensor, logp: torch.Tensor, req: Request,
+                streams: Streams) -> Rollout:
+        """The episode's batch from its images x, labels y and the acting policy's
+        log-probs logp [B, A]: one action per image drawn from the action stream."""
         a = torch.multinomial(logp.exp(), 1, generator=streams.action)[:, 0]
         r = (a == y).float()
         B, A = self.batch_size, self.num_actions
@@ -169,7 +217,7 @@ class MnistTask:
             batch = sampled_batch(req, logp.gather(1, a[:, None])[:, 0], r, adv,
                                   MnistObs(x, a[:, None]))
         else:
-            obs = MnistObs(x, torch.arange(A, device=device).expand(B, A))
+            obs = MnistObs(x, torch.arange(A, device=x.device).expand(B, A))
             if req.needs == "action_group":
                 onehot = F.one_hot(a, A).float()
                 rewards = r[:, None] * onehot  # only the sampled action's is observed
@@ -177,12 +225,35 @@ class MnistTask:
                                          rewards=rewards, sampled=a, obs=obs)
             else:  # label
                 batch = Batch.labelled(logp, y, obs=obs)
-        return Rollout(batch, error=1.0 - float(r.mean()), reward_mean=float(r.mean()), rollouts=B)
+        # Kept on the device (the runner reads them once the episode is done); the error
+        # in float64, so that 1 - mean rounds as it did on a Python float.
+        return Rollout(batch, error=1.0 - r.mean().double(), reward_mean=r.mean(), rollouts=B)
 
     def logprobs(self, policy: StalePolicy, batch: Batch) -> torch.Tensor:
         obs: MnistObs = batch.obs
         logp = torch.log_softmax(policy(obs.images), -1).gather(1, obs.actions)
         return logp.view(batch.logp_old.shape)
+
+    # ------------------------------------------------------------ S seeds at once
+
+    def rollout_seeds(self, policies: list[StalePolicy], req: Request,
+                      streams: list[Streams]) -> list[Rollout]:
+        """Each seed's `rollout`, the S acting policies' forwards one stacked computation
+        (`forward_seeds`), each seed's images and actions drawn from its own streams."""
+        xs, ys = zip(*(self._images(st) for st in streams))
+        with torch.no_grad():
+            logp = torch.log_softmax(forward_seeds([p.acting_params() for p in policies],
+                                                   torch.stack(xs)), -1)
+        return [self._scored(x, y, lp, req, st) for x, y, lp, st in zip(xs, ys, logp.unbind(), streams)]
+
+    def logprobs_seeds(self, policies: list[StalePolicy], batches: list[Batch]) -> list[torch.Tensor]:
+        """Each seed's `logprobs`, the S learners' forwards one stacked computation."""
+        obs: list[MnistObs] = [b.obs for b in batches]
+        logits = forward_seeds([dict(p.mlp.named_parameters()) for p in policies],
+                               torch.stack([o.images for o in obs]))
+        # unbind, not [s]: an index's backward writes a zero-filled gradient of all S seeds
+        return [torch.log_softmax(z, -1).gather(1, o.actions).view(b.logp_old.shape)
+                for z, o, b in zip(logits.unbind(), obs, batches)]
 
     @torch.no_grad()
     def evaluate(self, policy: StalePolicy) -> dict[str, float]:

@@ -64,9 +64,29 @@ class TabularObs:
     action: torch.Tensor
 
 
-def _logprobs(policy: Logits, batch: Batch) -> torch.Tensor:
+def _candidates(logp: torch.Tensor, batch: Batch) -> torch.Tensor:
+    """The batch's candidates' log-probs, read from a log-probability table [N, K]."""
     obs: TabularObs = batch.obs
-    return torch.log_softmax(policy.logits, -1)[obs.context, obs.action].view(batch.logp_old.shape)
+    return logp[obs.context, obs.action].view(batch.logp_old.shape)
+
+
+def _logprobs(policy: Logits, batch: Batch) -> torch.Tensor:
+    return _candidates(torch.log_softmax(policy.logits, -1), batch)
+
+
+# S seeds at once: the S tables stacked [S, N, K], their log-softmax one call. A row's
+# log-softmax reads that row only, so each seed's slice is its own call's bit for bit.
+
+def _rollout_seeds(task, policies: list[Logits], req: Request, streams: list[Streams]) -> list[Rollout]:
+    """Each seed's `rollout`, each seed's draws from its own streams."""
+    logp = torch.log_softmax(torch.stack([p.logits.detach() for p in policies]), -1)
+    return [task._scored(lp, req, st) for lp, st in zip(logp.unbind(), streams)]
+
+
+def _logprobs_seeds(policies: list[Logits], batches: list[Batch]) -> list[torch.Tensor]:
+    """Each seed's `logprobs`."""
+    logp = torch.log_softmax(torch.stack([p.logits for p in policies]), -1)
+    return [_candidates(lp, b) for lp, b in zip(logp.unbind(), batches)]
 
 
 @register("tabular_single")
@@ -88,8 +108,11 @@ class TabularSingle:
         return Logits(torch.zeros(1, self.num_actions))
 
     def rollout(self, policy: Logits, req: Request, streams: Streams) -> Rollout:
-        B, K, dev = self.batch_size, self.num_actions, policy.logits.device
-        logp_set = torch.log_softmax(policy.logits.detach(), -1)  # [1, K]: the one context
+        return self._scored(torch.log_softmax(policy.logits.detach(), -1), req, streams)
+
+    def _scored(self, logp_set: torch.Tensor, req: Request, streams: Streams) -> Rollout:
+        """The episode's batch from the policy's log-probs [1, K] (the one context)."""
+        B, K, dev = self.batch_size, self.num_actions, logp_set.device
         logp = logp_set[0]
         a = torch.multinomial(logp.exp(), B, replacement=True, generator=streams.action)
         r = (a == CORRECT).float()
@@ -105,10 +128,13 @@ class TabularSingle:
                 batch = Batch.action_set(logp_set, scores[None], (every == CORRECT)[None], obs=obs)
             else:  # label
                 batch = Batch.labelled(logp_set, torch.tensor([CORRECT], device=dev), obs=obs)
-        err = 1.0 - float(logp[CORRECT].exp())
-        return Rollout(batch, error=err, reward_mean=float(r.mean()), rollouts=B)
+        # Kept on the device (the runner reads them once the episode is done); the error
+        # in float64, so that 1 - p rounds as it did on a Python float.
+        return Rollout(batch, error=1.0 - logp[CORRECT].exp().double(), reward_mean=r.mean(), rollouts=B)
 
     logprobs = staticmethod(_logprobs)
+    rollout_seeds = _rollout_seeds
+    logprobs_seeds = staticmethod(_logprobs_seeds)
 
     def grad_metrics(self, policy: Logits) -> dict[str, float]:
         pi = torch.softmax(policy.logits.detach(), -1)
@@ -139,8 +165,11 @@ class TabularMulti:
         return Logits(torch.randn(self.num_contexts, self.num_actions, generator=gen))
 
     def rollout(self, policy: Logits, req: Request, streams: Streams) -> Rollout:
-        N, K, dev = self.num_contexts, self.num_actions, policy.logits.device
-        logp = torch.log_softmax(policy.logits.detach(), -1)
+        return self._scored(torch.log_softmax(policy.logits.detach(), -1), req, streams)
+
+    def _scored(self, logp: torch.Tensor, req: Request, streams: Streams) -> Rollout:
+        """The episode's batch from the policy's log-probs [N, K] (no draws: exact)."""
+        N, K, dev = self.num_contexts, self.num_actions, logp.device
         onehot = F.one_hot(torch.full((N,), CORRECT, device=dev), K).float()
         obs = TabularObs(torch.arange(N, device=dev)[:, None].expand(N, K),
                          torch.arange(K, device=dev).expand(N, K))
@@ -153,10 +182,12 @@ class TabularMulti:
             batch = Batch.action_set(logp, onehot, onehot > 0, obs=obs,
                                      probs=logp.exp() if sampling else None,
                                      advantages=onehot if req.needs == "sample" else None)
-        p = logp[:, CORRECT].exp()
-        return Rollout(batch, error=1.0 - float(p.mean()), reward_mean=float(p.mean()), rollouts=0)
+        p = logp[:, CORRECT].exp().mean()
+        return Rollout(batch, error=1.0 - p.double(), reward_mean=p, rollouts=0)  # as TabularSingle's
 
     logprobs = staticmethod(_logprobs)
+    rollout_seeds = _rollout_seeds
+    logprobs_seeds = staticmethod(_logprobs_seeds)
 
     def grad_metrics(self, policy: Logits) -> dict[str, float]:
         pi = torch.softmax(policy.logits.detach(), -1)
