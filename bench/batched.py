@@ -29,6 +29,7 @@ Done: the sequence tasks (tasks.seq), sequence- and token-level, every algorithm
 from __future__ import annotations
 
 import time
+from dataclasses import dataclass
 from typing import Any
 
 import torch
@@ -100,65 +101,79 @@ def run(specs: list[RunSpec]) -> list[dict[str, Any]]:
     return [answers[i] for i in range(len(specs))]
 
 
+@dataclass
+class _Seats:
+    """The seats still in a batch (training, or waiting to join it) and the answers of the
+    seeds that left it. A seat leaves when it ends: its record is closed and its lock
+    released there and then, so that another process may take a failed seed up while the
+    batch trains on."""
+
+    live: dict[int, Seat]
+    answers: dict[int, dict[str, Any]]
+
+    def end(self, i: int, status: str, reason: str | None = None, kind: str | None = None) -> None:
+        seat = self.live.pop(i)
+        self.answers[i] = _close(seat, status, reason, kind)
+        seat.rd.release()
+
+
 def _attempt(claimed: list, boundary: interrupts.Boundary, answers: dict[int, dict[str, Any]]) -> None:
     """bench.runner._attempt for the claimed seeds: each opened (or refused) and closed on
     its own, trained together; their summaries go into `answers`, even when interrupted."""
-    seats: dict[int, Seat] = {}
+    seats = _Seats({}, answers)
     for i, spec, rd, prev in claimed:
-        seat = _open(spec, rd, prev)
+        seat = _open(spec, rd, prev, batched=True)
         if isinstance(seat, dict):
             answers[i] = seat
         else:
-            seats[i] = seat
-    ending: dict[int, tuple[str, str | None, str | None]] = {}
+            seats.live[i] = seat
+    verdict: tuple[str, str | None, str | None] = (schema.COMPLETED, None, None)
     try:
-        _train(seats, ending, boundary)
-    except Exception as e:  # outside one seed's steps (an evaluation, say): each records it
-        for i in seats:
-            ending.setdefault(i, failure(e))
+        _train(seats, boundary)
+    except Exception as e:  # not one seed's (the batched episode, an evaluation): each records it
+        verdict = failure(e)
     except BaseException as e:  # interrupted: every seat still open is resumable
-        for i in seats:
-            ending.setdefault(i, (schema.INTERRUPTED, getattr(e, "signame", type(e).__name__), None))
+        verdict = (schema.INTERRUPTED, getattr(e, "signame", type(e).__name__), None)
         raise
     finally:
-        for i, seat in seats.items():
-            answers[i] = _close(seat, *ending.get(i, (schema.COMPLETED, None, None)))
+        for i in list(seats.live):
+            seats.end(i, *verdict)
 
 
-def _train(seats: dict[int, Seat], ending: dict, boundary: interrupts.Boundary) -> None:
-    """bench.runner._train over seats in lockstep; a seat that fails gets its `ending`
-    and leaves the batch."""
-    for i, seat in seats.items():
+def _train(seats: _Seats, boundary: interrupts.Boundary) -> None:
+    """bench.runner._train over seats in lockstep; a seat that fails alone leaves the
+    batch with its verdict (`_Seats.end`)."""
+    for i, seat in list(seats.live.items()):
         try:  # a damaged checkpoint fails its own seed only
             _start(seat)
         except Exception as e:
-            ending[i] = failure(e)
-    if len(ending) == len(seats):
+            seats.end(i, *failure(e))
+    if not seats.live:
         return
-    first = next(iter(seats.values())).spec
+    first = next(iter(seats.live.values())).spec
     task, algo, request = first.task, first.algo, first.request
-    steps = range(min(s.start for s in seats.values()), task.episodes)
-    for step in steps:
-        active = {i: s for i, s in seats.items() if i not in ending and s.start <= step}
+    for step in range(min(s.start for s in seats.live.values()), task.episodes):
+        for i, seat in list(seats.live.items()):
+            if seat.start > step:  # waiting to join: alive all the same, as its heartbeat says
+                try:
+                    seat.rd.beat_if_due()
+                except Exception as e:
+                    seats.end(i, *failure(e))
+        active = {i: s for i, s in seats.live.items() if s.start <= step}
         if not active:  # every seat so far has failed; a later-resuming one may still join
             continue
         for seat in active.values():
             if seat.start == step:  # its clock starts when it joins
                 seat.t0 = time.perf_counter()
-        try:
-            rows = train_episodes(task, algo, request, [s.policy for s in active.values()],
-                                  [s.opt for s in active.values()], [s.streams for s in active.values()])
-        except Exception as e:
-            # Not one seed's fault: the seeds waiting to join would meet it too.
-            for i in seats:
-                ending.setdefault(i, failure(e))
-            break
+        # An error here is not one seed's: the seeds waiting to join would meet it too.
+        rows = train_episodes(task, algo, request, [s.policy for s in active.values()],
+                              [s.opt for s in active.values()], [s.streams for s in active.values()])
         checkpointed, asked = False, boundary.pending  # once: every seat checkpoints or none
         for (i, seat), row in zip(active.items(), rows):
             try:
                 row = debug.inject(lambda row=row: row, seat.spec.debug)(step)
                 checkpointed |= _record(seat, step, row, asked, boundary.why)
             except Exception as e:
-                ending[i] = failure(e)
+                seats.end(i, *failure(e))
         if checkpointed:  # after every seat's checkpoint: a stop then leaves all resumable
             boundary.after_checkpoint()

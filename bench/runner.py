@@ -217,13 +217,14 @@ def _checkpoint_identity(spec: RunSpec) -> dict[str, Any]:
             "torch": str(torch.__version__), "git_commit": io.git_commit()}
 
 
-def _attempt_record(prev: dict, spec: RunSpec, threads: int, identity_: dict) -> dict[str, Any]:
+def _attempt_record(prev: dict, spec: RunSpec, threads: int, identity_: dict,
+                    batched: bool) -> dict[str, Any]:
     """summary.json's fields that describe this attempt and every one before it: a run
-    resumed under other code or another thread count says so."""
+    resumed under other code, another thread count or in a seed batch says so."""
     log = [] if spec.force else list(prev.get("attempts_log", []))
     log.append({"attempt": len(log) + 1, "started_at": time.time(), "pid": os.getpid(),
                 "host": rundir.whoami()["host"], "git_commit": identity_["git_commit"],
-                "threads": threads, "slurm_job_id": os.environ.get("SLURM_JOB_ID")})
+                "threads": threads, "batch_seeds": batched, "slurm_job_id": os.environ.get("SLURM_JOB_ID")})
     # Runs from before the attempt log: their attempt count and the commit they started under.
     earlier = 0 if spec.force else max(prev.get("attempts", 0) - (len(log) - 1), 0)
     legacy = not spec.force and "attempts_log" not in prev and prev.get("git_commit")
@@ -338,9 +339,10 @@ def failure(e: Exception) -> tuple[str, str, str]:
     return schema.FAILED, f"{type(e).__name__}: {e}", kind
 
 
-def _open(spec: RunSpec, rd: rundir.RunDir, prev: dict) -> Seat | dict[str, Any]:
+def _open(spec: RunSpec, rd: rundir.RunDir, prev: dict, batched: bool = False) -> Seat | dict[str, Any]:
     """The attempt's start on disk: the checkpoint read and checked, config.json and a
-    `running` summary written. Returns the seat, or the answer for a refused checkpoint."""
+    `running` summary written (`batched`: this attempt trains in a seed batch,
+    bench.batched). Returns the seat, or the answer for a refused checkpoint."""
     if spec.force:
         checkpoint.clear(rd.path)
     rd.clear_stale_temps()
@@ -352,7 +354,7 @@ def _open(spec: RunSpec, rd: rundir.RunDir, prev: dict) -> Seat | dict[str, Any]
             if state is not None else []
     except checkpoint.CheckpointError as e:
         return _not_run(spec, schema.REFUSED, str(e))
-    record = _attempt_record(prev, spec, threads, ident)
+    record = _attempt_record(prev, spec, threads, ident, batched)
     if len(record["threads_used"]) > 1:
         notes.append(f"threads {record['threads_used']} across attempts: metrics are bitwise "
                      "reproducible for one thread count only")

@@ -6,12 +6,13 @@ import os
 import signal
 import subprocess
 import sys
+import time
 
 import pandas as pd
 import pytest
 import torch
 
-from bench import batched
+from bench import batched, interrupts, rundir
 from bench.build import build
 from bench.optim import build_optimizer
 from bench.runner import run as run_single, train_episode
@@ -241,6 +242,7 @@ def _assert_equals_reference(root, reference):
 def test_batched_job_writes_each_seed_as_its_single_run(tmp_path, reference):
     run_bench(*JOB, "batch_seeds=true", f"output_root={tmp_path}")
     _assert_equals_reference(tmp_path, reference)
+    assert [a["batch_seeds"] for d in run_dirs(tmp_path) for a in summary(d)["attempts_log"]] == [True] * SEEDS
 
 
 def test_batched_job_killed_mid_run_resumes_to_identical_metrics(tmp_path, reference):
@@ -274,6 +276,8 @@ def test_batched_job_skips_a_completed_seed_and_joins_a_resumed_one(tmp_path, re
     assert out.stdout.count("resumed from checkpoint at step") == 1
     assert (done / "summary.json").read_text() == before
     _assert_equals_reference(tmp_path, reference)
+    [joined] = [d for d in run_dirs(tmp_path) if d.name == "seed=2"]
+    assert [a["batch_seeds"] for a in summary(joined)["attempts_log"]] == [False, True]  # single, then batched
 
 
 @pytest.mark.parametrize("args, message", [
@@ -298,3 +302,133 @@ def test_a_diverging_seed_fails_alone(tmp_path, reference):
     dirs = {d.name: d for d in run_dirs(tmp_path)}
     for name in ("seed=0", "seed=2"):
         pd.testing.assert_frame_equal(metrics(dirs[name]), reference[name], check_exact=True)
+
+
+# ---------------------------------------------------------------- a batch's faults, in process
+
+STOPPABLE = [*TINY, "task.episodes=6", "checkpoint_every=100"]  # no checkpoint but a signal's
+
+
+def _specs(tmp_path, *args, nan_at: dict[int, int] | None = None):
+    """The job's specs, seed s's loss NaN at step nan_at[s] (debug.nan_at, that seed only)."""
+    cfg = compose(*STOPPABLE, *args, f"output_root={tmp_path}")
+    return [build({**cfg, "seed": s, "debug": {**cfg["debug"], "nan_at": (nan_at or {}).get(s, -1)}})
+            for s in range(SEEDS)]
+
+
+def _when(monkeypatch, seed: int, step: int, act) -> None:
+    """`act()` just before seed `seed` records step `step` (after the seeds before it have)."""
+    record = batched._record
+
+    def recording(seat, at, row, asked, why):
+        if seat.spec.seed == seed and at == step:
+            act()
+        return record(seat, at, row, asked, why)
+
+    monkeypatch.setattr(batched, "_record", recording)
+
+
+def _kill_self(signum):
+    return lambda: os.kill(os.getpid(), signum)
+
+
+def test_a_stop_mid_step_checkpoints_every_seed_or_none(tmp_path, monkeypatch):
+    """SIGTERM while seed 1 records step 1 (seed 0 has recorded it already): the batch read
+    the request once for that step, so no seed checkpoints at step 1 and every seed does
+    at the next boundary; each is resumable from the same step."""
+    specs = _specs(tmp_path)
+    _when(monkeypatch, 1, 1, _kill_self(signal.SIGTERM))
+    with pytest.raises(interrupts.Interrupted):
+        batched.run(specs)
+    steps = [torch.load(s.run_dir / "checkpoint.pt", weights_only=True)["next_step"]
+             if (s.run_dir / "checkpoint.pt").exists() else None for s in specs]
+    assert steps == [3] * SEEDS
+    assert [summary(s.run_dir)["status"] for s in specs] == ["interrupted"] * SEEDS
+
+
+def test_an_interrupted_batch_reports_each_seed_as_it_recorded_itself(tmp_path, monkeypatch):
+    """Seed 1 diverges at step 1, then SIGTERM at step 2: the sweep is told seed 1 failed
+    (diverged) and seeds 0 and 2 were interrupted, as their summary.json files say."""
+    specs = _specs(tmp_path, nan_at={1: 1})
+    _when(monkeypatch, 0, 2, _kill_self(signal.SIGTERM))
+    with pytest.raises(interrupts.Interrupted) as stopped:
+        batched.run(specs)
+    answers = stopped.value.answers
+    assert [a["status"] for a in answers] == ["interrupted", "failed", "interrupted"]
+    assert answers[1]["error_kind"] == "diverged"
+    assert [a["status"] for a in answers] == [summary(s.run_dir)["status"] for s in specs]
+
+
+@pytest.mark.parametrize("fault", ["requeue_handler", "batched_episode"])
+def test_an_error_outside_one_seeds_steps_fails_every_seed(tmp_path, monkeypatch, fault):
+    """An error no one seed's step raised fails each seed with it (not `interrupted`, which
+    would make the sweep stop): the handler SIGUSR2 hands over to after the checkpoint
+    (submitit's requeue) raising, or the batched episode itself raising."""
+    specs = _specs(tmp_path)
+
+    def boom(*args):
+        raise RuntimeError("boom")
+
+    previous = signal.signal(signal.SIGUSR2, boom)
+    try:
+        if fault == "requeue_handler":
+            _when(monkeypatch, 0, 1, _kill_self(signal.SIGUSR2))
+        else:
+            episodes = batched.train_episodes
+            calls = []
+            monkeypatch.setattr(batched, "train_episodes",
+                                lambda *a: boom() if len(calls) == 2 else calls.append(1) or episodes(*a))
+        summaries = batched.run(specs)
+    finally:
+        signal.signal(signal.SIGUSR2, previous)
+    assert [(s["status"], s["error_kind"], s["reason"]) for s in summaries] == \
+        [("failed", "error", "RuntimeError: boom")] * SEEDS
+
+
+# ---------------------------------------------------------------- seats and their records
+
+def _lock_is_free(run_dir) -> bool:
+    """Whether another process could take the run's lock now (a POSIX lock is per process:
+    this one would always get it)."""
+    probe = "import fcntl, os, sys; fcntl.lockf(os.open(sys.argv[1], os.O_RDWR), fcntl.LOCK_EX | fcntl.LOCK_NB)"
+    return subprocess.run([sys.executable, "-c", probe, str(run_dir / ".lock")],
+                          capture_output=True).returncode == 0
+
+
+def test_a_failed_seed_is_recorded_and_released_while_the_others_train(tmp_path, monkeypatch):
+    """Seed 1 diverges at step 1: by step 3 its summary says `failed` and its lock is free
+    (another process may take it up), while seed 0 is still held and running."""
+    specs = _specs(tmp_path, nan_at={1: 1})
+    seen = {}
+
+    def at_step_3():
+        seen.update(failed=summary(specs[1].run_dir)["status"], free=_lock_is_free(specs[1].run_dir),
+                    other=summary(specs[0].run_dir)["status"], other_free=_lock_is_free(specs[0].run_dir))
+
+    _when(monkeypatch, 0, 3, at_step_3)
+    assert [s["status"] for s in batched.run(specs)] == ["completed", "failed", "completed"]
+    assert seen == {"failed": "failed", "free": True, "other": "running", "other_free": False}
+
+
+def test_a_seed_waiting_to_join_keeps_its_heartbeat(tmp_path, monkeypatch):
+    """Seed 2 resumes at step 4 (its single run diverged there, after a checkpoint), seeds 0
+    and 1 start at 0: while it waits to join, its summary.json heartbeat goes on (at
+    every due time, as a single run's does; here due at every step), so that it does not
+    read as a killed run."""
+    specs = _specs(tmp_path, "checkpoint_every=2")
+    run_single(build({**compose(*STOPPABLE, "checkpoint_every=2", f"output_root={tmp_path}"),
+                      "seed": 2, "debug": {"nan_at": 4}}))
+    assert torch.load(specs[2].run_dir / "checkpoint.pt", weights_only=True)["next_step"] == 4
+    monkeypatch.setattr(rundir, "HEARTBEAT_S", 0.0)
+    episodes, started, joined = batched.train_episodes, [], []
+
+    def watched(task, algo, request, policies, *rest):
+        started.append(time.time())
+        if len(policies) == SEEDS and not joined:  # seed 2's first episode
+            joined.append(summary(specs[2].run_dir))
+        return episodes(task, algo, request, policies, *rest)
+
+    monkeypatch.setattr(batched, "train_episodes", watched)
+    assert [s["status"] for s in batched.run(specs)] == ["completed"] * SEEDS
+    assert len(started) == 6 and joined[0]["status"] == "running"
+    assert joined[0]["heartbeat"] > started[2]  # beaten after the others trained step 2
