@@ -4,13 +4,15 @@ tasks.stacked (a seed axis, one bmm per layer), side by side in one process, the
 variants interleaved round-robin so that a load change hits them alike.
 
     python scripts/seed_batch_speed.py [--seeds 1 4 8] [--repeats 1] [--threads 1]
-        [--parts train rollout episode]
+        [--parts train rollout episode] [--task task=reverse_h10 ...]
 
 Prints seed-episodes per CPU-second (process CPU time, not wall: a busy machine steals
 wall time, not CPU time) for three parts of a reverse_h10 episode (B 100, K 8, H 10,
 V 2): `train` (the loss's log-probs forward + backward), `rollout` (KV-cache sampling;
 vmap cannot carry the cache, a mutable Python list, across calls: n/a) and `episode`
 (bench.runner.train_episode per seed vs bench.batched.train_episodes, TPO, MuonNAdam).
+`--task` gives the `episode` part another task and its overrides (e.g. `--parts episode
+--task task=mnist task.data_dir=DIR`: TPO with the task's own optimizer).
 """
 from __future__ import annotations
 
@@ -57,11 +59,16 @@ def main() -> None:
     ap.add_argument("--repeats", type=int, default=1)
     ap.add_argument("--threads", type=int, default=1)
     ap.add_argument("--parts", nargs="+", default=["train", "rollout", "episode"])
+    ap.add_argument("--task", nargs="+", default=["task=reverse_h10"])
     args = ap.parse_args()
+    if args.task != ["task=reverse_h10"] and args.parts != ["episode"]:
+        ap.error("--task is the `episode` part's; the train and rollout parts are reverse_h10's: "
+                 "add --parts episode")
     torch.set_num_threads(args.threads)
     warnings.filterwarnings("ignore")  # vmap's fallback warning, said in the docstring
-    spec = build(compose("task=reverse_h10", "algo=tpo", "seed=0"))
-    task, B, K, H = spec.task, spec.task.batch_size, spec.request.k, spec.task.sequence_length
+    spec = build(compose(*args.task, "algo=tpo", "seed=0"))
+    task, B, K = spec.task, getattr(spec.task, "batch_size", 0), spec.request.k
+    H = getattr(task, "sequence_length", 0)
     results: dict[tuple[str, str, int], float] = {}
 
     for S in args.seeds:
