@@ -310,6 +310,7 @@ class Job:
     k: int
     epochs: int
     episodes: int
+    preset_seeds: int  # the preset's `seeds`
     run_dirs: tuple[str, ...]  # one per seed the job trains
 
 
@@ -323,12 +324,14 @@ def study_jobs(experiment: str, *overrides: str) -> list[Job]:
         rest = tuple(o for o in job if not o.startswith("seed="))
         seed = int(next(o for o in job if o.startswith("seed=")).split("=", 1)[1])
         if rest not in configs:
-            configs[rest] = job_specs(compose(*rest, f"seed={seed}"), explicit_keys(rest))
-        specs = configs[rest]
+            cfg = compose(*rest, f"seed={seed}")
+            configs[rest] = cfg["seeds"], job_specs(cfg, explicit_keys(rest))
+        preset_seeds, specs = configs[rest]
         s = specs[0]
         home = s.run_dir.parent
         jobs.append(Job(experiment, (*rest, f"seed={seed}"), s.algo_name, s.request.k, s.algo.epochs,
-                        s.task.episodes, tuple(str(home / seed_dir(seed + i)) for i in range(len(specs)))))
+                        s.task.episodes, preset_seeds,
+                        tuple(str(home / seed_dir(seed + i)) for i in range(len(specs)))))
     return jobs
 
 
@@ -374,7 +377,8 @@ def estimate(seeds: int, device: str, extra: tuple[str, ...], episodes: int,
         seen.update(j.run_dirs)
         s = bilinear(j.k, j.epochs, corners[j.algo]) if new else 0.0
         rows.append({"experiment": j.experiment, "algo": j.algo, "k": j.k, "epochs": j.epochs,
-                     "runs": len(j.run_dirs), "new_runs": len(new), "episodes": j.episodes,
+                     "preset_seeds": j.preset_seeds, "runs": len(j.run_dirs), "new_runs": len(new),
+                     "episodes": j.episodes,
                      "s_per_episode": s, "hours": j.episodes * s / 3600})
     return pd.DataFrame(rows), measured
 
@@ -422,6 +426,9 @@ def seeds_mode(args) -> int:
           f"{kind}-hours from s/episode at {S} seeds, bilinear in (K, epochs) between "
           f"measured corners")
     print(by_preset.reset_index().to_string(index=False, float_format=fmt))
+    if (per_job["preset_seeds"] % S).any():
+        print(f"  (seeds_per_job={S} does not divide the presets' {per_job['preset_seeds'].max()} seeds: "
+              f"each config's last job trains past them, as the sweep would)")
     print(f"total: {int(total['new_runs'])} runs ({int(total['runs'])} listed), "
           f"{int(total['new_run_episodes'])} seed-episodes, {total['hours']:.3g} {kind}-hours "
           f"(goal on one H200: < {STUDY_GOAL_H:g} GPU-hours{verdict(total['hours'] < STUDY_GOAL_H)})")
@@ -436,7 +443,7 @@ def seeds_mode(args) -> int:
                * r["s_per_episode"] / 60 for _, r in head.iterrows()}
     best = min(minutes, key=lambda s: minutes[s])
     print(f"reverse_h10 TPO, {HEADLINE_SEEDS} seeds x {HEADLINE_EPISODES} episodes: "
-          f"{minutes[best]:.3g} min on this {kind} (packed {best} seeds a job; goal on one "
+          f"{minutes[best]:.3g} min on this {kind} ({best} seeds a job; goal on one "
           f"H200: < {HEADLINE_GOAL_MIN:g} min{verdict(minutes[best] < HEADLINE_GOAL_MIN)})")
 
     out = Path(args.out or f"outputs/speed/seeds_{args.device.replace(':', '')}.csv")
