@@ -443,7 +443,7 @@ def seeds_mode(args) -> int:
                * r["s_per_episode"] / 60 for _, r in head.iterrows()}
     best = min(minutes, key=lambda s: minutes[s])
     print(f"reverse_h10 TPO, {HEADLINE_SEEDS} seeds x {HEADLINE_EPISODES} episodes: "
-          f"{minutes[best]:.3g} min on this {kind} ({best} seeds a job; goal on one "
+          f"{minutes[best]:.3g} min on this {kind} (at S = {best}; goal on one "
           f"H200: < {HEADLINE_GOAL_MIN:g} min{verdict(minutes[best] < HEADLINE_GOAL_MIN)})")
 
     out = Path(args.out or f"outputs/speed/seeds_{args.device.replace(':', '')}.csv")
