@@ -9,16 +9,24 @@ each of its K answers -- kept here as the yardstick, so the speed-up is a ratio 
 in the same process. `--cli` adds the marginal seconds per episode of the real
 `python -m bench` command (the difference of two run lengths, so start-up cancels);
 `--sweep` compares the basic and the joblib launcher on a small headline sweep.
+
+`--seeds 1 8 20 30 [--device cuda] [--batch-size B]` is the seed-batched mode (issue 22):
+seed-episodes per second of bench.batched.train_episodes over S policies, as a
+`batch_seeds=true` job trains them, for reverse_h10 TPO and GRPO and the mechanism
+study's shared config, with peak device memory; then the mechanism study's cost on this
+device, priced job by job from its presets as `+pack=gpu` launches them (see `estimate`).
 """
 from __future__ import annotations
 
 import argparse
+import math
 import os
 import platform
 import subprocess
 import sys
 import tempfile
 import time
+from dataclasses import dataclass
 from pathlib import Path
 
 import pandas as pd
@@ -27,6 +35,7 @@ import torch
 from bench.optim import build_optimizer
 from contract.rng import Streams
 from bench.build import build
+from bench.jobs import explicit_keys, job_specs
 from bench.runner import train_episode
 
 CASES = (("tpo", "reverse_h10"), ("grpo", "reverse_h10"), ("dg", "reverse_h10"),
@@ -101,9 +110,7 @@ def matmul_rate(tokens: int, threads: int, d: int = 64, hidden: int = 256, reps:
 def time_case(algo: str, task: str, episodes: int, warmup: int, threads: int) -> dict:
     spec = build(compose(f"algo={algo}", f"task={task}"))
     torch.set_num_threads(threads)
-    streams = Streams.from_seed(0)
-    policy = spec.task.make_policy(streams.init)
-    opt = build_optimizer(spec.optim_name, list(policy.parameters()), **spec.optim_hparams)
+    (policy,), (opt,), (streams,) = seed_policies(spec, 1)
     for _ in range(warmup):
         train_episode(spec.task, spec.algo, spec.request, policy, opt, streams)
     clock: dict[str, float] = {}
@@ -139,9 +146,7 @@ def time_eager_tpo(episodes: int, warmup: int, threads: int) -> dict:
     spec = build(compose("algo=tpo", "task=reverse_h10"))
     t, a = spec.task, spec.algo
     torch.set_num_threads(threads)
-    streams = Streams.from_seed(0)
-    policy = t.make_policy(streams.init)
-    opt = build_optimizer(spec.optim_name, list(policy.parameters()), **spec.optim_hparams)
+    (policy,), (opt,), (streams,) = seed_policies(spec, 1)
     B, H, K = t.batch_size, t.sequence_length, a.k
 
     def episode(clock):
@@ -219,16 +224,260 @@ def sweep_throughput(episodes: int = 20) -> list[dict]:
     return out
 
 
+# ---------------------------------------------------------------- seed-batched mode (issue 22)
+
+STUDY = ("k_sweep", "epoch_sweep", "zero_variance_masking")  # the mechanism study (SPEC 4)
+# The study's shared config (reverse_h8, B 256, K 32, 4 epochs) is this preset's tpo and grpo.
+CENTRE = "zero_variance_masking"
+# Issue 22's goals on one H200: the headline's 20 seeds x 2000 episodes of reverse_h10
+# TPO in under 10 minutes, the whole mechanism study in under 2 GPU-hours.
+HEADLINE_SEEDS, HEADLINE_EPISODES, HEADLINE_GOAL_MIN = 20, 2000, 10.0
+STUDY_GOAL_H = 2.0
+
+
+def seed_policies(spec, seeds: int) -> tuple[list, list, list[Streams]]:
+    """Policies, optimizers and streams of seeds 0..seeds-1 on spec.device, each made as
+    a run makes its own (bench.runner._open)."""
+    streams = [Streams.from_seed(s, spec.device) for s in range(seeds)]
+    policies = [spec.task.make_policy(st.init).to(spec.device) for st in streams]
+    opts = [build_optimizer(spec.optim_name, list(p.parameters()), **spec.optim_hparams) for p in policies]
+    return policies, opts, streams
+
+
+def _sync(device: str) -> None:
+    """CUDA runs asynchronously: a timed region ends when the device has finished."""
+    if torch.device(device).type == "cuda":
+        torch.cuda.synchronize(device)
+
+
+def time_seeds(overrides: tuple[str, ...], seeds: int, episodes: int, warmup: int) -> dict:
+    """Seed-episodes/s of bench.batched.train_episodes over `seeds` policies of the config
+    `overrides` compose to (a later override of a key wins), and the peak device memory."""
+    from bench import batched
+
+    spec = build(compose(*overrides), explicit_keys(overrides))
+    t, device = spec.task, spec.device
+    row = {"algo": spec.algo_name, "task": t.name, "seeds": seeds, "batch_size": t.batch_size,
+           "k": spec.request.k, "epochs": spec.algo.epochs, "episodes": episodes,
+           "seconds": math.nan, "seed_episodes_per_s": math.nan, "s_per_episode": math.nan,
+           "peak_mem_gib": math.nan, "device": device, "note": ""}
+    cuda = torch.device(device).type == "cuda"
+    if cuda:
+        torch.cuda.empty_cache()
+        torch.cuda.reset_peak_memory_stats(device)
+    try:
+        policies, opts, streams = seed_policies(spec, seeds)
+        for _ in range(warmup):
+            batched.train_episodes(t, spec.algo, spec.request, policies, opts, streams)
+        _sync(device)
+        t0 = time.perf_counter()
+        for _ in range(episodes):
+            batched.train_episodes(t, spec.algo, spec.request, policies, opts, streams)
+        _sync(device)
+        seconds = time.perf_counter() - t0
+    except torch.OutOfMemoryError:  # a row that says so; the other shapes still get measured
+        row["note"] = "out of memory"
+        return row
+    row.update(seconds=seconds, seed_episodes_per_s=seeds * episodes / seconds,
+               s_per_episode=seconds / episodes)
+    if cuda:
+        row["peak_mem_gib"] = torch.cuda.max_memory_allocated(device) / 2**30
+    return row
+
+
+def sweep_jobs(*overrides: str) -> list[list[str]]:
+    """Each job's overrides in `python -m bench -m OVERRIDES`, expanded as the sweeper
+    expands them: the preset's hydra.sweeper.params, then the command line."""
+    from hydra import compose as hydra_compose, initialize_config_dir
+    from hydra._internal.core_plugins.basic_sweeper import BasicSweeper
+    from hydra.core.override_parser.overrides_parser import OverridesParser
+    from omegaconf import OmegaConf
+
+    with initialize_config_dir(config_dir=str(REPO / "conf"), version_base="1.3"):
+        cfg = hydra_compose(config_name="config", overrides=list(overrides), return_hydra_config=True)
+    params = OmegaConf.to_container(cfg.hydra.sweeper.params, resolve=True) or {}
+    parsed = OverridesParser.create().parse_overrides(
+        [f"{k}={v}" for k, v in params.items()] + list(overrides))
+    return [job for batch in BasicSweeper.split_arguments(parsed, None) for job in batch]
+
+
+@dataclass(frozen=True)
+class Job:
+    """One job of a sweep, as the estimate prices it."""
+    experiment: str
+    overrides: tuple[str, ...]  # composes to its config (its first seed)
+    algo: str
+    k: int
+    epochs: int
+    episodes: int
+    preset_seeds: int  # the preset's `seeds`
+    run_dirs: tuple[str, ...]  # one per seed the job trains
+
+
+def study_jobs(experiment: str, *overrides: str) -> list[Job]:
+    """The jobs of `python -m bench -m +experiment=NAME OVERRIDES`, each config composed
+    once (its seeds differ only in the directory), as the sweeper validates them."""
+    from contract.schema import seed_dir
+
+    jobs, configs = [], {}
+    for job in sweep_jobs(f"+experiment={experiment}", *overrides):
+        rest = tuple(o for o in job if not o.startswith("seed="))
+        seed = int(next(o for o in job if o.startswith("seed=")).split("=", 1)[1])
+        if rest not in configs:
+            cfg = compose(*rest, f"seed={seed}")
+            configs[rest] = cfg["seeds"], job_specs(cfg, explicit_keys(rest))
+        preset_seeds, specs = configs[rest]
+        s = specs[0]
+        home = s.run_dir.parent
+        jobs.append(Job(experiment, (*rest, f"seed={seed}"), s.algo_name, s.request.k, s.algo.epochs,
+                        s.task.episodes, preset_seeds,
+                        tuple(str(home / seed_dir(seed + i)) for i in range(len(specs)))))
+    return jobs
+
+
+def bilinear(k: int, epochs: int, corners: dict[tuple[int, int], float]) -> float:
+    """Seconds per episode at (k, epochs) from those measured at the corners of the
+    (K, epochs) box around it. Exact when an episode costs a + b K + c epochs + d K epochs
+    (generation ~ K, an optimizer step per epoch, training ~ K x epochs); a box that is a
+    line or a point interpolates along it or is that point."""
+    ks, es = sorted({c[0] for c in corners}), sorted({c[1] for c in corners})
+    (k0, k1), (e0, e1) = (ks[0], ks[-1]), (es[0], es[-1])
+    wk = (k - k0) / (k1 - k0) if k1 > k0 else 0.0
+    we = (epochs - e0) / (e1 - e0) if e1 > e0 else 0.0
+    return ((1 - wk) * (1 - we) * corners[k0, e0] + wk * (1 - we) * corners[k1, e0]
+            + (1 - wk) * we * corners[k0, e1] + wk * we * corners[k1, e1])
+
+
+def estimate(seeds: int, device: str, extra: tuple[str, ...], episodes: int,
+             warmup: int) -> tuple[pd.DataFrame, list[dict]]:
+    """The mechanism study's cost here: its jobs as `+pack=gpu seeds_per_job=SEEDS` launches
+    them, each costing its episodes x the seconds per episode of `seeds` batched policies
+    at its (algo, K, epochs), interpolated (`bilinear`) from the corners of each
+    algorithm's (K, epochs) box measured here. A job whose runs an earlier preset already
+    trains is skipped, as the sweep skips completed runs. Returns one row per job and the
+    corner measurements."""
+    pack = ("+pack=gpu", f"seeds_per_job={seeds}", f"device={device}")
+    jobs = [j for name in STUDY for j in study_jobs(name, *pack)]
+    boxes: dict[str, set[tuple[int, int]]] = {}
+    for j in jobs:
+        boxes.setdefault(j.algo, set()).add((j.k, j.epochs))
+    measured, corners = [], {}
+    for algo, shapes in boxes.items():
+        example = next(j for j in jobs if j.algo == algo)
+        ks, es = [s[0] for s in shapes], [s[1] for s in shapes]
+        for k in sorted({min(ks), max(ks)}):
+            for e in sorted({min(es), max(es)}):
+                row = time_seeds((*example.overrides, f"algo.k={k}", f"algo.epochs={e}", *extra),
+                                 seeds, episodes, warmup)
+                corners.setdefault(algo, {})[k, e] = row["s_per_episode"]
+                measured.append({"case": "estimate corner", **row})
+    rows, seen = [], set()
+    for j in jobs:
+        new = [d for d in j.run_dirs if d not in seen]
+        seen.update(j.run_dirs)
+        s = bilinear(j.k, j.epochs, corners[j.algo]) if new else 0.0
+        rows.append({"experiment": j.experiment, "algo": j.algo, "k": j.k, "epochs": j.epochs,
+                     "preset_seeds": j.preset_seeds, "runs": len(j.run_dirs), "new_runs": len(new),
+                     "episodes": j.episodes,
+                     "s_per_episode": s, "hours": j.episodes * s / 3600})
+    return pd.DataFrame(rows), measured
+
+
+def seeds_mode(args) -> int:
+    """`--seeds`: the seed-batched table, the study estimate and the goals, two CSVs."""
+    threads = args.threads or [os.cpu_count() or 1]
+    if len(threads) != 1:
+        raise SystemExit("--seeds: give one --threads value")
+    torch.set_num_threads(threads[0])
+    extra = (f"device={args.device}", *((f"task.batch_size={args.batch_size}",) if args.batch_size else ()))
+    centre: dict[str, tuple[str, ...]] = {}
+    for j in study_jobs(CENTRE):
+        centre.setdefault(j.algo, j.overrides)
+    cases = [("reverse_h10", ("task=reverse_h10", f"algo={a}")) for a in ("tpo", "grpo")]
+    cases += [(CENTRE, centre[a]) for a in ("tpo", "grpo")]
+    rows = [{"case": case, **time_seeds((*overrides, *extra), S, args.episodes, args.warmup)}
+            for case, overrides in cases for S in args.seeds]
+    per_job, corners = estimate(max(args.seeds), args.device, extra, args.episodes, args.warmup)
+    info = machine()
+    df = pd.DataFrame(rows + corners)
+    for key, value in info.items():
+        df[key] = value
+
+    kind = "GPU" if torch.device(args.device).type == "cuda" else "CPU"
+    shrunk = f", B shrunk to {args.batch_size}: not the paper's sizes" if args.batch_size else ""
+    fmt = lambda v: f"{v:.3g}"
+    # A goal is met or missed on a GPU at the paper's sizes only; elsewhere it is a yardstick.
+    verdict = lambda met: (": met" if met else ": missed") if kind == "GPU" and not shrunk else ""
+    print(f"machine: {info['cpu']}, {info['cores']} cores, GPU {info['gpu']}, torch {info['torch']}; "
+          f"device {args.device} ({kind}{shrunk}), threads {threads[0]}, "
+          f"{args.episodes} timed episodes after {args.warmup} of warm-up")
+    cols = ["case", "algo", "seeds", "batch_size", "k", "epochs", "seed_episodes_per_s",
+            "s_per_episode", "peak_mem_gib", "note"]
+    print(df[cols].to_string(index=False, float_format=fmt))
+
+    S = max(args.seeds)
+    by_preset = per_job.groupby("experiment", sort=False).agg(
+        jobs=("runs", "size"), runs=("runs", "sum"), new_runs=("new_runs", "sum"),
+        hours=("hours", "sum"))
+    by_preset["new_run_episodes"] = (per_job["new_runs"] * per_job["episodes"]).groupby(
+        per_job["experiment"], sort=False).sum()
+    total = by_preset.sum()
+    print(f"\nmechanism study on this device ({kind}{shrunk}): +pack=gpu seeds_per_job={S}, "
+          f"{kind}-hours from s/episode at {S} seeds, bilinear in (K, epochs) between "
+          f"measured corners")
+    print(by_preset.reset_index().to_string(index=False, float_format=fmt))
+    if (per_job["preset_seeds"] % S).any():
+        print(f"  (seeds_per_job={S} does not divide the presets' {per_job['preset_seeds'].max()} seeds: "
+              f"each config's last job trains past them, as the sweep would)")
+    print(f"total: {int(total['new_runs'])} runs ({int(total['runs'])} listed), "
+          f"{int(total['new_run_episodes'])} seed-episodes, {total['hours']:.3g} {kind}-hours "
+          f"(goal on one H200: < {STUDY_GOAL_H:g} GPU-hours{verdict(total['hours'] < STUDY_GOAL_H)})")
+    check = df[(df["case"] == CENTRE) & (df["seeds"] == S)]
+    for _, r in check.iterrows():
+        model = bilinear(r["k"], r["epochs"],
+                         {(c["k"], c["epochs"]): c["s_per_episode"] for c in corners if c["algo"] == r["algo"]})
+        print(f"  check, {r['algo']} K {r['k']} epochs {r['epochs']}: interpolated {model:.3g} "
+              f"s/episode, measured {r['s_per_episode']:.3g} ({model / r['s_per_episode'] - 1:+.0%})")
+    head = df[(df["case"] == "reverse_h10") & (df["algo"] == "tpo")]
+    minutes = {int(r["seeds"]): math.ceil(HEADLINE_SEEDS / r["seeds"]) * HEADLINE_EPISODES
+               * r["s_per_episode"] / 60 for _, r in head.iterrows()}
+    best = min(minutes, key=lambda s: minutes[s])
+    print(f"reverse_h10 TPO, {HEADLINE_SEEDS} seeds x {HEADLINE_EPISODES} episodes: "
+          f"{minutes[best]:.3g} min on this {kind} (at S = {best}; goal on one "
+          f"H200: < {HEADLINE_GOAL_MIN:g} min{verdict(minutes[best] < HEADLINE_GOAL_MIN)})")
+
+    out = Path(args.out or f"outputs/speed/seeds_{args.device.replace(':', '')}.csv")
+    out.parent.mkdir(parents=True, exist_ok=True)
+    df.to_csv(out, index=False)
+    per_job.to_csv(out.with_name(out.stem + "_estimate.csv"), index=False)
+    print(f"wrote {out} and {out.with_name(out.stem + '_estimate.csv')}")
+    return 0
+
+
 def main(argv=None) -> int:
     p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     p.add_argument("--episodes", type=int, default=5)
     p.add_argument("--warmup", type=int, default=2)
-    p.add_argument("--threads", type=int, nargs="+", default=[1, os.cpu_count() or 1])
+    p.add_argument("--threads", type=int, nargs="+", default=None,
+                   help="default: 1 and all cores (with --seeds: all cores)")
     p.add_argument("--cases", nargs="*", default=None, help="algo:task pairs (default: all)")
     p.add_argument("--cli", action="store_true", help="also time the real CLI (marginal s/episode)")
     p.add_argument("--sweep", action="store_true", help="also compare sweep launchers")
-    p.add_argument("--out", default="outputs/speed/speed.csv")
+    p.add_argument("--seeds", type=int, nargs="+", default=None,
+                   help="the seed-batched mode: S policies trained as one (e.g. 1 8 20 30)")
+    p.add_argument("--device", default="cpu", help="with --seeds: cpu (a dry run) or cuda")
+    p.add_argument("--batch-size", type=int, default=None,
+                   help="with --seeds: every config's B, to dry-run in seconds (default: its own)")
+    p.add_argument("--out", default=None,
+                   help="CSV (default outputs/speed/speed.csv; with --seeds seeds_<device>.csv "
+                        "and, beside it, the estimate's per-job table)")
     args = p.parse_args(argv)
+    if args.seeds:
+        return seeds_mode(args)
+    if args.device != "cpu" or args.batch_size:
+        p.error("--device and --batch-size go with --seeds")
+    args.threads = args.threads or [1, os.cpu_count() or 1]
+    args.out = args.out or "outputs/speed/speed.csv"
 
     cases = [tuple(c.split(":")) for c in args.cases] if args.cases else CASES
     info = machine()

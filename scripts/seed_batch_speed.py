@@ -29,10 +29,8 @@ sys.path.insert(0, str(Path(__file__).resolve().parent.parent))  # this checkout
 
 from bench import batched
 from bench.build import build
-from bench.optim import build_optimizer
 from bench.runner import train_episode
-from bench.speed import compose
-from contract.rng import Streams
+from bench.speed import compose, seed_policies
 from tasks import stacked
 from tasks.seq import generate, generate_seeds
 
@@ -72,9 +70,7 @@ def main() -> None:
     results: dict[tuple[str, str, int], float] = {}
 
     for S in args.seeds:
-        streams = [Streams.from_seed(s) for s in range(S)]
-        pols = [task.make_policy(st.init) for st in streams]
-        opts = [build_optimizer(spec.optim_name, list(p.parameters()), **spec.optim_hparams) for p in pols]
+        pols, opts, streams = seed_policies(spec, S)
         prompts = torch.randint(0, 2, (S, B, H), generator=torch.Generator().manual_seed(1))
         answers = torch.randint(0, 2, (S, B * K, H), generator=torch.Generator().manual_seed(2))
 

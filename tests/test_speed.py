@@ -9,7 +9,7 @@ from bench.optim import build_optimizer
 from bench.build import build
 from bench.runner import train_episode
 from bench.speed import transformer_flops_per_token
-from conftest import REPO, TINY, compose
+from conftest import REPO, TINY, compose, run_bench
 from tasks.transformer import Transformer
 
 
@@ -59,3 +59,65 @@ def test_harness_has_no_old_logprob_forward(monkeypatch):
     opt = build_optimizer(spec.optim_name, list(policy.parameters()), **spec.optim_hparams)
     train_episode(spec.task, spec.algo, spec.request, policy, opt, streams)
     assert calls == {"forward": H, "forward_shared_prefix": epochs}
+
+
+def _dry_run_runs(*overrides: str) -> int:
+    """Runs that `python -m bench -m ... dry_run=true` lists: the sweeper's own count."""
+    import re
+
+    proc = run_bench("-m", *overrides, "dry_run=true")
+    return int(re.search(r"valid jobs \((\d+) runs\)", proc.stdout).group(1))
+
+
+def test_seed_batched_mode_and_study_estimate(tmp_path):
+    """`--seeds` on the CPU at tiny sizes, the path a GPU run takes with --device cuda."""
+    out = tmp_path / "seeds.csv"
+    proc = subprocess.run([sys.executable, "-m", "bench.speed", "--seeds", "1", "2", "--episodes", "2",
+                           "--warmup", "0", "--batch-size", "2", "--threads", "1", "--out", str(out)],
+                          cwd=REPO, capture_output=True, text=True, timeout=600)
+    assert proc.returncode == 0, proc.stderr
+    df = pd.read_csv(out)
+    table = df[df["case"] != "estimate corner"]
+    assert sorted(zip(table["case"], table["algo"], table["seeds"])) == sorted(
+        (case, algo, S) for case in ("reverse_h10", "zero_variance_masking")
+        for algo in ("tpo", "grpo") for S in (1, 2))
+    assert (df["batch_size"] == 2).all() and (df["device"] == "cpu").all()
+    centre = table[table["case"] == "zero_variance_masking"]
+    assert set(centre["k"]) == {32} and set(centre["epochs"]) == {4}  # from the preset
+    # seed-episodes/s counts every seed's episodes
+    assert (df["seed_episodes_per_s"] - df["seeds"] * df["episodes"] / df["seconds"]).abs().max() < 1e-9
+    corners = df[df["case"] == "estimate corner"]
+    assert sorted(zip(corners["algo"], corners["k"], corners["epochs"])) == sorted(
+        [(a, k, e) for a in ("tpo", "grpo") for k in (4, 64) for e in (1, 16)] + [("grpo_masked", 32, 4)])
+    assert (corners["seeds"] == 2).all()
+
+    jobs = pd.read_csv(tmp_path / "seeds_estimate.csv")
+    runs = jobs.groupby("experiment")["runs"].sum()
+    for name in ("k_sweep", "epoch_sweep", "zero_variance_masking"):
+        assert runs[name] == _dry_run_runs(f"+experiment={name}")
+    assert (jobs["runs"] == 2).all()  # +pack=gpu seeds_per_job=2: 2 seeds a job
+    # Counted once: epoch_sweep's 4 epochs are k_sweep's K 32 (the default epochs), and
+    # zero_variance_masking's tpo and grpo are that config too: 690 listed, 570 to train.
+    assert jobs["new_runs"].sum() == 570
+    assert (jobs.loc[jobs["new_runs"] == 0, "hours"] == 0).all()
+    assert "CPU-hours" in proc.stdout and "B shrunk to 2" in proc.stdout
+
+
+def test_bilinear_is_exact_on_its_cost_model():
+    from bench.speed import bilinear
+
+    cost = lambda k, e: 0.5 + 0.01 * k + 0.2 * e + 0.003 * k * e
+    corners = {(k, e): cost(k, e) for k in (4, 64) for e in (1, 16)}
+    for k, e in ((32, 4), (4, 16), (8, 2), (64, 1)):
+        assert abs(bilinear(k, e, corners) - cost(k, e)) < 1e-12
+    assert bilinear(32, 4, {(32, 4): 1.5}) == 1.5  # one shape: measured, not interpolated
+
+
+def test_pack_gpu_packs_a_presets_seeds_into_jobs():
+    """+pack=gpu: one job per config, all the preset's seeds batched; seeds_per_job=10
+    makes three; the shrink override shrinks the jobs too."""
+    for extra, jobs, runs in (((), 10, 300), (("seeds_per_job=10",), 30, 300), (("seeds=3",), 10, 30)):
+        proc = run_bench("-m", "+experiment=k_sweep", "+pack=gpu", "device=cpu", *extra, "dry_run=true")
+        assert f"[dry run] {jobs} valid jobs ({runs} runs)" in proc.stdout
+    cfg = compose("+experiment=k_sweep", "+pack=gpu")
+    assert (cfg["batch_seeds"], cfg["seeds_per_job"], cfg["device"]) == (True, 30, "cuda")
