@@ -11,6 +11,7 @@ import sys
 import pandas as pd
 import pytest
 import torch
+from omegaconf import OmegaConf
 
 pytest.importorskip("transformers")
 pytest.importorskip("reasoning_gym")
@@ -178,6 +179,20 @@ def test_the_reference_pass_in_chunks_is_the_whole_pass(rolled):
     assert torch.allclose(_lm.completion_logp_chunked(*args, 5), whole, atol=1e-6)  # 5, 5 and 2 rows
 
 
+def test_the_paper_scale_presets_hold_spec_7s_settings():
+    for preset, lora, kl, dtype, every in (("llm_gsm8k", 32, 1e-3, "bfloat16", 5),
+                                           ("llm_graph_color", 0, 0.0, "mixed_bfloat16", 25)):
+        cfg = compose(f"task={preset}")
+        t = cfg["task"]
+        assert cfg["optim"] == {"name": "adamw", "lr": 1e-5, "weight_decay": 0.0}, preset
+        assert (t["prompts_per_step"], t["lora_rank"], t["kl_ref"], t["dtype"], t["eval_every"],
+                t["gradient_checkpointing"], t["temperature"], t["from_arch"]) == (
+                    16, lora, kl, dtype, every, True, 1.0, "refuse"), preset
+        assert t["arch"]["num_hidden_layers"] == 28 and t["micro_batch"] == 16
+        sweep = OmegaConf.load(REPO / "conf" / "experiment" / f"{preset}.yaml")["hydra"]["sweeper"]["params"]
+        assert (sweep["algo"], sweep["algo.k"], sweep["task"]) == ("tpo,grpo", 16, preset)
+
+
 # ------------------------------------------------------------------ refusals before work
 
 def refused(base_dir, *extra) -> str:
@@ -198,6 +213,15 @@ def test_a_tokenizer_the_model_cannot_embed_is_refused(base_dir, tmp_path):
     msg = refused(base_dir, f"task.model_path={tmp_path / 'm'}", "task.warm_start_steps=0")
     assert "task.model_path" in msg and "vocab_size is 50" in msg
     assert "task.arch.vocab_size" in refused(base_dir, "task.arch.vocab_size=64")
+
+
+def test_the_paper_scale_presets_refuse_without_weights():
+    """No random 1.7B model is warm-started in their name: without task.model_path they
+    are refused before any work, pointing at the probe for random weights."""
+    for preset in ("llm_gsm8k", "llm_graph_color"):
+        with pytest.raises(ConfigError) as e:
+            build(compose(f"task={preset}", "algo=tpo"))
+        assert "task.model_path" in str(e.value) and f"bench.llm_scale task={preset}" in str(e.value)
 
 
 def test_random_weights_are_asked_for_explicitly_and_alone(base_dir, tmp_path):
