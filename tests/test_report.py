@@ -21,6 +21,8 @@ def test_parse_paper():
     assert P("~1,600") == V.Paper("number", 1600, r=50, approx=True)
     assert P(">95") == V.Paper("bound", 95, op=">") and P("<2.3").op == "<"
     assert P("—").kind == P("-").kind == "never"
+    # a range as the paper words it ("near 85–87 %"): its midpoint, r half its width
+    assert P("85–87") == V.Paper("number", 86.0, r=1.0, approx=True) == P("85-87")
 
 
 M = V.MARGINS
@@ -91,6 +93,32 @@ def test_ordering_verdicts():
     assert V.parse_claim("tpo,dg < pg,grpo")[2] == [("pg", {}), ("grpo", {})]
     with pytest.raises(ValueError):
         V.parse_claim("tpo is best")
+
+
+def test_rows_no_rule_judges_keep_their_status_whatever_runs_exist(tmp_path):
+    """A family in verdicts.UNJUDGED (the paper's LLM rows: weights and a GPU) is listed
+    with its status and never judged. Here a number and a claim of the H sweep, whose runs
+    the synthetic table holds, moved into it: both get the status, counted in the summary,
+    and every other row keeps its verdict."""
+    from analysis.paper.rule_log import verdict_rows
+
+    df = results_table()
+    df = df[df["experiment"] == "terminal_h_sweep"]
+    p = report.load_paper()
+    paper = p[p["experiment"] == "terminal_h_sweep"].reset_index(drop=True)
+    moved = paper.copy()
+    picks = [moved.index[moved["kind"] == "number"][0], moved.index[moved["kind"] == "ordering"][0]]
+    moved.loc[picks, "family"] = "llm_rlvr"
+    before = verdict_rows(report.build(df, tmp_path / "a.md", tmp_path / "fa", paper=paper))
+    text = report.build(df, tmp_path / "b.md", tmp_path / "fb", paper=moved)
+    after = verdict_rows(text)
+    both = before.merge(after, on=["section", "key"], suffixes=("_before", "_after"))
+    assert len(both) == len(before) == len(paper)
+    status = both["verdict_after"] == V.NEEDS_GPU
+    assert status.sum() == 2 and not (both["verdict_before"] == V.NEEDS_GPU).any()
+    assert (both.loc[~status, "verdict_before"] == both.loc[~status, "verdict_after"]).all()
+    assert summary_table(text)["**total, each once**"][V.NEEDS_GPU] == "2"
+    assert f"2 {V.NEEDS_GPU}" in text  # named in the summary's sentence, not dropped
 
 
 # ---- the paper's numbers ----
