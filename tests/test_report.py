@@ -121,6 +121,36 @@ def test_rows_no_rule_judges_keep_their_status_whatever_runs_exist(tmp_path):
     assert f"2 {V.NEEDS_GPU}" in text  # named in the summary's sentence, not dropped
 
 
+def test_the_papers_llm_rows_need_weights_and_a_gpu(tmp_path):
+    """SPEC 7's seven LLM numbers and claims are listed with the status, none judged, even
+    beside a run of the GSM8K experiment; adding them moves no other verdict."""
+    from analysis.paper.rule_log import verdict_rows
+
+    p = report.load_paper()
+    llm = p[p["experiment"].str.startswith("llm_")]
+    assert len(llm) == 7 and set(llm["family"]) == {"llm_rlvr"} and (p["family"] == "llm_rlvr").sum() == 7
+    assert sorted(llm["value"]) == sorted(["tpo < grpo", "85–87", "85–87", "~0.0", "~0.96", "~0.96", "~0.81"])
+    df = results_table()
+    df = df[df["experiment"].isin(["terminal_h_sweep", "mnist"])]
+    fake = df[df["experiment"] == "mnist"].assign(  # a GSM8K run as a GPU would record it
+        experiment="llm_gsm8k", config_hash="llmrun", **{"task.impl": "llm", "task.dataset": "gsm8k",
+                                                         "optim.lr": 1e-5})
+    df = pd.concat([df, fake], ignore_index=True)
+    old = p[p["experiment"].isin(["terminal_h_sweep", "mnist"])]
+    before = verdict_rows(report.build(df, tmp_path / "a.md", tmp_path / "fa", paper=old))
+    text = report.build(df, tmp_path / "b.md", tmp_path / "fb", paper=pd.concat([old, llm]))
+    after = verdict_rows(text)
+    new = after[after["section"].str.startswith("llm_")]
+    assert len(new) == 7 and (new["verdict"] == V.NEEDS_GPU).all()
+    both = before.merge(after, on=["section", "key"], suffixes=("_before", "_after"))
+    assert len(both) == len(before) == len(old)
+    assert (both["verdict_before"] == both["verdict_after"]).all()
+    gsm = text.split("(`llm_gsm8k`)")[1].split("\n## ")[0]
+    assert "Runs: " in gsm  # the run is selected (at the LLMs' lr 1e-5), still not judged
+    graph = text.split("(`llm_graph_color`)")[1].split("\n## ")[0]
+    assert "task.model_path=/path/to/Qwen3-1.7B" in graph  # how to run it, in "Not run yet"
+
+
 # ---- the paper's numbers ----
 
 def test_paper_numbers_file():
@@ -128,7 +158,10 @@ def test_paper_numbers_file():
     assert set(p["experiment"]) <= set(EXPERIMENTS)
     assert set(p["metric"]) <= {"final_error_pct", "steps_to_1pct", "steps_to_5pct", "auc_error",
                                 "mean_misalignment", "mean_log10_error",
-                                "mean_log10_misalignment", "weight_p0.1"}
+                                "mean_log10_misalignment", "weight_p0.1",
+                                # SPEC 7's LLM rows (unjudged: family llm_rlvr)
+                                "steps_to_50pct_test_accuracy", "final_test_accuracy_pct",
+                                "final_train_score"}
     assert (p["citation"] != "").all()
     for _, r in p.iterrows():
         if r["kind"] == "ordering":
