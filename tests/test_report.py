@@ -160,7 +160,7 @@ def test_paper_numbers_file():
                                 "mean_misalignment", "mean_log10_error",
                                 "mean_log10_misalignment", "weight_p0.1",
                                 # SPEC 7's LLM rows (unjudged: family llm_rlvr)
-                                "steps_to_50pct_test_accuracy", "final_test_accuracy_pct",
+                                "step_reaching_50pct_test_accuracy", "final_test_accuracy_pct",
                                 "final_train_score"}
     assert (p["citation"] != "").all()
     for _, r in p.iterrows():
