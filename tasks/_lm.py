@@ -68,6 +68,14 @@ class LMPolicy(nn.Module):
         object.__setattr__(self, "_reference", reference)
         object.__setattr__(self, "lora", lora)
 
+    def _apply(self, fn, *args, **kwargs):
+        # .to(device) and dtype casts reach the frozen reference too (a plain attribute,
+        # kept out of parameters() and state_dict): on a GPU it must sit beside the model.
+        super()._apply(fn, *args, **kwargs)
+        if self._reference is not None:
+            self._reference._apply(fn, *args, **kwargs)
+        return self
+
     @contextlib.contextmanager
     def reference(self):
         """The initial policy: the model with its LoRA adapters off, else the frozen copy."""
@@ -102,7 +110,10 @@ def sample(model: nn.Module, ids: torch.Tensor, attention: torch.Tensor, max_new
     entropy = torch.zeros(M, T, device=ids.device)
     mask = torch.zeros(M, T, dtype=torch.bool, device=ids.device)
     alive = torch.ones(M, dtype=torch.bool, device=ids.device)
-    out = model(input_ids=ids, attention_mask=attention, position_ids=_positions(attention), use_cache=True)
+    # logits_to_keep=1: the prompt's other positions predict nothing sampled (their logits
+    # would be N K P V numbers, gigabytes at a 150k vocabulary)
+    out = model(input_ids=ids, attention_mask=attention, position_ids=_positions(attention), use_cache=True,
+                logits_to_keep=1)
     cache, logits = out.cache, out.logits[:, -1]
     pos = _positions(attention)[:, -1:]
     for t in range(T):
@@ -128,12 +139,27 @@ def completion_logp(model: nn.Module, ids: torch.Tensor, attention: torch.Tensor
     """[M, T] log-probs of completions `tokens` after the left-padded prompts `ids` [M, P],
     0 on padded steps. The padding after a completion is fed but predicts nothing counted
     (causal attention: it cannot reach the tokens before it)."""
-    P = ids.shape[1]
+    T = tokens.shape[1]
     full = torch.cat([attention, torch.ones_like(tokens)], 1)
+    # Only the last T + 1 positions' logits: the prompt's last token predicts the first
+    # completion token; the prompt's earlier positions predict nothing scored. No KV cache:
+    # nothing is generated after this forward.
     logits = model(input_ids=torch.cat([ids, tokens], 1), attention_mask=full,
-                   position_ids=_positions(full)).logits[:, P - 1:-1]
+                   position_ids=_positions(full), logits_to_keep=T + 1, use_cache=False).logits[:, :-1]
     lp = torch.log_softmax(logits.float() / temperature, -1).gather(-1, tokens.unsqueeze(-1))[..., 0]
     return torch.where(mask, lp, torch.zeros_like(lp))
+
+
+@torch.no_grad()
+def completion_logp_chunked(model: nn.Module, ids: torch.Tensor, attention: torch.Tensor,
+                            tokens: torch.Tensor, mask: torch.Tensor, temperature: float,
+                            rows: int) -> torch.Tensor:
+    """completion_logp without gradients, `rows` completions per forward (0: all at once):
+    one pass over a whole batch holds its N K (P + T) activations and N K T V logits."""
+    rows = rows or ids.shape[0]
+    return torch.cat([completion_logp(model, ids[s:s + rows], attention[s:s + rows],
+                                      tokens[s:s + rows], mask[s:s + rows], temperature)
+                      for s in range(0, ids.shape[0], rows)])
 
 
 # ---------------------------------------------------------------- models
@@ -207,19 +233,31 @@ def from_arch(arch: dict[str, Any], dtype: torch.dtype, seed: int):
     with torch.random.fork_rng(devices=[]):
         torch.manual_seed(seed)
         model = transformers.AutoModelForCausalLM.from_config(config, dtype=dtype)
-    return model
+    return model.eval()  # as from_pretrained returns one: no dropout while sampling
 
 
 def param_count(model: nn.Module) -> int:
     return sum(p.numel() for p in model.parameters())
 
 
+def checkpoint_in_eval_mode(model: nn.Module) -> None:
+    """transformers recomputes a layer only while the layer is in training mode, and a
+    loaded or built model is in eval mode, so checkpointing would be on in name only. The
+    checkpointed modules' own flags go to training, not their submodules': dropout stays
+    off, so the sampler is the policy that is scored (rescoring matches sampling)."""
+    for module in model.modules():
+        if getattr(module, "gradient_checkpointing", False) is True:
+            module.training = True
+
+
 def make_policy(model: nn.Module, tokenizer, lora_rank: int, gradient_checkpointing: bool) -> LMPolicy:
     """Wrap a base model for training: LoRA adapters (peft) of rank `lora_rank` on every
     linear layer, or full fine-tuning with a frozen copy as the reference."""
     if gradient_checkpointing:
-        model.gradient_checkpointing_enable()
+        # activation_checkpointing_enable: gradient_checkpointing_enable's newer name
+        (getattr(model, "activation_checkpointing_enable", None) or model.gradient_checkpointing_enable)()
         model.config.use_cache = True  # generation keeps its cache; the forward for training recomputes
+        checkpoint_in_eval_mode(model)
     if lora_rank:
         peft = require("peft")
         config = peft.LoraConfig(r=lora_rank, lora_alpha=2 * lora_rank, lora_dropout=0.0,

@@ -21,6 +21,7 @@ seed: a seed draws the prompts and the samples.
 """
 from __future__ import annotations
 
+import contextlib
 import dataclasses
 from dataclasses import dataclass, field
 from typing import Any, ClassVar
@@ -29,12 +30,25 @@ import torch
 
 from contract.batch import Batch, Request, Rollout, reference_kl
 from contract.rng import Streams
-from contract.schema import NOT_IDENTITY
+from contract.schema import IF_SET, NOT_IDENTITY
 from tasks import _lm, _problems, register
 from tasks._checks import positive
 
-DTYPES = {"float32": torch.float32, "bfloat16": torch.bfloat16}
+# task.dtype -> (the weights' dtype, the dtype forwards autocast to; None: the weights').
+# A full fine-tune keeps float32 weights: AdamW's steps at the paper's lr 1e-5 are ~1e-5
+# per weight, below bfloat16's resolution (2^-8 of a weight), so pure bfloat16 weights
+# barely move; mixed_bfloat16 computes in bfloat16 and updates float32 weights (as verl's
+# FSDP mixed precision does). LoRA adapters are float32 anyway (peft upcasts them).
+DTYPES = {"float32": (torch.float32, None), "bfloat16": (torch.bfloat16, None),
+          "mixed_bfloat16": (torch.float32, torch.bfloat16)}
 PROMPT_FORMATS = ("raw", "chat")
+# What a model built from task.arch is (task.model_path empty):
+#   warm_start  a base warm-started on the train split and cached (the CPU presets)
+#   random      random weights, in memory, no warm start, never cached: a full-size
+#               architecture's memory and throughput (bench.llm_scale), never its science
+#   refuse      none: the paper-scale presets name a pretrained model's architecture,
+#               whose weights task.model_path must give
+FROM_ARCH = ("warm_start", "random", "refuse")
 BASE_RECIPE_VERSION = 1  # bump when the warm start's code changes what it builds
 
 
@@ -89,7 +103,13 @@ class LLMTask:
     """completions per backward pass (gradient accumulation); a multiple of algo.k dividing
     N * K, so no group is split; 0: the whole batch at once"""
     dtype: str = "float32"
+    """float32, bfloat16 or mixed_bfloat16 (float32 weights, bfloat16 compute): DTYPES"""
     gradient_checkpointing: bool = False
+    from_arch: str = field(default="warm_start", metadata=IF_SET)
+    """with task.model_path empty: warm_start, random or refuse (FROM_ARCH)"""
+    eval_batch: int = field(default=512, metadata=IF_SET)
+    """completions sampled at once in an evaluation (eval_batch // eval_k prompts): their
+    KV cache is the evaluation's memory"""
     warm_start_steps: int = 0
     """supervised steps of a built model on train-split solutions before RL (0: none)"""
     warm_start_size: int = 0
@@ -110,7 +130,7 @@ class LLMTask:
     def __post_init__(self):
         _problems.check_dataset(self.dataset)
         positive(self, "train_size", "test_size", "prompts_per_step", "max_new_tokens",
-                  "episodes", "eval_every", "eval_k", "warm_start_batch")
+                  "episodes", "eval_every", "eval_k", "warm_start_batch", "eval_batch")
         for key in ("lora_rank", "micro_batch", "warm_start_steps", "warm_start_size"):
             value = getattr(self, key)
             if isinstance(value, bool) or not isinstance(value, int) or value < 0:
@@ -122,6 +142,8 @@ class LLMTask:
             raise ValueError(f"task.kl_ref={self.kl_ref!r} must be >= 0")
         if self.dtype not in DTYPES:
             raise ValueError(f"task.dtype={self.dtype!r} is not one of {', '.join(DTYPES)}")
+        if self.from_arch not in FROM_ARCH:
+            raise ValueError(f"task.from_arch={self.from_arch!r} is not one of {', '.join(FROM_ARCH)}")
         if self.prompt_format not in PROMPT_FORMATS:
             raise ValueError(f"task.prompt_format={self.prompt_format!r} is not one of "
                              f"{', '.join(PROMPT_FORMATS)}")
@@ -132,6 +154,9 @@ class LLMTask:
         """The model and tokenizer are refused here, before any work: a path that is not a
         model directory, a tokenizer with ids past the model's vocabulary, missing facts."""
         if self.model_path:
+            if self.from_arch == "random":
+                raise ValueError("task.from_arch=random builds random weights from task.arch; "
+                                 "task.model_path gives weights: set one of them")
             config = _lm.check_model_dir(self.model_path)
             if self.warm_start_steps:
                 raise ValueError("task.warm_start_steps: the warm start is for a model built from "
@@ -141,6 +166,16 @@ class LLMTask:
             _lm.check_vocab(tok, config.get("vocab_size", 0),
                             "task.tokenizer_path" if self.tokenizer_path else "task.model_path")
             return
+        if self.from_arch == "refuse":
+            raise ValueError(
+                f"task.model_path is empty: task={self.name} starts from the pretrained model "
+                "whose architecture task.arch gives; set task.model_path to its local Hugging "
+                "Face directory (e.g. task.model_path=/path/to/Qwen3-1.7B; weights are never "
+                "downloaded). That architecture with random weights is for memory and "
+                f"throughput only: python -m bench.llm_scale task={self.name}")
+        if self.from_arch == "random" and self.warm_start_steps:
+            raise ValueError("task.warm_start_steps: task.from_arch=random builds random weights "
+                             "without a warm start; set it to 0 or task.from_arch=warm_start")
         if "model_type" not in self.arch or "vocab_size" not in self.arch:
             raise ValueError("task.model_path is empty, so the model is built from task.arch, "
                              "which must give model_type and vocab_size (conf/task/arch/*.yaml)")
@@ -191,9 +226,15 @@ class LLMTask:
 
     def make_policy(self, gen: torch.Generator) -> _lm.LMPolicy:
         # The base is the experiment's given (gen unused): seeds vary prompts and samples.
-        path = self.base_path()
-        model, tok = _lm.load_base(path, self.tokenizer_path, DTYPES[self.dtype])
+        weights = DTYPES[self.dtype][0]
+        if not self.model_path and self.from_arch == "random":
+            model, tok = _lm.from_arch(self.arch, weights, self.base_seed), _lm.char_tokenizer()
+        else:
+            model, tok = _lm.load_base(self.base_path(), self.tokenizer_path, weights)
         return _lm.make_policy(model, tok, self.lora_rank, self.gradient_checkpointing)
+
+    def compute(self, device) -> contextlib.AbstractContextManager:
+        return compute(self.dtype, device)
 
     # ------------------------------------------------------------ data
 
@@ -221,8 +262,9 @@ class LLMTask:
         """k completions of each problem's prompt, their scores and what the batch needs."""
         tok = policy.tokenizer
         ids, att = _lm.encode_prompts(tok, [self._prompt_text(tok, p.prompt) for p in problems], device)
-        out = _lm.sample(policy.model, ids.repeat_interleave(k, 0), att.repeat_interleave(k, 0),
-                         self.max_new_tokens, self.temperature, tok.eos_token_id, tok.pad_token_id, gen)
+        with self.compute(device):
+            out = _lm.sample(policy.model, ids.repeat_interleave(k, 0), att.repeat_interleave(k, 0),
+                             self.max_new_tokens, self.temperature, tok.eos_token_id, tok.pad_token_id, gen)
         texts = tok.batch_decode([row[m].tolist() for row, m in zip(out["tokens"], out["mask"])],
                                  skip_special_tokens=True)
         scores = torch.tensor([_problems.score(self.dataset, text, problems[i // k])
@@ -240,10 +282,12 @@ class LLMTask:
         c = self._complete(policy, [train[i] for i in pick], k, streams.action, device)
         mask = c["mask"].view(N, k, T)
         logp_old = c["logp"].view(N, k, T)
-        with policy.reference() as ref:
-            logp_ref = _lm.completion_logp(ref, c["ids"].repeat_interleave(k, 0),
-                                           c["att"].repeat_interleave(k, 0), c["tokens"],
-                                           c["mask"], self.temperature).view(N, k, T)
+        # micro_batch completions per forward, as in training: the whole batch at once is
+        # the memory the micro-batches are there to avoid
+        with policy.reference() as ref, self.compute(device):
+            logp_ref = _lm.completion_logp_chunked(ref, c["ids"].repeat_interleave(k, 0),
+                                                   c["att"].repeat_interleave(k, 0), c["tokens"],
+                                                   c["mask"], self.temperature, self.micro_batch).view(N, k, T)
         scores, m = c["scores"], mask.float()
         rewards = scores.unsqueeze(-1) * m  # the verifier's score on every real token
         obs = LMObs(c["ids"], c["att"], c["tokens"].view(N, k, T))
@@ -265,9 +309,10 @@ class LLMTask:
     def logprobs(self, policy: _lm.LMPolicy, batch: Batch) -> torch.Tensor:
         obs = batch.obs
         N, K, T = obs.tokens.shape
-        lp = _lm.completion_logp(policy.model, obs.prompt_ids.repeat_interleave(K, 0),
-                                 obs.prompt_mask.repeat_interleave(K, 0), obs.tokens.view(N * K, T),
-                                 batch.step_mask().view(N * K, T), self.temperature)
+        with self.compute(obs.tokens.device):
+            lp = _lm.completion_logp(policy.model, obs.prompt_ids.repeat_interleave(K, 0),
+                                     obs.prompt_mask.repeat_interleave(K, 0), obs.tokens.view(N * K, T),
+                                     batch.step_mask().view(N * K, T), self.temperature)
         return lp.view(N, K, T)
 
     @torch.no_grad()
@@ -277,12 +322,21 @@ class LLMTask:
         test = self.problems("test")
         device = next(policy.model.parameters()).device
         gen = torch.Generator(device=device).manual_seed(self.eval_seed)
-        chunk = max(1, 512 // self.eval_k)
+        chunk = max(1, self.eval_batch // self.eval_k)
         solved = torch.cat([self._complete(policy, test[i:i + chunk], self.eval_k, gen, device)["scores"] >= 1.0
                             for i in range(0, len(test), chunk)])
         pass1 = float(solved.float().mean())
         return {"pass_at_1": pass1, "pass_at_k": float(solved.any(-1).float().mean()),
                 "test_error": 1.0 - pass1}
+
+
+def compute(dtype: str, device) -> contextlib.AbstractContextManager:
+    """The precision forwards run in under task.dtype: bfloat16 autocast for
+    mixed_bfloat16, else the weights' own dtype."""
+    autocast = DTYPES[dtype][1]
+    if autocast is None:
+        return contextlib.nullcontext()
+    return torch.autocast(torch.device(device).type, dtype=autocast)
 
 
 def _freeze(d: dict) -> tuple:

@@ -11,6 +11,7 @@ import sys
 import pandas as pd
 import pytest
 import torch
+from omegaconf import OmegaConf
 
 pytest.importorskip("transformers")
 pytest.importorskip("reasoning_gym")
@@ -139,6 +140,59 @@ def test_evaluation_is_pass_at_1_and_pass_at_k_of_the_same_draws(rolled, monkeyp
     assert out["test_error"] == pytest.approx(0.5)
 
 
+def test_gradient_checkpointing_recomputes_each_layer(rolled, base_dir):
+    """transformers recomputes a layer only in training mode, and a loaded model is in
+    eval mode: with task.gradient_checkpointing each layer's MLP runs twice in a training
+    forward and backward (once without), and the scores are still the sampler's (dropout
+    stays off)."""
+    spec, _, ro = rolled
+    for on, runs in ((False, 1), (True, 2)):
+        task = spec_of(base_dir, "algo=tpo", "algo.k=4", f"task.gradient_checkpointing={str(on).lower()}").task
+        policy = task.make_policy(None)
+        mlps = [m for m in policy.model.modules() if type(m).__name__.endswith("MLP")]
+        calls = []
+        for m in mlps:  # the recomputation calls forward without the module's hooks
+            m.forward = (lambda f: lambda *a, **kw: calls.append(1) or f(*a, **kw))(m.forward)
+        logp = task.logprobs(policy, ro.batch)
+        logp.sum().backward()
+        assert mlps and len(calls) == runs * len(mlps), on
+        assert torch.allclose(logp, ro.batch.logp_old, atol=1e-5)
+
+
+def test_the_frozen_reference_moves_with_the_policy(rolled):
+    """Full fine-tuning's reference is a plain attribute (not in state_dict): .to() must
+    still take it along, or on a GPU it stays behind on the CPU."""
+    spec, _, _ = rolled
+    policy = spec.task.make_policy(None).to(torch.float64)
+    with policy.reference() as ref:
+        assert ref is not policy.model
+        assert {p.dtype for p in ref.parameters()} == {torch.float64}
+
+
+def test_the_reference_pass_in_chunks_is_the_whole_pass(rolled):
+    spec, policy, ro = rolled
+    obs, (N, K, T) = ro.batch.obs, ro.batch.obs.tokens.shape
+    args = (policy.model, obs.prompt_ids.repeat_interleave(K, 0), obs.prompt_mask.repeat_interleave(K, 0),
+            obs.tokens.view(N * K, T), ro.batch.mask.view(N * K, T), 1.0)
+    whole = _lm.completion_logp_chunked(*args, 0)
+    assert torch.allclose(whole.view(N, K, T), ro.batch.logp_old, atol=1e-5)
+    assert torch.allclose(_lm.completion_logp_chunked(*args, 5), whole, atol=1e-6)  # 5, 5 and 2 rows
+
+
+def test_the_paper_scale_presets_hold_spec_7s_settings():
+    for preset, lora, kl, dtype, every in (("llm_gsm8k", 32, 1e-3, "bfloat16", 5),
+                                           ("llm_graph_color", 0, 0.0, "mixed_bfloat16", 25)):
+        cfg = compose(f"task={preset}")
+        t = cfg["task"]
+        assert cfg["optim"] == {"name": "adamw", "lr": 1e-5, "weight_decay": 0.0}, preset
+        assert (t["prompts_per_step"], t["lora_rank"], t["kl_ref"], t["dtype"], t["eval_every"],
+                t["gradient_checkpointing"], t["temperature"], t["from_arch"]) == (
+                    16, lora, kl, dtype, every, True, 1.0, "refuse"), preset
+        assert t["arch"]["num_hidden_layers"] == 28 and t["micro_batch"] == 16
+        sweep = OmegaConf.load(REPO / "conf" / "experiment" / f"{preset}.yaml")["hydra"]["sweeper"]["params"]
+        assert (sweep["algo"], sweep["algo.k"], sweep["task"]) == ("tpo,grpo", 16, preset)
+
+
 # ------------------------------------------------------------------ refusals before work
 
 def refused(base_dir, *extra) -> str:
@@ -159,6 +213,23 @@ def test_a_tokenizer_the_model_cannot_embed_is_refused(base_dir, tmp_path):
     msg = refused(base_dir, f"task.model_path={tmp_path / 'm'}", "task.warm_start_steps=0")
     assert "task.model_path" in msg and "vocab_size is 50" in msg
     assert "task.arch.vocab_size" in refused(base_dir, "task.arch.vocab_size=64")
+
+
+def test_the_paper_scale_presets_refuse_without_weights():
+    """No random 1.7B model is warm-started in their name: without task.model_path they
+    are refused before any work, pointing at the probe for random weights."""
+    for preset in ("llm_gsm8k", "llm_graph_color"):
+        with pytest.raises(ConfigError) as e:
+            build(compose(f"task={preset}", "algo=tpo"))
+        assert "task.model_path" in str(e.value) and f"bench.llm_scale task={preset}" in str(e.value)
+
+
+def test_random_weights_are_asked_for_explicitly_and_alone(base_dir, tmp_path):
+    assert "task.from_arch=random" in refused(base_dir, "task.from_arch=random")  # SMALL warm-starts
+    assert "task.from_arch=random" in refused(base_dir, "task.from_arch=random", "task.warm_start_steps=0",
+                                              f"task.model_path={tmp_path}")
+    msg = refused(base_dir, "task.from_arch=pretrained")
+    assert "task.from_arch" in msg and "warm_start, random, refuse" in msg
 
 
 def test_an_unknown_reasoning_gym_task_is_refused(base_dir):

@@ -21,6 +21,8 @@ def test_parse_paper():
     assert P("~1,600") == V.Paper("number", 1600, r=50, approx=True)
     assert P(">95") == V.Paper("bound", 95, op=">") and P("<2.3").op == "<"
     assert P("—").kind == P("-").kind == "never"
+    # a range as the paper words it ("near 85–87 %"): its midpoint, r half its width
+    assert P("85–87") == V.Paper("number", 86.0, r=1.0, approx=True) == P("85-87")
 
 
 M = V.MARGINS
@@ -93,6 +95,62 @@ def test_ordering_verdicts():
         V.parse_claim("tpo is best")
 
 
+def test_rows_no_rule_judges_keep_their_status_whatever_runs_exist(tmp_path):
+    """A family in verdicts.UNJUDGED (the paper's LLM rows: weights and a GPU) is listed
+    with its status and never judged. Here a number and a claim of the H sweep, whose runs
+    the synthetic table holds, moved into it: both get the status, counted in the summary,
+    and every other row keeps its verdict."""
+    from analysis.paper.rule_log import verdict_rows
+
+    df = results_table()
+    df = df[df["experiment"] == "terminal_h_sweep"]
+    p = report.load_paper()
+    paper = p[p["experiment"] == "terminal_h_sweep"].reset_index(drop=True)
+    moved = paper.copy()
+    picks = [moved.index[moved["kind"] == "number"][0], moved.index[moved["kind"] == "ordering"][0]]
+    moved.loc[picks, "family"] = "llm_rlvr"
+    before = verdict_rows(report.build(df, tmp_path / "a.md", tmp_path / "fa", paper=paper))
+    text = report.build(df, tmp_path / "b.md", tmp_path / "fb", paper=moved)
+    after = verdict_rows(text)
+    both = before.merge(after, on=["section", "key"], suffixes=("_before", "_after"))
+    assert len(both) == len(before) == len(paper)
+    status = both["verdict_after"] == V.NEEDS_GPU
+    assert status.sum() == 2 and not (both["verdict_before"] == V.NEEDS_GPU).any()
+    assert (both.loc[~status, "verdict_before"] == both.loc[~status, "verdict_after"]).all()
+    assert summary_table(text)["**total, each once**"][V.NEEDS_GPU] == "2"
+    assert f"2 {V.NEEDS_GPU}" in text  # named in the summary's sentence, not dropped
+
+
+def test_the_papers_llm_rows_need_weights_and_a_gpu(tmp_path):
+    """SPEC 7's seven LLM numbers and claims are listed with the status, none judged, even
+    beside a run of the GSM8K experiment; adding them moves no other verdict."""
+    from analysis.paper.rule_log import verdict_rows
+
+    p = report.load_paper()
+    llm = p[p["experiment"].str.startswith("llm_")]
+    assert len(llm) == 7 and set(llm["family"]) == {"llm_rlvr"} and (p["family"] == "llm_rlvr").sum() == 7
+    assert sorted(llm["value"]) == sorted(["tpo < grpo", "85–87", "85–87", "~0.0", "~0.96", "~0.96", "~0.81"])
+    df = results_table()
+    df = df[df["experiment"].isin(["terminal_h_sweep", "mnist"])]
+    fake = df[df["experiment"] == "mnist"].assign(  # a GSM8K run as a GPU would record it
+        experiment="llm_gsm8k", config_hash="llmrun", **{"task.impl": "llm", "task.dataset": "gsm8k",
+                                                         "optim.lr": 1e-5})
+    df = pd.concat([df, fake], ignore_index=True)
+    old = p[p["experiment"].isin(["terminal_h_sweep", "mnist"])]
+    before = verdict_rows(report.build(df, tmp_path / "a.md", tmp_path / "fa", paper=old))
+    text = report.build(df, tmp_path / "b.md", tmp_path / "fb", paper=pd.concat([old, llm]))
+    after = verdict_rows(text)
+    new = after[after["section"].str.startswith("llm_")]
+    assert len(new) == 7 and (new["verdict"] == V.NEEDS_GPU).all()
+    both = before.merge(after, on=["section", "key"], suffixes=("_before", "_after"))
+    assert len(both) == len(before) == len(old)
+    assert (both["verdict_before"] == both["verdict_after"]).all()
+    gsm = text.split("(`llm_gsm8k`)")[1].split("\n## ")[0]
+    assert "Runs: " in gsm  # the run is selected (at the LLMs' lr 1e-5), still not judged
+    graph = text.split("(`llm_graph_color`)")[1].split("\n## ")[0]
+    assert "task.model_path=/path/to/Qwen3-1.7B" in graph  # how to run it, in "Not run yet"
+
+
 # ---- the paper's numbers ----
 
 def test_paper_numbers_file():
@@ -100,7 +158,10 @@ def test_paper_numbers_file():
     assert set(p["experiment"]) <= set(EXPERIMENTS)
     assert set(p["metric"]) <= {"final_error_pct", "steps_to_1pct", "steps_to_5pct", "auc_error",
                                 "mean_misalignment", "mean_log10_error",
-                                "mean_log10_misalignment", "weight_p0.1"}
+                                "mean_log10_misalignment", "weight_p0.1",
+                                # SPEC 7's LLM rows (unjudged: family llm_rlvr)
+                                "step_reaching_50pct_test_accuracy", "final_test_accuracy_pct",
+                                "final_train_score"}
     assert (p["citation"] != "").all()
     for _, r in p.iterrows():
         if r["kind"] == "ordering":

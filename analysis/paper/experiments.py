@@ -39,6 +39,7 @@ SEQ_HOLD = ("K", "epochs", "eta", "surprisal")
 TARGETS = ("copy", "flip", "reverse_copy", "reverse_flip")
 DENSE = ("tpo_token", "grpo_token", "dg", "ppo")
 TERMINAL = ("tpo", "grpo", "grpo_no_kl", "ppo", "dg")
+PAPER_LR = 1e-3  # SPEC 3.1 / 3.2: Muon + NAdam and Adam, every method (Experiment.lr)
 
 
 @dataclass(frozen=True)
@@ -50,6 +51,8 @@ class Experiment:
     where: tuple[dict, ...]
     sources: tuple[str, ...] = ()  # experiment-column values that belong here (default: name)
     note: str = ""  # for the report, where the paper gives no numbers of its own
+    lr: float = PAPER_LR  # the paper's learning rate for these runs (SPEC 7's LLMs: 1e-5)
+    run_args: str = ""  # what the preset's command needs beyond +experiment=<name>
 
     @property
     def labels(self) -> tuple[str, ...]:
@@ -109,6 +112,13 @@ EXPERIMENTS = {e.name: e for e in [
                (terminal(algo="dg", match="prompts", hold=("K", "eta"), same_task=True),
                 dense(reward=["bag_of_tokens", "sequential"], algo="dg", hold=("K", "eta"))),
                sources=("dg_epochs", "dg_epochs_dense")),
+    # SPEC 7: pretrained models on GPUs; their rows are unjudged (verdicts.UNJUDGED).
+    Experiment("llm_gsm8k", "LLM RLVR (SPEC 7): GSM8K, Qwen3-1.7B",
+               ({"task": "llm", "task.dataset": "gsm8k"},), lr=1e-5,
+               run_args="task.model_path=/path/to/Qwen3-1.7B device=cuda"),
+    Experiment("llm_graph_color", "LLM RLVR (SPEC 7): graph colouring, Qwen3-1.7B and R1-Distill-Qwen-1.5B",
+               ({"task": "llm", "task.dataset": "graph_color"},), lr=1e-5,
+               run_args="task.model_path=/path/to/Qwen3-1.7B device=cuda"),
     # No preset of its own: the diagnostics are logged by the mechanism-study runs.
     Experiment("diagnostics", "Mechanism diagnostics (gradient norm, all-fail, target mass, |A|)",
                ({**MECH, "K": 32, "epochs": 4},),
@@ -118,8 +128,10 @@ EXPERIMENTS = {e.name: e for e in [
 
 
 def how_to_run(name: str) -> str:
-    first, *others = EXPERIMENTS[name].labels
-    return f"`python -m bench -m +experiment={first}`" + (f" (or {', '.join(others)})" if others else "")
+    exp = EXPERIMENTS[name]
+    first, *others = exp.labels
+    return (f"`python -m bench -m +experiment={first}{' ' + exp.run_args if exp.run_args else ''}`"
+            + (f" (or {', '.join(others)})" if others else ""))
 
 
 def _allowed(values) -> list:
@@ -171,9 +183,6 @@ def task_keys(df: pd.DataFrame) -> pd.Series:
     return df["config_hash"].map(per_hash)
 
 
-PAPER_LR = 1e-3  # SPEC 3.1 / 3.2: Muon + NAdam and Adam, every method
-
-
 def select(df: pd.DataFrame, name: str) -> pd.DataFrame:
     """The rows of one paper result (see the module docstring for the rule)."""
     exp = EXPERIMENTS[name]
@@ -181,7 +190,7 @@ def select(df: pd.DataFrame, name: str) -> pd.DataFrame:
     # optim.lr=... (a probe) keeps its label but is not the paper's experiment.
     paper_lr = pd.Series(True, index=df.index)
     if "optim.lr" in df.columns:
-        paper_lr = df["optim.lr"].isna() | ((df["optim.lr"] - PAPER_LR).abs() < 1e-12)
+        paper_lr = df["optim.lr"].isna() | ((df["optim.lr"] - exp.lr).abs() < 1e-12)
     own = paper_lr & (df["experiment"].isin(exp.labels) if "experiment" in df.columns else False)
     keep = own.copy()
     # Nor are tuning trials (labelled tuned_terminal, their learning rates sampled) borrowed.

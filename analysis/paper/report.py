@@ -45,7 +45,8 @@ from tasks.tabular import analytic_weight
 PAPER = Path(__file__).with_name("paper_numbers.csv")
 PAPER_SEEDS = Path(__file__).with_name("paper_seeds.csv")
 SETTINGS = ["H", "V", "K", "B", "epochs", "eta", "match", "D", "reward", "target"]
-VERDICT_ORDER = [V.REPRODUCED, V.INCONCLUSIVE, V.DIFFERS, V.TOO_SHORT, V.HOLDS, V.FAILS, V.NOT_RUN]
+VERDICT_ORDER = [V.REPRODUCED, V.INCONCLUSIVE, V.DIFFERS, V.TOO_SHORT, V.HOLDS, V.FAILS, V.NOT_RUN,
+                 V.NEEDS_GPU]
 
 
 def verdict_kind(verdict: str) -> str:
@@ -215,11 +216,17 @@ def number_verdict(row, ours: Ours) -> str:
     return V.number_verdict(paper, margin, ours.lo, ours.hi, n)
 
 
+def unjudged(row) -> str:
+    """The status of a row no rule judges (verdicts.UNJUDGED), else ""."""
+    return V.UNJUDGED.get(row["family"], "")
+
+
 def number_line(row, sel, paper_seeds: dict | None = None) -> dict:
     """One table row. Keys starting with "_" are for the summary's counting, not shown."""
     formula = row["metric"] == "weight_p0.1"
-    rows = sel.iloc[:0] if formula or sel.empty else config_rows(sel, row, row["algo"])
-    ours = ours_for(sel, row, row["algo"], rows=rows)
+    status = unjudged(row)
+    rows = sel.iloc[:0] if formula or status or sel.empty else config_rows(sel, row, row["algo"])
+    ours = None if status else ours_for(sel, row, row["algo"], rows=rows)
     paper = row["value"] + (f" (+{row['offset']})" if row["offset"] else "")
     setting = ", ".join(f"{k}={row[k]}" for k in SETTINGS if row[k])
     n_paper = int(row["seeds"]) if row["seeds"] else None
@@ -232,7 +239,7 @@ def number_line(row, sel, paper_seeds: dict | None = None) -> dict:
     out = {"citation": row["citation"], "setting": setting, "algorithm": row["algo"],
            "metric": row["metric"], "paper": paper}
     if ours is None:
-        return {**out, "ours": "", "90 % interval": "", "seeds": "", "verdict": V.NOT_RUN,
+        return {**out, "ours": "", "90 % interval": "", "seeds": "", "verdict": status or V.NOT_RUN,
                 "notes": row["note"], **hidden}
     notes = [row["note"]] if row["note"] else []
     if ours.hits is not None:
@@ -302,6 +309,8 @@ def ordering_line(row, sel) -> dict:
     left, op, right = V.parse_claim(row["value"])
     out = {"citation": row["citation"], "claim": row["value"], "metric": row["metric"]}
     hidden = {"_key": paper_key(row), "_formula": False}
+    if unjudged(row):
+        return {**out, "ours": "", "verdict": unjudged(row), "notes": row["note"], **hidden}
     if not row["over"]:
         verdict, text = _claim_once(sel, row, left, op, right)
         return {**out, "ours": text, "verdict": verdict or V.NOT_RUN, "notes": row["note"], **hidden}

@@ -16,7 +16,15 @@ REPRODUCED, INCONCLUSIVE, DIFFERS = "reproduced", "inconclusive", "differs"
 HOLDS, FAILS = "holds", "fails"
 TOO_SHORT, NOT_RUN = "run too short", "not run yet"
 FORMULA = "formula check"
+NEEDS_GPU = "needs weights and a GPU"
 NEVER = ("—", "-", "never")
+# Families no rule judges: their rows need what this project has not had. They are listed
+# with their status, never judged (and no margin is declared for them); judging one would
+# first need its margin declared, a rule change.
+UNJUDGED = {
+    "llm_rlvr": NEEDS_GPU,  # SPEC 7: pretrained 1.5-1.7B models (weights) on GPUs
+}
+RANGE = re.compile(r"^~?(\d+(?:\.\d+)?)\s*[–-]\s*(\d+(?:\.\d+)?)$")
 
 LEVEL = 0.90  # two one-sided tests at 5 % each: the 90 % two-sided interval
 # Fewest seeds a verdict is claimed at, from the paper's own 20 per-seed errors (TPO and
@@ -78,7 +86,12 @@ is the 90 % two-sided interval, i.e. two one-sided tests at 5 % each (TOST).
   in different tables) and, where its per-seed values are known, where our n-seed mean
   falls among the means of n of its seeds.
 - *Not run yet*: no results for that row (or for a claim, none that contradict it yet).
-""".format(min_seeds=MIN_SEEDS)
+- *{needs_gpu}*: the paper's LLM results (SPEC 7; family `llm_rlvr`), read from its text
+  and figure, from pretrained 1.5–1.7B models on GPUs. This project has had neither the
+  weights nor a GPU, so they are listed with this status and never judged, whatever runs
+  exist: no margin is declared for them (judging them would be a rule change). Their
+  presets are `llm_gsm8k` and `llm_graph_color` with `task.model_path`.
+""".format(min_seeds=MIN_SEEDS, needs_gpu=NEEDS_GPU)
 
 @dataclass(frozen=True)
 class Margin:
@@ -139,6 +152,9 @@ def parse_paper(text: str) -> Paper:
     text = str(text).strip().replace(",", "")
     if text in NEVER:
         return Paper("never")
+    if m := RANGE.match(text):  # "85–87": its midpoint, r half its width
+        lo, hi = float(m.group(1)), float(m.group(2))
+        return Paper("number", (lo + hi) / 2, r=(hi - lo) / 2, approx=True)
     if text[0] in "<>":
         return Paper("bound", float(text[1:]), op=text[0])
     approx = text.startswith("~")
