@@ -152,8 +152,15 @@ def _check_plain_name(key: str, value: Any) -> None:
                           "under output_root")
 
 
-def _check_device(device: Any) -> None:
-    """Refuse a device this machine lacks here, not as a failed run inside its directory."""
+def _check_device(device: Any, here: bool = True) -> None:
+    """Refuse a device this machine lacks here, not as a failed run inside its directory.
+    A job validated for another machine (a SLURM job submitted from a login node without
+    a GPU) is checked for a device name only; the job checks the device where it runs."""
+    if not here:
+        if isinstance(device, str) and re.fullmatch(r"cpu|mps|cuda(:\d+)?", device):
+            return
+        raise ConfigError(f"device={device!r} is not a device name; valid choices: cpu, cuda, "
+                          f"cuda:N, mps")
     choices = ["cpu"]
     if torch.cuda.is_available():
         choices += ["cuda", *(f"cuda:{i}" for i in range(torch.cuda.device_count()))]
@@ -173,9 +180,10 @@ def _count(cfg: dict[str, Any], key: str, default: int, least: int = 0, hint: st
     return value
 
 
-def build(cfg: dict[str, Any], explicit: frozenset[str] = frozenset()) -> RunSpec:
+def build(cfg: dict[str, Any], explicit: frozenset[str] = frozenset(), here: bool = True) -> RunSpec:
     """Validate everything and resolve the run; creates nothing on disk. `explicit` holds
-    the config keys the user set on the command line."""
+    the config keys the user set on the command line; `here` is false when the run will
+    train on another machine (its device is not this one's to judge)."""
     for section in ("task", "algo"):
         if cfg[section].get("name") is not None:  # a missing name is _instantiate's to report
             _check_plain_name(f"{section}.name", cfg[section]["name"])
@@ -215,7 +223,7 @@ def build(cfg: dict[str, Any], explicit: frozenset[str] = frozenset()) -> RunSpe
         raise ConfigError(str(e)) from None
     seed = _count(cfg, "seed", 0)
     threads = _count(cfg, "threads", 0, hint=" (0: as many as this process was allotted)")
-    _check_device(cfg.get("device", "cpu"))
+    _check_device(cfg.get("device", "cpu"), here)
     checkpoint_every = _count(cfg, "checkpoint_every", 250, least=1)
     log_every = _count(cfg, "log_every", 50, hint=" (0: no line by episode count)")
     progress_every_s = cfg.get("progress_every_s", 30)

@@ -5,15 +5,15 @@ from __future__ import annotations
 from bench.build import ConfigError, RunSpec, build
 
 
-def job_specs(cfg: dict, explicit: frozenset) -> list[RunSpec]:
-    """The RunSpecs of one job: seeds seed .. seed + seeds_per_job - 1."""
+def job_specs(cfg: dict, explicit: frozenset, here: bool = True) -> list[RunSpec]:
+    """The RunSpecs of one job: seeds seed .. seed + seeds_per_job - 1 (`here`: see build)."""
     n = cfg.get("seeds_per_job", 1)
     if not isinstance(n, int) or isinstance(n, bool) or n < 1:
         raise ConfigError(f"seeds_per_job must be a positive integer, got {n!r}")
     seed = cfg.get("seed", 0)
     if not isinstance(seed, int) or isinstance(seed, bool):
-        return [build(cfg, explicit)]  # refuses the seed, naming the rule; no arithmetic on it
-    return [build({**cfg, "seed": seed + i}, explicit) for i in range(n)]
+        return [build(cfg, explicit, here)]  # refuses the seed, naming the rule; no arithmetic on it
+    return [build({**cfg, "seed": seed + i}, explicit, here) for i in range(n)]
 
 
 def explicit_keys(overrides) -> frozenset:

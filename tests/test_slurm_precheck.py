@@ -105,3 +105,19 @@ def test_repeated_sacct_warning_is_said_once(capsys, caplog):
     [line] = capsys.readouterr().err.splitlines()
     assert line.startswith("[slurm] sacct is unavailable here (Command '['sacct']' returned non-zero")
     assert "Bypassing" not in line and "Said once" in line
+
+
+@pytest.mark.skipif(__import__("torch").cuda.is_available(), reason="needs a machine without a GPU")
+def test_a_gpu_sweep_is_submitted_from_a_machine_without_one(tmp_path):
+    """A SLURM job trains on a compute node, so the submitting machine's lack of a GPU does
+    not refuse device=cuda (it did: the sweeper checked the device here); a device that is
+    no device name is still refused before anything is submitted, and a local sweep still
+    refuses a device this machine lacks."""
+    path = _stand_ins(tmp_path, 'printf "gpu*\\n"')
+    ok = _sweep(tmp_path, path, "hydra/launcher=slurm_gpu", "device=cuda", "dry_run=true")
+    assert ok.returncode == 0 and "[dry run] 2 valid jobs" in ok.stdout, ok.stderr
+    bad = _sweep(tmp_path, path, "hydra/launcher=slurm_gpu", "device=cuda:x", "dry_run=true")
+    assert bad.returncode == 2 and "device='cuda:x' is not a device name" in bad.stderr, bad.stderr
+    local = _sweep(tmp_path, path, "hydra/launcher=local", "device=cuda", "dry_run=true")
+    assert local.returncode == 2 and "is not available on this machine" in local.stderr, local.stderr
+    _nothing_created(tmp_path)

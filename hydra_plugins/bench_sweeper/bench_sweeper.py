@@ -93,7 +93,9 @@ class BenchSweeper(BasicSweeper):
                     cfg = self.hydra_context.config_loader.load_sweep_config(self.config, list(job))
                     with open_dict(cfg):
                         del cfg["hydra"]
-                    specs = job_specs(OmegaConf.to_container(cfg, resolve=True), explicit_keys(job))
+                    # A SLURM job trains on a compute node: its device is that node's to check.
+                    specs = job_specs(OmegaConf.to_container(cfg, resolve=True), explicit_keys(job),
+                                      here=not self._slurm)
                     home[key], packed[key] = str(specs[0].run_dir.parent), len(specs)
                 taken = seen.setdefault(home[key], {})
                 if first in taken:
