@@ -129,42 +129,55 @@ def _filename(task: str) -> str:
     return re.sub(r"[^A-Za-z0-9._=-]+", "_", task) or "task"
 
 
+def panels_of(t: pd.DataFrame) -> list[tuple[str, str]]:
+    """(column, axis label) of each panel: the training error, and the held-out error where
+    the task evaluates one (MNIST's test file, the LLM tasks' 1 - pass@1)."""
+    held_out = "test_error" in t.columns and t["test_error"].notna().any()
+    return [("error", "error")] + ([("test_error", "held-out error")] if held_out else [])
+
+
 def render_task(task: str, t: pd.DataFrame, scale: str = "log", thr: float = THRESHOLD):
-    """The figure of one task: error against step, a line per (algorithm, config hash)."""
+    """The figure of one task: error against step, a line per (algorithm, config hash);
+    beside it the held-out error, where the task has one."""
     items = title_items(t)
     per_line = [c for c, text in items if text.endswith("per line")]
     parts = compact_labels(t, per_line)
-    fig, ax = plt.subplots(figsize=(COLUMN_IN, 2.9), layout="constrained")
-    seen, drawn = {}, []  # algo -> lines drawn so far, to vary the linestyle within a colour
-    for key, g in t.groupby(GROUP, sort=True):
-        algo = key[1]
-        wide = seed_curves(g)
-        if wide.empty:
-            continue
-        mean, se = mean_se(wide)
-        lo, hi = mean - se, mean + se
-        if scale == "log":
-            lo, hi = lo.clip(lower=LOG_FLOOR), hi.clip(lower=LOG_FLOOR)
-        style = LINESTYLES[seen.get(algo, 0) % len(LINESTYLES)]
-        seen[algo] = seen.get(algo, 0) + 1
-        line, = ax.plot(mean.index, mean.values, color=color_for(algo), ls=style, lw=1.5)
-        ax.fill_between(mean.index, lo.values, hi.values, color=color_for(algo), alpha=0.2, lw=0)
-        drawn.append((line, *parts[key], wide.shape[1]))
-    ax.set_yscale(scale)
+    panels = panels_of(t)
+    fig, axes = plt.subplots(1, len(panels), figsize=(COLUMN_IN * len(panels), 2.9),
+                             layout="constrained", squeeze=False)
+    drawn = []
+    for (y, ylabel), ax in zip(panels, axes[0]):
+        seen, drawn = {}, []  # algo -> lines drawn so far, to vary the linestyle within a colour
+        for key, g in t.groupby(GROUP, sort=True):
+            algo = key[1]
+            wide = seed_curves(g, y)
+            if wide.empty:
+                continue
+            mean, se = mean_se(wide)
+            lo, hi = mean - se, mean + se
+            if scale == "log":
+                lo, hi = lo.clip(lower=LOG_FLOOR), hi.clip(lower=LOG_FLOOR)
+            style = LINESTYLES[seen.get(algo, 0) % len(LINESTYLES)]
+            seen[algo] = seen.get(algo, 0) + 1
+            line, = ax.plot(mean.index, mean.values, color=color_for(algo), ls=style, lw=1.5)
+            ax.fill_between(mean.index, lo.values, hi.values, color=color_for(algo), alpha=0.2, lw=0)
+            drawn.append((line, *parts[key], wide.shape[1]))
+        ax.set_yscale(scale)
+        threshold_line(ax, thr)
+        ax.set_xlabel("episode")
+        ax.set_ylabel(ylabel)
+        ax.set_title(task if len(panels) == 1 else f"{task}: {ylabel}", fontsize=TITLE_PT)
+        ax.grid(True, which="major", alpha=0.3)
     ns = [n for *_, n in drawn]
     # one seed count for every line: the caption says it; otherwise each label does
     for line, algo, p, n in drawn:
         line.set_label(label_text(algo, p, None if len(set(ns)) == 1 else n))
     handles = [d[0] for d in drawn]
-    threshold_line(ax, thr)
-    ax.set_xlabel("episode")
-    ax.set_ylabel("error")
-    ax.set_title(task, fontsize=TITLE_PT)
     fig.suptitle("\n".join(filter(None, [wrap(text for _, text in items), se_text(ns)])),
                  fontsize=TITLE_PT)
-    ax.grid(True, which="major", alpha=0.3)
     if handles:
-        legend_below(fig, handles, [h.get_label() for h in handles], ax=ax)
+        legend_below(fig, handles, [h.get_label() for h in handles],
+                     ax=axes[0][0] if len(panels) == 1 else None)
     return fig
 
 

@@ -290,3 +290,20 @@ def test_stale_heartbeat_is_reported_as_killed(tmp_path):
     assert runs["seed=1"].status == "running"
     assert "interrupted: KeyboardInterrupt" in runs["seed=2"].reason
     assert collect.find_runs(tmp_path, stale_after=1)[1].status == "incomplete"
+
+
+def test_a_task_with_a_held_out_error_gets_its_panel(results, tmp_path, monkeypatch):
+    """Beside the training error, the held-out error (MNIST's test file, an LLM task's
+    1 - pass@1) where the table has one: a second panel drawing test_error's seed means."""
+    figs = []
+    monkeypatch.setattr(plot.plt, "close", figs.append)
+    held = results[results["task.name"] == "copy"].copy()
+    held["test_error"] = np.where(held["step"] % 2 == 0, 1.0 - held["error"], np.nan)
+    plot.plot_results(pd.concat([held, results[results["task.name"] != "copy"]]), tmp_path)
+    by_task = {f.axes[0].get_title().split(":")[0]: f for f in figs}
+    assert len(by_task["reverse_h8"].axes) == 1  # no held-out column: one panel
+    train, test = by_task["copy"].axes[:2]
+    assert test.get_ylabel() == "held-out error" and train.get_ylabel() == "error"
+    line = next(l for l in test.get_lines() if l.get_label().startswith("grpo"))
+    steps, means = line.get_data()
+    assert list(steps) == [0, 2] and list(means) == [1 - 0.9, 1 - 0.2]
