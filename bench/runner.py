@@ -217,14 +217,26 @@ def _checkpoint_identity(spec: RunSpec) -> dict[str, Any]:
             "torch": str(torch.__version__), "git_commit": io.git_commit()}
 
 
+def cpu_kernels() -> str:
+    """The instruction set torch's CPU kernels dispatch to here (AVX512, AVX2, ...; the
+    environment variable ATEN_CPU_CAPABILITY can lower it). Their reductions (softmax,
+    sums, norms) round differently from one to another, so metrics are bitwise
+    reproducible for one of them only: the same torch on an AVX2 and an AVX512 machine
+    gives curves that differ in the last bits (more in a quantity that cancels, like
+    misalignment = 1 - cos)."""
+    return torch.backends.cpu.get_cpu_capability()
+
+
 def _attempt_record(prev: dict, spec: RunSpec, threads: int, identity_: dict,
                     batched: bool) -> dict[str, Any]:
     """summary.json's fields that describe this attempt and every one before it: a run
-    resumed under other code, another thread count or in a seed batch says so."""
+    resumed under other code, another thread count, other CPU kernels or in a seed batch
+    says so."""
     log = [] if spec.force else list(prev.get("attempts_log", []))
     log.append({"attempt": len(log) + 1, "started_at": time.time(), "pid": os.getpid(),
                 "host": rundir.whoami()["host"], "git_commit": identity_["git_commit"],
-                "threads": threads, "batch_seeds": batched, "slurm_job_id": os.environ.get("SLURM_JOB_ID")})
+                "threads": threads, "cpu_kernels": cpu_kernels(), "batch_seeds": batched,
+                "slurm_job_id": os.environ.get("SLURM_JOB_ID")})
     # Runs from before the attempt log: their attempt count and the commit they started under.
     earlier = 0 if spec.force else max(prev.get("attempts", 0) - (len(log) - 1), 0)
     legacy = not spec.force and "attempts_log" not in prev and prev.get("git_commit")
@@ -358,6 +370,11 @@ def _open(spec: RunSpec, rd: rundir.RunDir, prev: dict, batched: bool = False) -
     if len(record["threads_used"]) > 1:
         notes.append(f"threads {record['threads_used']} across attempts: metrics are bitwise "
                      "reproducible for one thread count only")
+    # Attempts from before this field was recorded cannot be told apart: no note for them.
+    kernels = list(dict.fromkeys(a["cpu_kernels"] for a in record["attempts_log"] if a.get("cpu_kernels")))
+    if len(kernels) > 1:
+        notes.append(f"CPU kernels {kernels} across attempts: metrics are bitwise reproducible "
+                     "for one instruction set only (ATEN_CPU_CAPABILITY selects a lower one)")
     rd.begin(_provenance(spec, rd, prev, record), {"seed": spec.seed, **spec.config})
     label = f"{spec.task.name}/{spec.algo_name} {spec.config_hash} seed={spec.seed}"
     for note in (*spec.notes, *notes):

@@ -160,6 +160,19 @@ def test_threads_changed_on_resume_is_recorded(tmp_path):
     assert s["threads_used"] == [2, 1] and [a["threads"] for a in s["attempts_log"]] == [2, 1]
 
 
+def test_cpu_kernels_changed_on_resume_is_recorded(tmp_path):
+    """A checkpoint written where torch's kernels were another instruction set's (an AVX2
+    node, then an AVX512 one) resumes, and the record says so."""
+    d = _interrupted_run(tmp_path)
+    s = summary(d)
+    ours = s["attempts_log"][0]["cpu_kernels"]
+    s["attempts_log"][0]["cpu_kernels"] = theirs = "AVX2" if ours != "AVX2" else "AVX512"
+    (d / "summary.json").write_text(json.dumps(s))
+    again = run_bench(*SLOW, f"output_root={tmp_path}")
+    assert f"CPU kernels ['{theirs}', '{ours}'] across attempts" in again.stdout
+    assert [a["cpu_kernels"] for a in summary(d)["attempts_log"]] == [theirs, ours]
+
+
 # ------------------------------------------------------------------ item 7: signals
 
 @pytest.mark.parametrize("sig", [signal.SIGTERM, signal.SIGINT])
