@@ -12,6 +12,10 @@
 set -u
 cd "$(dirname "$0")/.."
 root=${HEADLINE_ROOT:-reproduction/runs/terminal}
+# Its runs so far (and their checkpoints) were recorded under torch's AVX2 kernels: the
+# remaining seeds keep to them, so every seed reproduces bit for bit on any x86 machine
+# with AVX2 (an AVX512 one would differ in the last bits; README, "Randomness").
+export ATEN_CPU_CAPABILITY=${ATEN_CPU_CAPABILITY:-avx2}
 common="task=reverse_h10 threads=1 checkpoint_every=100 hydra/launcher=local hydra.launcher.n_jobs=${JOBS:-2} output_root=$root"
 # `seed=` before `algo=`: seed-major order, so that at any stopping point the methods
 # have the same seeds. Seeds 0-2 of TPO and GRPO are in reproduction/results.parquet
