@@ -94,6 +94,10 @@ def summarise(df: pd.DataFrame, thr: float = THRESHOLD) -> pd.DataFrame:
         mean, se = mean_se(wide)
         n = g["seed"].nunique()
         hit = steps_to_threshold(mean.index, mean.values, thr)
+        held = seed_curves(g, "test_error") if "test_error" in g.columns else pd.DataFrame()
+        if last is not None:
+            held = held.loc[:last]
+        held_mean, held_se = mean_se(held)
         rows.append({
             **dict(zip(GROUP, key)),
             "label": labels[key],
@@ -103,6 +107,10 @@ def summarise(df: pd.DataFrame, thr: float = THRESHOLD) -> pd.DataFrame:
             "final_error_se": se.iloc[-1] if len(wide) else np.nan,
             "steps_to_1pct": pd.NA if hit is None else hit,
             "seeds_below_1pct": seed_hits(seed_curves(g, common=False), thr).n_reached,
+            # the held-out error where the task evaluates: at its first and last common step
+            "first_test_error": held_mean.iloc[0] if len(held) else np.nan,
+            "final_test_error_mean": held_mean.iloc[-1] if len(held) else np.nan,
+            "final_test_error_se": held_se.iloc[-1] if len(held) else np.nan,
         })
     out = pd.DataFrame(rows)
     out["steps_to_1pct"] = out["steps_to_1pct"].astype("Int64")
@@ -113,14 +121,20 @@ def format_summary(summary: pd.DataFrame) -> str:
     """Printable per-task tables."""
     blocks = []
     for task, t in summary.groupby("task.name", sort=True):
-        lines = [f"== {task}", f"{'line':<50} {'final error':>22} {'steps to 1%':>12} {'seeds <1%':>12}"]
+        held = t["final_test_error_mean"].notna().any()
+        lines = [f"== {task}", f"{'line':<50} {'final error':>22} {'steps to 1%':>12} {'seeds <1%':>12}"
+                 + (f" {'held-out error first -> final':>32}" if held else "")]
         for _, r in t.iterrows():
             # One seed has no spread to show: "± 0.0000" would read as a measured zero.
             spread = f" ± {r.final_error_se:.4f}" if r.n_seeds > 1 else ""
             final = f"{r.final_error_mean:.4f}{spread} @{r.final_step}"
             hit = "—" if pd.isna(r.steps_to_1pct) else str(r.steps_to_1pct)
             below = f"{r.seeds_below_1pct}/{r.n_seeds} seeds"
-            lines.append(f"{r.label:<50} {final:>22} {hit:>12} {below:>12}")
+            line = f"{r.label:<50} {final:>22} {hit:>12} {below:>12}"
+            if held:
+                spread = f" ± {r.final_test_error_se:.4f}" if r.n_seeds > 1 else ""
+                line += f" {f'{r.first_test_error:.4f} -> {r.final_test_error_mean:.4f}{spread}':>32}"
+            lines.append(line)
         blocks.append("\n".join(lines))
     return "\n\n".join(blocks)
 

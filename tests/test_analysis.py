@@ -307,3 +307,7 @@ def test_a_task_with_a_held_out_error_gets_its_panel(results, tmp_path, monkeypa
     line = next(l for l in test.get_lines() if l.get_label().startswith("grpo"))
     steps, means = line.get_data()
     assert list(steps) == [0, 2] and list(means) == [1 - 0.9, 1 - 0.2]
+    # and the summary's held-out columns: grpo's held-out curve is 1 - 0.9 at step 0, 1 - 0.2 at 2
+    row = plot.summarise(held).set_index("config_hash").loc["C"]
+    assert (row.first_test_error, row.final_test_error_mean) == pytest.approx((0.1, 0.8))
+    assert "0.1000 -> 0.8000" in plot.format_summary(plot.summarise(held))
