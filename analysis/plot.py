@@ -159,9 +159,12 @@ def render_task(task: str, t: pd.DataFrame, scale: str = "log", thr: float = THR
     panels = panels_of(t)
     fig, axes = plt.subplots(1, len(panels), figsize=(COLUMN_IN * len(panels), 2.9),
                              layout="constrained", squeeze=False)
-    drawn = []
+    keys = [key for key, _ in t.groupby(GROUP, sort=True)]
+    # one linestyle per line across the panels, varied within an algorithm's colour
+    styles = {key: LINESTYLES[[k[1] for k in keys[:i]].count(key[1]) % len(LINESTYLES)]
+              for i, key in enumerate(keys)}
+    first: dict[tuple, tuple] = {}  # key -> (its first line, label parts, seeds): the legend's
     for (y, ylabel), ax in zip(panels, axes[0]):
-        seen, drawn = {}, []  # algo -> lines drawn so far, to vary the linestyle within a colour
         for key, g in t.groupby(GROUP, sort=True):
             algo = key[1]
             wide = seed_curves(g, y)
@@ -171,17 +174,16 @@ def render_task(task: str, t: pd.DataFrame, scale: str = "log", thr: float = THR
             lo, hi = mean - se, mean + se
             if scale == "log":
                 lo, hi = lo.clip(lower=LOG_FLOOR), hi.clip(lower=LOG_FLOOR)
-            style = LINESTYLES[seen.get(algo, 0) % len(LINESTYLES)]
-            seen[algo] = seen.get(algo, 0) + 1
-            line, = ax.plot(mean.index, mean.values, color=color_for(algo), ls=style, lw=1.5)
+            line, = ax.plot(mean.index, mean.values, color=color_for(algo), ls=styles[key], lw=1.5)
             ax.fill_between(mean.index, lo.values, hi.values, color=color_for(algo), alpha=0.2, lw=0)
-            drawn.append((line, *parts[key], wide.shape[1]))
+            first.setdefault(key, (line, *parts[key], wide.shape[1]))
         ax.set_yscale(scale)
         threshold_line(ax, thr)
         ax.set_xlabel("episode")
         ax.set_ylabel(ylabel)
         ax.set_title(task if len(panels) == 1 else f"{task}: {ylabel}", fontsize=TITLE_PT)
         ax.grid(True, which="major", alpha=0.3)
+    drawn = [first[key] for key in keys if key in first]
     ns = [n for *_, n in drawn]
     # one seed count for every line: the caption says it; otherwise each label does
     for line, algo, p, n in drawn:

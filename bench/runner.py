@@ -143,20 +143,30 @@ def _backward(task, algo, batch: Batch, policy, kl_ref: float) -> tuple[Any, dic
     return loss_value, metrics
 
 
+def _phase_mark(clock: dict[str, float] | None, device: torch.device) -> float:
+    """The time a phase ends, for `clock`. A GPU runs behind the host, so with a clock
+    (benchmarks only: a run never waits here) the queued kernels finish first; otherwise
+    one phase's work would be counted in the next one's."""
+    if clock is not None and device.type == "cuda":
+        torch.cuda.synchronize(device)
+    return time.perf_counter()
+
+
 def train_episode(task, algo, request: Request, policy, opt, streams: Streams,
                   clock: dict[str, float] | None = None) -> dict[str, float]:
     """One episode: sample, then algo.epochs full-batch optimizer steps on it (SPEC 2).
     Loss and gradient norm are the first epoch's (before any update on this batch), the
     OVER_EPOCHS metrics the mean over epochs; `group_size` is the K the batch really
     had. `clock`, if given, accumulates seconds per phase (the speed benchmark reads it)."""
-    t0 = time.perf_counter()
+    device = next(policy.parameters()).device
+    t0 = _phase_mark(clock, device)
     ro = task.rollout(policy, request, streams)
     first = ro.batch  # what the error and the group diagnostics describe
     extra: dict[str, float] = {}
     if getattr(algo, "dynamic_sampling", 0):
         ro, extra = dynamic.top_up(ro, lambda: task.rollout(policy, request, streams.extra()),
                                    algo.dynamic_sampling)
-    t1 = time.perf_counter()
+    t1 = _phase_mark(clock, device)
     book = EpisodeRow(_flat_params(policy), dict(extra))
     kl_ref = getattr(task, "kl_ref", 0.0) if ro.batch.logp_ref is not None else 0.0
     for epoch in range(algo.epochs):
@@ -164,7 +174,7 @@ def train_episode(task, algo, request: Request, policy, opt, streams: Streams,
         loss, metrics = _backward(task, algo, ro.batch, policy, kl_ref)
         book.after_backward(epoch, task, policy, loss, metrics)
         opt.step()
-    t2 = time.perf_counter()
+    t2 = _phase_mark(clock, device)
     [row] = read_rows([book.finish(algo.epochs, ro, first, policy)])
     if clock is not None:
         t3 = time.perf_counter()

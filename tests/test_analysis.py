@@ -304,9 +304,12 @@ def test_a_task_with_a_held_out_error_gets_its_panel(results, tmp_path, monkeypa
     assert len(by_task["reverse_h8"].axes) == 1  # no held-out column: one panel
     train, test = by_task["copy"].axes[:2]
     assert test.get_ylabel() == "held-out error" and train.get_ylabel() == "error"
-    line = next(l for l in test.get_lines() if l.get_label().startswith("grpo"))
+    line = next(l for l in test.get_lines() if l.get_color() == style.color_for("grpo"))
     steps, means = line.get_data()
     assert list(steps) == [0, 2] and list(means) == [1 - 0.9, 1 - 0.2]
+    # one legend for both panels, naming every line once
+    labels = [t.get_text() for t in by_task["copy"].legends[0].get_texts()]
+    assert len(labels) == 3 and sum(l.startswith("grpo") for l in labels) == 1
     # and the summary's held-out columns: grpo's held-out curve is 1 - 0.9 at step 0, 1 - 0.2 at 2
     row = plot.summarise(held).set_index("config_hash").loc["C"]
     assert (row.first_test_error, row.final_test_error_mean) == pytest.approx((0.1, 0.8))

@@ -1,6 +1,7 @@
 """Seed-batched jobs (issue 22 item 1): batch_seeds=true trains a job's seeds as one
 stacked computation, and each seed must be exactly its single run (on the CPU, one
 thread: bit for bit), write its own directory, resume and be skipped like one."""
+import importlib.util
 import math
 import os
 import signal
@@ -281,7 +282,9 @@ def test_batched_job_skips_a_completed_seed_and_joins_a_resumed_one(tmp_path, re
 
 
 @pytest.mark.parametrize("args, message", [
-    (["task=llm_chain_sum", "seeds_per_job=2", "batch_seeds=true"], "it has no rollout_seeds/logprobs_seeds"),
+    pytest.param(["task=llm_chain_sum", "seeds_per_job=2", "batch_seeds=true"],
+                 "it has no rollout_seeds/logprobs_seeds", marks=pytest.mark.skipif(
+                     importlib.util.find_spec("reasoning_gym") is None, reason="the llm extra")),
     ([*TINY, "batch_seeds=sometimes"], "batch_seeds must be true or false"),
 ])
 def test_batch_seeds_refused_where_it_cannot_run(tmp_path, args, message):

@@ -121,3 +121,10 @@ def test_a_gpu_sweep_is_submitted_from_a_machine_without_one(tmp_path):
     local = _sweep(tmp_path, path, "hydra/launcher=local", "device=cuda", "dry_run=true")
     assert local.returncode == 2 and "is not available on this machine" in local.stderr, local.stderr
     _nothing_created(tmp_path)
+    # the tuning sweeper validates its trials the same way
+    tune = subprocess.run([sys.executable, "-m", "bench", "-m", *TINY, "hydra/launcher=slurm_gpu",
+                           "hydra/sweeper=optuna", "hydra.sweeper.n_trials=1", "hydra.sweeper.seeds=1",
+                           "device=cuda", "dry_run=true", f"output_root={tmp_path / 'outputs'}"],
+                          cwd=REPO, env={**os.environ, "PATH": path}, text=True, capture_output=True,
+                          timeout=300)
+    assert tune.returncode == 0 and "[dry run] 1 studies validated" in tune.stdout, tune.stderr

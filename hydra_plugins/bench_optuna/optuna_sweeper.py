@@ -80,7 +80,8 @@ class OptunaSweeper(BenchSweeper):
         from bench.jobs import explicit_keys, job_specs
         from bench.build import ConfigError
         try:
-            return job_specs(cfg, explicit_keys(overrides))
+            # a SLURM trial trains on a compute node: its device is that node's to check
+            return job_specs(cfg, explicit_keys(overrides), here=not self._slurm)
         except (ConfigError, ImportError) as e:
             raise Refused(str(e)) from None
 
