@@ -159,6 +159,21 @@ def test_gradient_checkpointing_recomputes_each_layer(rolled, base_dir):
         assert torch.allclose(logp, ro.batch.logp_old, atol=1e-5)
 
 
+def test_sampling_is_the_same_with_gradient_checkpointing(rolled, base_dir):
+    """Checkpointed layers are flagged as training (checkpoint_in_eval_mode) yet sample
+    under no_grad: the rollout, its tokens and behaviour log-probs, must be the one the
+    same streams draw without checkpointing (a layer that recomputed, dropped out or
+    skipped its KV cache while sampling would change them)."""
+    spec, _, ro = rolled
+    task = spec_of(base_dir, "algo=tpo", "algo.k=4", "task.gradient_checkpointing=true").task
+    streams = Streams.from_seed(0)
+    policy = task.make_policy(streams.init)
+    assert any(getattr(m, "gradient_checkpointing", False) for m in policy.model.modules())
+    again = task.rollout(policy, spec.request, streams)
+    assert torch.equal(again.batch.obs.tokens, ro.batch.obs.tokens)
+    assert torch.equal(again.batch.logp_old, ro.batch.logp_old)
+
+
 def test_the_frozen_reference_moves_with_the_policy(rolled):
     """Full fine-tuning's reference is a plain attribute (not in state_dict): .to() must
     still take it along, or on a GPU it stays behind on the CPU."""
