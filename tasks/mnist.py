@@ -52,6 +52,8 @@ class MLP(nn.Module):
                 layer.bias.zero_()
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
+        # forward_seeds (below) is this forward for S seeds at once: a change here goes
+        # there too (tests/test_batched.py holds the two equal bit for bit)
         for layer in self.layers[:-1]:
             x = F.relu(layer(x))
         return self.layers[-1](x)
