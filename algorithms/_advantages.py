@@ -1,4 +1,4 @@
-"""Sequence advantages of the group-RL zoo (issue 21): pure functions of the candidates'
+"""Sequence advantages of the group-RL zoo: pure functions of the candidates'
 scores s [N, K] (N groups of K), one per estimator, each returning A [N, K]. The losses
 broadcast A_i over the steps of candidate i.
 

@@ -1,4 +1,4 @@
-"""How the token-level losses of the group-RL zoo (issue 21) reduce a per-step loss
+"""How the token-level losses of the group-RL zoo reduce a per-step loss
 l [N, K, T] to a scalar: the `aggregation` parameter every token-level surrogate shares.
 With candidate weights w_nk (batch.candidate_weights(): 1, the sampled indicator, or the
 population probability) and an optional step mask m [N, K, T] (the LLM task family's

@@ -1,4 +1,4 @@
-"""The clipped surrogate of the LLM-style group methods (issue 21): one module whose
+"""The clipped surrogate of the LLM-style group methods: one module whose
 variants are parameters; conf/algo/ holds the papers' settings (dr_grpo, dapo, rloo,
 gspo, maxrl, reinforce_pp_baseline).
 

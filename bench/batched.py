@@ -1,4 +1,4 @@
-"""Seed-batched jobs (issue 22 item 1): `batch_seeds=true` trains a job's `seeds_per_job`
+"""Seed-batched jobs: `batch_seeds=true` trains a job's `seeds_per_job`
 seeds as one computation instead of one after the other.
 
 What is shared and what is not:

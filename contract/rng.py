@@ -1,4 +1,4 @@
-"""Per-run random streams (issue 2, item 4).
+"""Per-run random streams.
 
 Each stream is its own torch.Generator seeded from (seed, stream name), never the
 global RNG, so a seed gives the same initial weights and the same prompts under every

@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# The paper's headline at its own seed count (issue 18): terminal reward, reverse copy,
+# The paper's headline at its own seed count: terminal reward, reverse copy,
 # V = 2, K = 8, B = 100, 2000 episodes, H = 10, prompt-matched, 20 seeds of TPO, GRPO and
 # DG; then GRPO-no-KL, PPO and interaction-matched DG at H = 10. One job per core, one
 # torch thread each, checkpoints every 100 episodes: interrupt it any time and run it

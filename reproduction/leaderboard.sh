@@ -10,7 +10,7 @@
 # Runs land in reproduction/runs/leaderboard/ (committed, so the study continues from any
 # checkout); the board in reproduction/leaderboard/ (leaderboard.md, .png, .pdf).
 # MNIST's files are read from $TPO_BENCH_MNIST_DIR, else downloaded: offline, point it at
-# a copy first (e.g. TPO_BENCH_MNIST_DIR=../shared/data/mnist), or the MNIST runs fail.
+# a copy first (e.g. TPO_BENCH_MNIST_DIR=/data/mnist), or the MNIST runs fail.
 set -eu
 cd "$(dirname "$0")/.."
 root=${LEADERBOARD_ROOT:-reproduction/runs/leaderboard}

@@ -1,4 +1,4 @@
-"""Numeric cross-check of the group-RL zoo (issue 21) against verl's and TRL's own loss
+"""Numeric cross-check of the group-RL zoo against verl's and TRL's own loss
 code, on the same tensors. Neither library is a dependency (both pull a GPU stack): give
 the path of a source checkout of each (a work tree, or a folder holding its files),
 

@@ -1,4 +1,4 @@
-"""Seed batching on this machine (issue 22 items 1 and 4): S seeds' work done as a Python
+"""Seed batching, measured: S seeds' work done as a Python
 loop over S modules, as torch.func.vmap(functional_call) over stacked parameters, and as
 tasks.stacked (a seed axis, one bmm per layer), side by side in one process, the
 variants interleaved round-robin so that a load change hits them alike.

@@ -1,4 +1,4 @@
-"""MNIST contextual bandit and tabular bandits (issue 4; SPEC 3.2, 3.3)."""
+"""MNIST contextual bandit and tabular bandits (SPEC 3.2, 3.3)."""
 import json
 import math
 import os
@@ -335,7 +335,7 @@ def test_tabular_multirun_end_to_end(task, tmp_path):
 
 
 @pytest.mark.skipif(not os.environ.get("TPO_BENCH_MNIST_DIR"),
-                    reason="TPO_BENCH_MNIST_DIR not set (CI points it at ../shared/data/mnist)")
+                    reason="TPO_BENCH_MNIST_DIR not set (CI points it at its MNIST copy)")
 def test_real_mnist_learns(tmp_path):
     run_bench("task=mnist", "algo=tpo", "task.episodes=100", "task.eval_every=100",
               f"output_root={tmp_path}")

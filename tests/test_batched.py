@@ -1,4 +1,4 @@
-"""Seed-batched jobs (issue 22 item 1): batch_seeds=true trains a job's seeds as one
+"""Seed-batched jobs: batch_seeds=true trains a job's seeds as one
 stacked computation, and each seed must be exactly its single run (on the CPU, one
 thread: bit for bit), write its own directory, resume and be skipped like one."""
 import importlib.util

@@ -1,5 +1,5 @@
-"""collect.py and plot.py check a run instead of trusting `status: completed` (issue 17,
-item 3): tampered copies of real runs are skipped with their reason, a duplicate copy is
+"""collect.py and plot.py check a run instead of trusting `status: completed`:
+tampered copies of real runs are skipped with their reason, a duplicate copy is
 counted once, a damaged summary.json is named, and plot.py refuses a group that lacks
 the config's last step instead of reporting an earlier one."""
 import json

@@ -1,4 +1,4 @@
-"""DAPO's dynamic sampling (issue 21): uninformative groups are replaced by groups of
+"""DAPO's dynamic sampling: uninformative groups are replaced by groups of
 fresh prompts, every drawn rollout is counted, and the batch's groups travel with their
 obs (Batch.take / Batch.concat)."""
 from dataclasses import dataclass

@@ -1,4 +1,4 @@
-"""One exit-code convention (issue 19, item 8), whether Hydra or the harness catches the
+"""One exit-code convention, whether Hydra or the harness catches the
 problem: 2 bad input (nothing created), 1 a run failed, 0 done. Before, Hydra's own
 refusals (an unknown option or key) exited 1, the harness's 2."""
 import pytest

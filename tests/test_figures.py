@@ -177,7 +177,7 @@ def test_per_seed_distributions_beside_the_papers(tmp_path):
         figures.render_seed_distributions([], "per seed")
 
 
-# ---- what a reader needs on the figure (issue 19, item 6) ----
+# ---- what a reader needs on the figure ----
 
 from synthetic import run, seq  # noqa: E402
 

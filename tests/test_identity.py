@@ -1,4 +1,4 @@
-"""The hash is of the science, not the preset names (issue 20, item 4), and runs recorded
+"""The hash is of the science, not the preset names, and runs recorded
 under the hash from before (names included) are still found: directories through
 `python -m bench.migrate`, tables re-keyed as they are read."""
 import json

@@ -1,4 +1,4 @@
-"""The installed package works from any directory (issue 19, item 1): a multirun from a
+"""The installed package works from any directory: a multirun from a
 directory that is not the repository (editable install, as the README says), and a
 non-editable install (how cluster environments are usually built) that has nothing of
 the checkout on its path."""

@@ -1,4 +1,4 @@
-"""Run integrity (issue 17): the same command gives the same numbers, and no fault --
+"""Run integrity: the same command gives the same numbers, and no fault --
 a second process, a foreign checkpoint, a signal, a full disk, a damaged file --
 corrupts or mislabels a result silently."""
 import json

@@ -1,4 +1,4 @@
-"""The floors of the house (issue 20): the contract imports none of the runner, tasks or
+"""The floors of the house: the contract imports none of the runner, tasks or
 algorithms; tasks and algorithms never import each other nor the runner; and no import
 cycle between the project's modules. Read from the source with `ast` (every import, at
 the top or inside a function), so a lazy import cannot hide an arrow."""

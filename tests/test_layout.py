@@ -1,4 +1,4 @@
-"""analysis/ in rooms (issue 20, item 5): the import graph of its modules, read with `ast`
+"""analysis/ in rooms: the import graph of its modules, read with `ast`
 (every import, at the top or inside a function), has no cycle; the generic modules do not
 reach into the paper's or the tuning's rooms (plot's --figure aside); and no module uses
 another module's underscore names."""

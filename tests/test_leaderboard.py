@@ -344,7 +344,7 @@ def test_an_unfinished_run_is_refused_by_name_and_the_rest_ranked(tmp_path, caps
 
 
 METHODS = ("tpo", "tpo_lennorm", "grpo", "grpo_no_kl", "dr_grpo", "dapo", "rloo", "gspo", "cispo", "gpg",
-           "maxrl", "reinforce_pp_baseline", "lpo", "lpo_reverse", "dg", "pg", "ppo")  # issue 21: old and new
+           "maxrl", "reinforce_pp_baseline", "lpo", "lpo_reverse", "dg", "pg", "ppo")
 CELLS = ("terminal_h7", "dense_v8", "sequential_reverse_flip", "mnist", "tabular_multi")
 
 

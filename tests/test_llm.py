@@ -1,4 +1,4 @@
-"""The LLM task family (tasks/llm.py, issue 23) on a ~20k-parameter Qwen3-architecture
+"""The LLM task family (tasks/llm.py) on a ~20k-parameter Qwen3-architecture
 model built from conf/task/arch/micro_qwen3.yaml: sampling and re-scoring agree, the
 completion mask says where each completion ends, gradient accumulation never splits a
 group and sums to the whole batch's gradient, held-out pass@k, the refusals before any

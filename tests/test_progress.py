@@ -1,4 +1,4 @@
-"""Progress lines (issue 19, item 4): a run's line by time as well as by episode count,
+"""Progress lines: a run's line by time as well as by episode count,
 the sweep's overall line, and collect's count over many run directories."""
 import io as stdio
 import json

@@ -1,4 +1,4 @@
-"""README facts that come from data are checked against the data (issue 19, item 7), so
+"""README facts that come from data are checked against the data, so
 they cannot go stale unnoticed: the committed snapshot's size, the presets' run counts,
 the metric columns, the launchers it names and what `--help` lists."""
 import os

@@ -1,4 +1,4 @@
-"""The record says what ran (issue 20, item 4): the group size each batch really had,
+"""The record says what ran: the group size each batch really had,
 and the diagnostics of a multi-epoch update over its epochs, not only the first (where the
 policy still is the actor, so a clipped fraction and a KL are 0 by construction)."""
 import json

@@ -1,4 +1,4 @@
-"""Interrupted, failed and badly configured runs (issue 5)."""
+"""Interrupted, failed and badly configured runs."""
 import signal
 import subprocess
 import sys

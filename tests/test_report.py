@@ -411,7 +411,7 @@ def test_report_validation_split_table_and_findings(tmp_path):
                         "--findings", str(tmp_path / "none.md")]) == 2
 
 
-# ---- the summary counts each paper number and each run once (issue 18) ----
+# ---- the summary counts each paper number and each run once ----
 
 def summary_table(text: str) -> dict:
     """result -> {column: cell} of the report's summary table."""

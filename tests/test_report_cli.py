@@ -1,5 +1,5 @@
 """analysis/paper/report.py run as the README shows it, from a scratch working directory
-(issue 19, item 3): its defaults write under outputs/, never over the committed
+its defaults write under outputs/, never over the committed
 reproduction/REPRODUCTION.md, and an input with nothing to report on is refused before
 anything is written."""
 import subprocess

@@ -1,4 +1,4 @@
-"""SLURM for real (issue 5): scripts/slurm-local.sh, the slurm_cpu launcher preset end to
+"""SLURM for real: scripts/slurm-local.sh, the slurm_cpu launcher preset end to
 end through sbatch, and a requeued job that resumes from its checkpoint.
 
 The tests that need a cluster use whatever `sinfo` reaches; `scripts/slurm-local.sh start`

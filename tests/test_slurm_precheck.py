@@ -1,4 +1,4 @@
-"""A SLURM sweep is checked before anything is submitted (issue 19, item 2): without
+"""A SLURM sweep is checked before anything is submitted: without
 sbatch, with a controller that does not answer, or with a partition that does not exist,
 the sweep is refused in one line naming the launcher and the cause, exit 2, nothing
 created. These run anywhere: SLURM's commands are replaced by stand-ins on PATH."""

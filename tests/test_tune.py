@@ -1,4 +1,4 @@
-"""hydra/sweeper=optuna (issue 9), end to end through real Hydra subprocesses."""
+"""hydra/sweeper=optuna, end to end through real Hydra subprocesses."""
 import json
 
 import pandas as pd

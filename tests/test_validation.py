@@ -1,4 +1,4 @@
-"""Bad values are refused before any work (issue 17, items 4, 5 and 10): exit 2, the
+"""Bad values are refused before any work: exit 2, the
 offending key and its rule in the message, and nothing created, in a single run and in a
 sweep's up-front validation alike."""
 import subprocess

@@ -1,4 +1,4 @@
-"""Ablations, token-level grouping and matching modes (issue 3; SPEC 2, 3.1)."""
+"""Ablations, token-level grouping and matching modes (SPEC 2, 3.1)."""
 import math
 from pathlib import Path
 

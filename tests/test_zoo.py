@@ -1,4 +1,4 @@
-"""The group-RL baseline zoo (issue 21) on hand-computed batches: the advantage
+"""The group-RL baseline zoo on hand-computed batches: the advantage
 estimators, the aggregation modes (where they differ: a mask, a T_max above T; where
 they coincide: this harness's equal lengths), the gradient each loss puts on the
 candidates' log-probs, and each clip side."""

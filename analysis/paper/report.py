@@ -411,7 +411,7 @@ RULE_CHANGES = (
     "the replicate-spread and paper-seed-subset routes to *within noise* became notes; two "
     "claims fail as soon as the settings run contradict them. Earlier rule changes moved 6 "
     "rows, all toward a pass (e51599a: 4, d097d13: 2; 0ab6b9a and five selection changes: "
-    "none). Every move is in the findings' [rule-change log](#rule-change-log-issue-18).")
+    "none). Every move is in the findings' [rule-change log](#rule-change-log).")
 
 
 def _seed_span(values) -> str:
@@ -603,7 +603,7 @@ def build(df: pd.DataFrame, out: Path, fig_dir: Path, runs_root: Path | None = N
         parts.append({"name": name, "lines": numbers + claims,
                       "runs": frozenset() if sel.empty else run_ids(sel)})
     summary, summary_text = summarise(parts, frozenset() if df.empty else run_ids(df))
-    tuned_lines = tuned.lines(df)  # issue 9: only when `<algo>_tuned` runs exist
+    tuned_lines = tuned.lines(df)  # only when `<algo>_tuned` runs exist
     if tuned_lines:
         sections.append("\n".join(["## Tuned beside untuned (`tuned_terminal`)", "", tuned.NOTE,
                                    "", md_table(tuned_lines), ""]))

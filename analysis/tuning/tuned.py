@@ -1,4 +1,4 @@
-"""Tuned beside untuned (issue 9): every `<algo>_tuned` in the results table (written by
+"""Tuned beside untuned: every `<algo>_tuned` in the results table (written by
 hydra/sweeper=optuna, rerun with fresh seeds) next to the untuned `<algo>` on the same
 task and number of episodes; a section of the reproduction report when such runs exist.
 
