@@ -2,3 +2,10 @@
 scored candidates) with an algorithm (a loss) and records it. Nothing below imports it:
 tasks and algorithms meet through `contract`.
 """
+
+from importlib.metadata import PackageNotFoundError, version as _version
+
+try:  # pyproject.toml's `version` is the one source
+    __version__ = _version("tpo-bench")
+except PackageNotFoundError:  # a source tree on PYTHONPATH without an install
+    __version__ = "0+unknown"
