@@ -1,6 +1,8 @@
 """`python -m bench [overrides] [-m]`: each Hydra job trains one run (or `seeds_per_job`
 consecutive seeds, one after the other or, with batch_seeds=true, as one computation), failures recorded in the run's summary.json instead of raised."""
+import difflib
 import sys
+from pathlib import Path
 
 import hydra
 from omegaconf import DictConfig, OmegaConf
@@ -97,9 +99,43 @@ def bad_input(error: BaseException | None) -> bool:
                               OverrideParseException, OmegaConfBaseException))
 
 
+def multirun_first(argv: list[str]) -> list[str]:
+    """`-m`/`--multirun` anywhere on the line: Hydra's parser takes it only before the
+    overrides (after them argparse stops at "unrecognized arguments")."""
+    flags = [a for a in argv if a in ("-m", "--multirun")]
+    return flags + [a for a in argv if a not in ("-m", "--multirun")]
+
+
+GROUPS = {"algo": "algorithm", "task": "task"}
+
+
+def unknown_names(argv: list[str], conf: Path) -> str | None:
+    """The error line for a mistyped algorithm or task name (`algo=tpoo`, `task=a,b`),
+    with the closest names and the valid choices; None if every name is a preset. Names
+    from a user's own config folder (`hydra.searchpath=`) are Hydra's to check."""
+    if any(a.startswith(("hydra.searchpath", "+hydra.searchpath")) for a in argv):
+        return None
+    for arg in argv:
+        key, eq, value = arg.lstrip("+").partition("=")
+        if key not in GROUPS or not eq or any(c in value for c in "()[]{}$*'\"") or ":" in value:
+            continue
+        choices = sorted(p.stem for p in (conf / key).glob("*.yaml"))
+        for name in filter(None, value.split(",")):
+            if name not in choices:
+                close = difflib.get_close_matches(name, choices, n=3, cutoff=0.6)
+                hint = f"did you mean {' or '.join(close)}? " if close else ""
+                return (f"error: {key}={name}: no such {GROUPS[key]}; {hint}"
+                        f"valid choices: {', '.join(choices)}")
+    return None
+
+
 def cli() -> None:
     """Exit codes, one convention whoever catches the problem: 0 done; 1 a run failed or
     a file it met was refused; 2 bad input (nothing was created); 128 + N a signal N."""
+    sys.argv[1:] = multirun_first(sys.argv[1:])
+    if message := unknown_names(sys.argv[1:], Path(__file__).resolve().parent.parent / "conf"):
+        print(message, file=sys.stderr, flush=True)
+        sys.exit(2)
     register_sweepers()
     try:
         main()

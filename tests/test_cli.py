@@ -58,7 +58,7 @@ def test_multirun_to_parquet_collect_and_plot(out):
 
 def test_seed_alone_equals_seed_as_second_job(tmp_path):
     run_bench("seed=0", *TINY, f"output_root={tmp_path / 'a'}")
-    run_bench("-m", "seed=1,0", *TINY, f"output_root={tmp_path / 'b'}")
+    run_bench("seed=1,0", *TINY, f"output_root={tmp_path / 'b'}", "-m")  # -m anywhere
     [alone] = [d for d in run_dirs(tmp_path / "a")]
     [second] = [d for d in run_dirs(tmp_path / "b") if d.name == "seed=0"]
     a = pd.read_parquet(alone / "metrics.parquet").drop(columns=["wall_s"])
@@ -143,7 +143,7 @@ def test_plugin_algorithm_and_task_from_own_package(tmp_path, out):
 
 
 @pytest.mark.parametrize("args,message", [
-    (["algo=nope"], "algo/nope"),
+    (["algo=nope"], "algo=nope: no such algorithm; valid choices: ce, cispo"),
     (["algo.name=nope"], "registered algorithms: ce, cispo, clipped, dg, gpg, grpo, lpo"),
     (["task.impl=nope"], "registered tasks:"),
     (["+algo.bogus=1"], "unknown key algo.bogus for algorithm 'tpo'; valid keys: anchor, epochs, eta, k"),

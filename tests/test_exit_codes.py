@@ -1,13 +1,12 @@
 """One exit-code convention, whether Hydra or the harness catches the
-problem: 2 bad input (nothing created), 1 a run failed, 0 done. Before, Hydra's own
-refusals (an unknown option or key) exited 1, the harness's 2."""
+problem: 2 bad input (nothing created), 1 a run failed, 0 done."""
 import pytest
 
 from conftest import TINY, run_bench
 
-# (override, what the refusal names): Hydra's refusals first, then the harness's.
+# (override, what the refusal names): the name check's, Hydra's, then the harness's.
 BAD = [
-    ("algo=nope", "algo/nope"),
+    ("algo=nope", "algo=nope: no such algorithm"),
     ("+experiment=nope", "experiment/nope"),
     ("hydra/launcher=nope", "hydra/launcher/nope"),
     ("task.foo=1", "task.foo"),
@@ -32,7 +31,7 @@ def test_bad_input_exits_2_naming_it(out, mode, override, named):
 
 
 def test_bad_input_exits_2_with_hydra_full_error_too(out):
-    proc = run_bench(*TINY, "algo=nope", f"output_root={out}", check=False,
+    proc = run_bench(*TINY, "optim=nope", f"output_root={out}", check=False,
                      env={"HYDRA_FULL_ERROR": "1"})
     assert proc.returncode == 2 and "Traceback" in proc.stderr, proc.stderr
     assert not out.exists()
