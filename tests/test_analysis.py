@@ -91,6 +91,7 @@ def test_find_runs_classifies_by_summary(tree):
     assert len(status) == 9
 
 
+@pytest.mark.slow
 def test_cli_by_path(tree, tmp_path):
     out = tmp_path / "res" / "results.parquet"
     cmd = [sys.executable, "analysis/collect.py", str(tree), "--out", str(out)]

@@ -259,6 +259,7 @@ def test_mnist_stale_actor_is_the_policy_of_d_updates_ago(mnist_dir):
     assert "ring" in policy.state_dict() and len(list(policy.parameters())) == 6
 
 
+@pytest.mark.slow
 def test_mnist_rows_per_evaluation(mnist_dir, tmp_path):
     run_bench("-m", "task=mnist", "algo=tpo,pg", "task.episodes=5", "task.eval_every=2",
               "task.batch_size=8", f"task.data_dir={mnist_dir}", f"output_root={tmp_path / 'o'}")
@@ -300,6 +301,7 @@ def test_mnist_holdout_hashes_only_when_set(mnist_dir):
         MnistTask(data_dir=str(mnist_dir), holdout=20).data()
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("args,message", [
     (["task=mnist", "algo=tpo", "algo.k=4"], "algo.k: on task 'mnist' the group of tpo is fixed"),
     (["task=mnist", "algo=tpo_token"], "tpo_token (algo.level=token) has no meaning on task 'mnist'"),
@@ -314,12 +316,14 @@ def test_bandit_refusals(args, message, tmp_path):
     assert run_dirs(tmp_path) == []
 
 
+@pytest.mark.slow
 def test_missing_mnist_names_data_dir(tmp_path):
     proc = run_bench("task=mnist", f"task.data_dir={tmp_path / 'none'}", "task.download=false",
                      f"output_root={tmp_path / 'o'}", check=False)
     assert proc.returncode != 0 and "task.data_dir" in proc.stderr
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("task", ["tabular_single", "tabular_multi"])
 def test_tabular_multirun_end_to_end(task, tmp_path):
     run_bench("-m", f"task={task}", "algo=tpo,dg,grpo,pg,ce", "seed=0,1", "task.episodes=4",
@@ -334,6 +338,7 @@ def test_tabular_multirun_end_to_end(task, tmp_path):
         assert list(df["step"]) == steps
 
 
+@pytest.mark.slow
 @pytest.mark.skipif(not os.environ.get("TPO_BENCH_MNIST_DIR"),
                     reason="TPO_BENCH_MNIST_DIR not set (CI points it at its MNIST copy)")
 def test_real_mnist_learns(tmp_path):

@@ -240,12 +240,14 @@ def _assert_equals_reference(root, reference):
         pd.testing.assert_frame_equal(metrics(d), reference[d.name], check_exact=True)
 
 
+@pytest.mark.slow
 def test_batched_job_writes_each_seed_as_its_single_run(tmp_path, reference):
     run_bench(*JOB, "batch_seeds=true", f"output_root={tmp_path}")
     _assert_equals_reference(tmp_path, reference)
     assert [a["batch_seeds"] for d in run_dirs(tmp_path) for a in summary(d)["attempts_log"]] == [True] * SEEDS
 
 
+@pytest.mark.slow
 def test_batched_job_killed_mid_run_resumes_to_identical_metrics(tmp_path, reference):
     proc = subprocess.Popen([sys.executable, "-m", "bench", *JOB, "batch_seeds=true", "debug.sleep=0.3",
                              f"output_root={tmp_path}"], cwd=REPO, text=True,
@@ -260,6 +262,7 @@ def test_batched_job_killed_mid_run_resumes_to_identical_metrics(tmp_path, refer
     assert all(summary(d)["attempts"] == 2 for d in run_dirs(tmp_path))
 
 
+@pytest.mark.slow
 def test_batched_job_skips_a_completed_seed_and_joins_a_resumed_one(tmp_path, reference):
     """Seed 1 already completed (skipped, untouched); seed 2 killed at a checkpoint as a
     single run (it joins the batch at its step); seed 0 fresh."""
@@ -281,6 +284,7 @@ def test_batched_job_skips_a_completed_seed_and_joins_a_resumed_one(tmp_path, re
     assert [a["batch_seeds"] for a in summary(joined)["attempts_log"]] == [False, True]  # single, then batched
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("args, message", [
     pytest.param(["task=llm_chain_sum", "seeds_per_job=2", "batch_seeds=true"],
                  "it has no rollout_seeds/logprobs_seeds", marks=pytest.mark.skipif(
@@ -293,6 +297,7 @@ def test_batch_seeds_refused_where_it_cannot_run(tmp_path, args, message):
     assert not run_dirs(tmp_path)
 
 
+@pytest.mark.slow
 def test_a_diverging_seed_fails_alone(tmp_path, reference):
     """Seed 1's loss reads NaN at step 2 (debug.nan_at, given to that seed only): it is
     recorded `diverged` with its rows so far; seeds 0 and 2 complete as their single runs."""
@@ -398,6 +403,7 @@ def _lock_is_free(run_dir) -> bool:
                           capture_output=True).returncode == 0
 
 
+@pytest.mark.slow
 def test_a_failed_seed_is_recorded_and_released_while_the_others_train(tmp_path, monkeypatch):
     """Seed 1 diverges at step 1: by step 3 its summary says `failed` and its lock is free
     (another process may take it up), while seed 0 is still held and running."""

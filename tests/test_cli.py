@@ -1,5 +1,6 @@
 """`python -m bench` end to end, through real Hydra and real subprocesses."""
 import json
+import re
 import textwrap
 
 import pandas as pd
@@ -7,10 +8,19 @@ import pytest
 
 from conftest import REPO, TINY, run_bench, run_dirs, run_script
 
+pytestmark = pytest.mark.slow  # every test here spawns a subprocess
+
 
 def test_help_and_cfg_job():
     helped = run_bench("--help")
     assert "algo: " in helped.stdout and "tpo" in helped.stdout and "task: " in helped.stdout
+    # the launchers are listed (Hydra hides them under --hydra-help), the tune folder is not a group
+    lines = helped.stdout.splitlines()
+    [launchers] = [line for line in lines if line.startswith("hydra/launcher")]
+    presets = {p.stem for p in (REPO / "conf" / "hydra" / "launcher").glob("*.yaml")}
+    assert presets | {"submitit_slurm"} <= set(re.split(r"[:,]\s*", launchers)[1:])
+    assert any(line.startswith("hydra/sweeper") and "optuna" in line for line in lines)
+    assert not any(line.startswith("tune:") for line in lines)
     job = run_bench("--cfg", "job", "algo=grpo", "task=reverse_h10")
     assert "name: grpo" in job.stdout and "sequence_length: 10" in job.stdout
     assert "kl_coef: 0.04" in job.stdout

@@ -65,6 +65,7 @@ def main(root, tmp_path, *flags, capsys):
     return rc, captured.out + captured.err, (pd.read_parquet(out) if out.exists() else None)
 
 
+@pytest.mark.slow
 def test_consistent_runs_collect_with_their_commits(root, tmp_path, capsys):
     a, b = run(root, seed=0), run(root, seed=1)
     edit_summary(a, git_commits=None, git_commit="c0ffee0")  # a run from before git_commits
@@ -79,6 +80,7 @@ def test_consistent_runs_collect_with_their_commits(root, tmp_path, capsys):
     assert tab["step"].tolist() == [0, 2, 4, 5]  # what the row-count rule must accept
 
 
+@pytest.mark.slow
 def test_partial_rows_in_a_completed_run_are_skipped(root, tmp_path, capsys):
     d = run(root, seed=0)
     df = metrics(d)
@@ -93,6 +95,7 @@ def test_partial_rows_in_a_completed_run_are_skipped(root, tmp_path, capsys):
     assert "skipped 1" in text
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("tamper,reason", [
     ("drop_last", "2 rows, steps 0..1; the config expects 3 (task.episodes=3)"),
     ("drop_last_and_summary", "2 rows, steps 0..1; the config expects 3 (task.episodes=3)"),
@@ -122,6 +125,7 @@ def test_row_count_must_match_the_config_and_the_summary(root, tmp_path, capsys,
     assert f"collected 2 runs" in text
 
 
+@pytest.mark.slow
 def test_mislabelled_run_is_skipped(root, tmp_path, capsys):
     """seed=1's directory holding seed 0's table (a checkpoint or a file copied across)."""
     shutil.copy(run(root, seed=0) / "metrics.parquet", run(root, seed=1) / "metrics.parquet")
@@ -131,6 +135,7 @@ def test_mislabelled_run_is_skipped(root, tmp_path, capsys):
     assert sorted(out.loc[out["task.name"] == "demo", "seed"].unique()) == [0]
 
 
+@pytest.mark.slow
 def test_duplicate_copy_is_reported_and_counted_once(root, tmp_path, capsys):
     original = run(root, seed=0)
     backup = root / "backup" / original.relative_to(root)
@@ -146,6 +151,7 @@ def test_duplicate_copy_is_reported_and_counted_once(root, tmp_path, capsys):
     assert counts.tolist() == [3, 3]
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("content,what", [
     ("", "empty"),
     ("{\"status\": \"compl", "invalid JSON"),
@@ -165,6 +171,7 @@ def test_damaged_summary_is_named_not_a_traceback(root, tmp_path, capsys, conten
     assert sorted(out.loc[out["task.name"] == "demo", "seed"].unique()) == [1]
 
 
+@pytest.mark.slow
 def test_io_error_is_named(root, tmp_path, capsys):
     d = run(root, seed=0)
     edit_summary(d, status="failed", error_kind="io",
@@ -177,6 +184,7 @@ def test_io_error_is_named(root, tmp_path, capsys):
     assert "failed: FloatingPointError: nan" in text
 
 
+@pytest.mark.slow
 def test_collect_cli_exit_status(root, tmp_path):
     """The script's exit status, not only main()'s return value."""
     (run(root, seed=0) / "summary.json").write_text("")
@@ -229,6 +237,7 @@ def test_reproduction_results_still_summarise():
     assert (s.set_index(collect.GROUP)["final_step"] == last.reindex(s.set_index(collect.GROUP).index)).all()
 
 
+@pytest.mark.slow
 def test_merge_into_a_snapshot_replaces_a_run_once_and_keeps_its_float32(root, tmp_path):
     """--merge-into: the committed snapshot gains the new runs; a run it already holds is
     replaced by the new copy (never held twice); metrics it stores as float32 stay so."""

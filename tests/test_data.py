@@ -228,6 +228,7 @@ def test_unreachable_url(tmp_path, dead_url):
     assert [p for p in folder.iterdir()] == []
 
 
+@pytest.mark.slow
 def test_cli_downloads_and_checks(tmp_path, served):
     root, url = served
     folder = tmp_path / "staged"
@@ -240,6 +241,7 @@ def test_cli_downloads_and_checks(tmp_path, served):
     assert md5s(folder) == md5s(root)
 
 
+@pytest.mark.slow
 def test_cli_unreachable_fails(tmp_path, dead_url):
     proc = run_cli("mnist", "--dir", str(tmp_path / "empty"), "--base-url", dead_url)
     assert proc.returncode != 0

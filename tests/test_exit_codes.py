@@ -4,6 +4,8 @@ import pytest
 
 from conftest import TINY, run_bench
 
+pytestmark = pytest.mark.slow  # every test here spawns a subprocess
+
 # (override, what the refusal names): the name check's, Hydra's, then the harness's.
 BAD = [
     ("algo=nope", "algo=nope: no such algorithm"),

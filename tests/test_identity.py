@@ -53,6 +53,7 @@ def test_a_science_change_still_changes_the_hash(tmp_path):
     assert _spec("algo=grpo", "task.vocab_size=8", root=tmp_path).config_hash != base.config_hash
 
 
+@pytest.mark.slow
 def test_a_run_done_under_one_name_is_skipped_under_the_other(tmp_path):
     tiny = ["task.episodes=2", "task.batch_size=4", "task.sequence_length=3", "threads=1"]
     run_bench("task=demo", "algo=grpo_no_kl", *tiny, f"output_root={tmp_path}")
@@ -67,6 +68,7 @@ def _legacy_tree(tmp_path) -> Path:
     return root
 
 
+@pytest.mark.slow
 def test_a_legacy_run_is_refused_until_migrated_then_found(tmp_path):
     root = _legacy_tree(tmp_path)
     old = next(schema.run_dirs(root / "tabular_single" / "tpo"))
@@ -101,6 +103,7 @@ def _kernels(env: dict) -> str:
                           capture_output=True, text=True, check=True).stdout.strip()
 
 
+@pytest.mark.slow
 def test_a_migrated_checkpoint_resumes_to_the_uninterrupted_curve(tmp_path):
     if _kernels(LEGACY_KERNELS) != "AVX2":
         pytest.skip("the legacy run's AVX2 kernels are not available on this CPU")

@@ -13,6 +13,8 @@ import pytest
 
 from conftest import REPO, TINY
 
+pytestmark = pytest.mark.slow  # every test here spawns a subprocess
+
 
 def _env(**extra: str) -> dict:
     env = {k: v for k, v in os.environ.items() if k != "PYTHONPATH"}

@@ -47,6 +47,7 @@ def reference(tmp_path_factory):
 
 # ------------------------------------------------------------------ item 0: determinism
 
+@pytest.mark.slow
 def test_default_settings_give_identical_metrics_even_on_shared_cores(tmp_path):
     """Two runs of one command at once, with the default thread setting, on cores they
     share (each other's load): bit-identical metrics. With torch's own default (one thread
@@ -61,6 +62,7 @@ def test_default_settings_give_identical_metrics_even_on_shared_cores(tmp_path):
 
 # ------------------------------------------------------------------ item 1: one process per run
 
+@pytest.mark.slow
 def test_second_process_on_a_held_run_skips_it_naming_the_holder(tmp_path, reference):
     first = start(*SLOW, "debug.sleep=2.5", f"output_root={tmp_path}")  # outlasts the second's start
     wait_for(lambda: list(tmp_path.rglob("checkpoint.pt")))
@@ -75,6 +77,7 @@ def test_second_process_on_a_held_run_skips_it_naming_the_holder(tmp_path, refer
     pd.testing.assert_frame_equal(metrics(d), reference, check_exact=True)
 
 
+@pytest.mark.slow
 def test_a_killed_holder_leaves_no_stale_lock(tmp_path, reference):
     first = start(*SLOW, "debug.sleep=0.3", f"output_root={tmp_path}")
     wait_for(lambda: list(tmp_path.rglob("checkpoint.pt")))
@@ -96,6 +99,7 @@ def _interrupted_run(root: Path, *args: str) -> Path:
     return the_run(root)
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("theirs,ours,field,values", [
     (["optim.lr=0.01"], ["optim.lr=0.001"], "config_hash", None),
     (["seed=0"], ["seed=1"], "seed", ("0", "1")),
@@ -118,6 +122,7 @@ def test_checkpoint_from_another_run_is_refused(tmp_path, theirs, ours, field, v
     assert "resumed" not in forced.stdout and summary(dst)["status"] == "completed"
 
 
+@pytest.mark.slow
 def test_old_checkpoint_without_identity_resumes_only_in_its_own_directory(tmp_path, reference):
     d = _interrupted_run(tmp_path / "a")
     state = torch.load(d / "checkpoint.pt", weights_only=True)
@@ -134,6 +139,7 @@ def test_old_checkpoint_without_identity_resumes_only_in_its_own_directory(tmp_p
     pd.testing.assert_frame_equal(metrics(d), reference, check_exact=True)
 
 
+@pytest.mark.slow
 def test_resume_across_a_code_change_is_recorded_and_can_be_refused(tmp_path, reference):
     d = _interrupted_run(tmp_path)
     state = torch.load(d / "checkpoint.pt", weights_only=True)
@@ -152,6 +158,7 @@ def test_resume_across_a_code_change_is_recorded_and_can_be_refused(tmp_path, re
     assert s["git_commits"][1] == s["git_commit"] != "0123abc"
 
 
+@pytest.mark.slow
 def test_threads_changed_on_resume_is_recorded(tmp_path):
     d = _interrupted_run(tmp_path, "threads=2")
     again = run_bench(*SLOW, "threads=1", f"output_root={tmp_path}")
@@ -160,6 +167,7 @@ def test_threads_changed_on_resume_is_recorded(tmp_path):
     assert s["threads_used"] == [2, 1] and [a["threads"] for a in s["attempts_log"]] == [2, 1]
 
 
+@pytest.mark.slow
 def test_cpu_kernels_changed_on_resume_is_recorded(tmp_path):
     """A checkpoint written where torch's kernels were another instruction set's (an AVX2
     node, then an AVX512 one) resumes, and the record says so."""
@@ -175,6 +183,7 @@ def test_cpu_kernels_changed_on_resume_is_recorded(tmp_path):
 
 # ------------------------------------------------------------------ item 7: signals
 
+@pytest.mark.slow
 @pytest.mark.parametrize("sig", [signal.SIGTERM, signal.SIGINT])
 def test_stop_signal_checkpoints_at_the_boundary_and_records_interrupted(tmp_path, reference, sig):
     args = [*SLOW, "checkpoint_every=1000", "debug.sleep=0.3", f"output_root={tmp_path}"]
@@ -192,6 +201,7 @@ def test_stop_signal_checkpoints_at_the_boundary_and_records_interrupted(tmp_pat
     pd.testing.assert_frame_equal(metrics(d), reference, check_exact=True)
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("how, n_jobs, n_running", [("sigterm_to_the_sweep", 2, 2),
                                                     ("ctrl_c_to_the_group", 8, 3)])
 def test_a_local_sweep_stops_every_running_run_at_its_boundary(tmp_path, how, n_jobs, n_running):
@@ -237,6 +247,7 @@ def test_a_local_sweep_stops_every_running_run_at_its_boundary(tmp_path, how, n_
         pd.testing.assert_frame_equal(metrics(a), metrics(b), check_exact=True)
 
 
+@pytest.mark.slow
 def test_usr2_checkpoints_at_once_and_training_goes_on(tmp_path, reference):
     p = start(*SLOW, "checkpoint_every=1000", "debug.sleep=0.3", f"output_root={tmp_path}")
     wait_line(p, "step 2/12")
@@ -264,6 +275,7 @@ def small_disk(tmp_path):
     subprocess.run(["umount", "-l", str(mnt)], check=False)
 
 
+@pytest.mark.slow
 def test_disk_full_mid_run_is_recorded_as_failed_with_the_os_error(small_disk):
     proc = run_bench(*SLOW, f"output_root={small_disk}", check=False)
     assert proc.returncode == 1
@@ -296,6 +308,7 @@ def test_metrics_that_cannot_be_written_turn_the_record_into_failed(tmp_path, mo
 
 # ------------------------------------------------------------------ item 8: damaged files
 
+@pytest.mark.slow
 @pytest.mark.parametrize("content,what", [("", "is empty"), ("{\"status\": ", "is not valid JSON"),
                                           ("[1, 2]", "holds a JSON list, not an object")])
 def test_damaged_summary_is_named_with_the_fix(tmp_path, content, what):
@@ -308,6 +321,7 @@ def test_damaged_summary_is_named_with_the_fix(tmp_path, content, what):
     assert (d / "summary.json").read_text() == content
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("damage", ["truncate", "garbage"])
 def test_damaged_checkpoint_is_named_with_the_fix(tmp_path, damage):
     d = _interrupted_run(tmp_path)
@@ -322,6 +336,7 @@ def test_damaged_checkpoint_is_named_with_the_fix(tmp_path, damage):
 
 # ------------------------------------------------------------------ item 9: permissions
 
+@pytest.mark.slow
 def test_output_files_follow_the_umask(tmp_path):
     p = subprocess.run(["sh", "-c", f"umask 002 && exec {sys.executable} -m bench "
                         + " ".join([*SLOW, "debug.sleep=0.2", f"output_root={tmp_path}"])],

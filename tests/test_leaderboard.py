@@ -348,6 +348,7 @@ METHODS = ("tpo", "tpo_lennorm", "grpo", "grpo_no_kl", "dr_grpo", "dapo", "rloo"
 CELLS = ("terminal_h7", "dense_v8", "sequential_reverse_flip", "mnist", "tabular_multi")
 
 
+@pytest.mark.slow
 def test_the_preset_lists_every_method_on_every_cell(tmp_path):
     proc = run_bench("-m", "+experiment=leaderboard", "dry_run=true", f"output_root={tmp_path}")
     n = len(CELLS) * len(METHODS) * 5
@@ -368,6 +369,7 @@ def test_the_preset_lists_every_method_on_every_cell(tmp_path):
     assert cfg["experiment"] == "leaderboard"
 
 
+@pytest.mark.slow
 def test_the_preset_runs_end_to_end_small(tmp_path):
     """Issue 21's smoke: the preset itself (three of its cells, two methods, one seed, two
     episodes), collected and ranked by the leaderboard's own command."""

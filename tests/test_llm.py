@@ -264,6 +264,7 @@ def test_token_level_and_supervised_methods_are_refused(base_dir):
     assert "verifier, not a label" in refused(base_dir, "algo=ce")
 
 
+@pytest.mark.slow
 def test_the_harness_imports_without_the_llm_extra():
     """With transformers and reasoning_gym unimportable, every registry still loads and a
     token task builds; an LLM task is refused naming the extra."""
@@ -283,6 +284,7 @@ def test_the_harness_imports_without_the_llm_extra():
 
 # ------------------------------------------------------------------ the whole path (CI smoke)
 
+@pytest.mark.slow
 def test_an_llm_sweep_runs_and_records_the_llm_columns(base_dir, tmp_path):
     """`python -m bench -m algo=tpo,grpo,dr_grpo task=llm_chain_sum`, micro-sized: the
     base is built once (warm start), each method takes 2 RL steps, evaluations at steps

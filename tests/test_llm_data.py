@@ -276,6 +276,7 @@ def test_missing_reasoning_gym_says_how_to_install(monkeypatch):
     P.check_dataset("gsm8k")  # GSM8K needs no reasoning-gym
 
 
+@pytest.mark.slow
 def test_import_does_not_load_reasoning_gym():
     code = "import sys, tasks._problems; print('reasoning_gym' in sys.modules)"
     proc = subprocess.run([sys.executable, "-c", code], cwd=REPO, capture_output=True,
@@ -338,6 +339,7 @@ def test_offline_download_says_how_to_copy(tmp_path):
     assert "task.data_dir" in msg and P.GSM8K_URL in msg
 
 
+@pytest.mark.slow
 def test_cli_dispatches_gsm8k(tmp_path, served):
     root, url = served
     sums = [f"--sha256={n}={h}" for n, h in sha256s(root).items()]

@@ -40,6 +40,7 @@ def plain(text: str) -> None:
 
 # ---------------------------------------------------------------- a run's line
 
+@pytest.mark.slow
 def test_run_line_every_episode_by_time_then_only_the_last(out):
     """progress_every_s=0 gives a line per episode even with the count trigger off; a long
     interval with log_every=0 leaves only the last episode's line. The second run lands in
@@ -102,6 +103,7 @@ def test_progress_every_s_is_not_identity_and_is_validated():
         build({**cfg, "log_every": -1})
 
 
+@pytest.mark.slow
 def test_bad_progress_every_s_exits_2_naming_the_key(tmp_path):
     proc = run_bench(*SMALL, "progress_every_s=-3", f"output_root={tmp_path / 'out'}", check=False)
     assert proc.returncode == 2
@@ -185,6 +187,7 @@ def test_sweep_eta():
     assert eta_s(Counts(total=2, completed=2, durations=[1.0, 1.0], busy_s=2.0, span_s=2.0)) == 0.0
 
 
+@pytest.mark.slow
 def test_sweep_line_in_a_multirun(tmp_path):
     """A real (basic launcher) sweep: 2 jobs x 2 packed seeds; one run completed before
     the sweep, the 4-episode runs fail at step 3 (their NaN is injected)."""
@@ -224,6 +227,7 @@ def _fake_run(root: Path, seed: int, status: str = "completed") -> None:
     (d / "summary.json").write_text(json.dumps({"status": status, "reason": None}))
 
 
+@pytest.mark.slow
 def test_collect_progress_on_stderr_only_when_asked_or_slow(tmp_path):
     root = tmp_path / "out"
     for seed in range(3):

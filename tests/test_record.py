@@ -58,6 +58,7 @@ def test_clip_frac_and_kl_are_the_mean_over_epochs_the_rest_the_first():
     assert row["group_size"] == 3
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("args,k", [
     (["task=demo", "algo=tpo", "algo.k=5", "task.batch_size=4", "task.sequence_length=3"], 5),
     (["task=demo", "algo=ppo", "task.batch_size=4", "task.sequence_length=3"], 1),

@@ -9,6 +9,8 @@ import torch
 
 from conftest import REPO, TINY, metrics, run_bench, run_dirs, run_script, summary, wait_for
 
+pytestmark = pytest.mark.slow  # every test here spawns a subprocess
+
 SLOW = [*TINY, "task.episodes=12", "checkpoint_every=3"]
 
 

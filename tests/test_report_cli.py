@@ -38,6 +38,7 @@ def assert_refused(proc, cwd: Path, before: dict, *words: str) -> None:
     assert listing(cwd) == before  # no report, no figures folder, nothing touched
 
 
+@pytest.mark.slow
 def test_default_run_without_results_is_refused_and_writes_nothing(cwd):
     before = listing(cwd)
     proc = report(cwd)
@@ -46,6 +47,7 @@ def test_default_run_without_results_is_refused_and_writes_nothing(cwd):
     assert not (cwd / "outputs").exists()
 
 
+@pytest.mark.slow
 def test_a_table_without_rows_is_refused(cwd):
     (cwd / "outputs").mkdir()
     results_table().iloc[:0].to_parquet(cwd / "outputs" / "results.parquet")
@@ -53,6 +55,7 @@ def test_a_table_without_rows_is_refused(cwd):
     assert_refused(report(cwd), cwd, before, "outputs/results.parquet", "no rows")
 
 
+@pytest.mark.slow
 def test_a_table_no_paper_number_is_judged_on_is_refused(cwd):
     # a demo task no paper section selects: every section would say "not run yet"
     demo = results_table().query("experiment == 'tabular_single'").assign(
@@ -63,6 +66,7 @@ def test_a_table_no_paper_number_is_judged_on_is_refused(cwd):
     assert_refused(report(cwd), cwd, before, "matches any paper number", "nothing written")
 
 
+@pytest.mark.slow
 def test_an_unreadable_table_is_an_error_not_a_traceback(cwd):
     (cwd / "outputs").mkdir()
     (cwd / "outputs" / "results.parquet").write_text("not parquet")
@@ -72,6 +76,7 @@ def test_an_unreadable_table_is_an_error_not_a_traceback(cwd):
     assert "Traceback" not in proc.stderr and listing(cwd) == before
 
 
+@pytest.mark.slow
 def test_default_run_writes_under_outputs_and_leaves_the_committed_report(cwd):
     df = results_table()
     (cwd / "outputs").mkdir()
@@ -96,6 +101,7 @@ def test_default_run_writes_under_outputs_and_leaves_the_committed_report(cwd):
     assert quiet.returncode == 0 and "report:" not in quiet.stderr
 
 
+@pytest.mark.slow
 def test_the_committed_report_is_still_written_when_named(cwd):
     df = results_table()
     df[df["experiment"] == "tabular_single"].to_parquet(cwd / "reproduction" / "results.parquet")
@@ -138,6 +144,7 @@ def _as_run(root: Path, rows, seed: int) -> None:
     (d / "summary.json").write_text(json.dumps({"status": "completed", "rows": len(rows)}))
 
 
+@pytest.mark.slow
 def test_runs_added_from_a_root_join_the_table_without_rewriting_it(cwd):
     df = results_table().query("experiment == 'tabular_single'")
     table = cwd / "results.parquet"

@@ -76,6 +76,7 @@ def _summary(run_dir: Path) -> dict:
 
 # ---------------------------------------------------------------- the script
 
+@pytest.mark.slow
 def test_script_exists_and_status_tells_whether_the_cluster_is_up():
     assert SCRIPT.is_file() and os.access(SCRIPT, os.X_OK), f"{SCRIPT} missing or not executable"
     assert SCRIPT.read_text().startswith("#!/usr/bin/env bash")
@@ -95,6 +96,7 @@ def test_script_exists_and_status_tells_whether_the_cluster_is_up():
             pytest.fail(f"TPO_BENCH_REQUIRE_SLURM=1 but SLURM is not usable: {reason}")
 
 
+@pytest.mark.slow
 def test_script_refuses_other_systems_and_non_root(tmp_path):
     os_release = tmp_path / "os-release"
     os_release.write_text('ID=fedora\nID_LIKE="rhel centos"\n')
@@ -170,6 +172,7 @@ def test_launcher_presets_make_the_intended_sbatch_jobs(tmp_path):
 
 # ---------------------------------------------------------------- a sweep through sbatch
 
+@pytest.mark.slow
 def test_slurm_sweep_end_to_end_then_collect_and_plot(slurm, tmp_path):
     out = tmp_path / "outputs"
     name = f"tpo-test-{uuid.uuid4().hex[:8]}"
@@ -216,6 +219,7 @@ def test_slurm_sweep_end_to_end_then_collect_and_plot(slurm, tmp_path):
     assert "tpo" in shown.stdout and "dg" in shown.stdout
 
 
+@pytest.mark.slow
 def test_plugin_preset_logs_beside_the_results_and_says_sacct_once(slurm, tmp_path):
     """`hydra/launcher=submitit_slurm` (the name users type) behaves as slurm_cpu: logs
     under <output_root>/.submitit/, not Hydra's sweep dir; and a cluster without
@@ -246,6 +250,7 @@ def _partition() -> str:
     return next(p.rstrip("*") for p in listed if p.endswith("*"))
 
 
+@pytest.mark.slow
 def test_seeds_per_job_packs_runs_into_fewer_slurm_jobs(slurm, tmp_path):
     out = tmp_path / "outputs"
     proc = run_bench("-m", "task=tabular_single", "algo=pg", "task.episodes=3",
@@ -283,6 +288,7 @@ def _wait_for(what: str, check, proc: subprocess.Popen, log: Path, timeout: floa
     pytest.fail(f"timed out waiting for {what}:\n{log.read_text()}")
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("how", ["scontrol_requeue", "usr2_preemption"])
 def test_requeued_job_resumes_from_checkpoint(slurm, tmp_path, how):
     """A job interrupted mid-run -- `scontrol requeue`, or USR2 as SLURM sends before a

@@ -36,6 +36,7 @@ def _nothing_created(tmp_path: Path) -> None:
     assert not (tmp_path / "outputs").exists()
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("dry_run", ["dry_run=true", "dry_run=false"])
 def test_no_sbatch_is_refused_in_one_line(tmp_path, dry_run):
     empty = tmp_path / "empty"
@@ -49,6 +50,7 @@ def test_no_sbatch_is_refused_in_one_line(tmp_path, dry_run):
     _nothing_created(tmp_path)
 
 
+@pytest.mark.slow
 def test_controller_that_does_not_answer_is_named(tmp_path):
     path = _stand_ins(tmp_path, "echo 'sinfo: error: Unable to process configuration file' >&2; exit 1")
     proc = _sweep(tmp_path, path, "hydra/launcher=submitit_slurm")
@@ -59,6 +61,7 @@ def test_controller_that_does_not_answer_is_named(tmp_path):
     _nothing_created(tmp_path)
 
 
+@pytest.mark.slow
 def test_unknown_partition_is_refused_naming_the_partitions(tmp_path):
     # answers only with --all (hidden partitions take jobs too), a partition per node line
     path = _stand_ins(tmp_path, '[ "$1" = --all ] && printf "debug*\\ncpu\\ncpu\\nhidden\\n"')
@@ -75,6 +78,7 @@ def test_unknown_partition_is_refused_naming_the_partitions(tmp_path):
         assert ok.returncode == 0 and "[dry run] 2 valid jobs" in ok.stdout, ok.stderr
 
 
+@pytest.mark.slow
 def test_the_optuna_sweeper_checks_too(tmp_path):
     empty = tmp_path / "empty"
     empty.mkdir()
@@ -85,6 +89,7 @@ def test_the_optuna_sweeper_checks_too(tmp_path):
     _nothing_created(tmp_path)
 
 
+@pytest.mark.slow
 def test_local_launcher_is_not_checked(tmp_path):
     empty = tmp_path / "empty"
     empty.mkdir()
@@ -107,6 +112,7 @@ def test_repeated_sacct_warning_is_said_once(capsys, caplog):
     assert "Bypassing" not in line and "Said once" in line
 
 
+@pytest.mark.slow
 @pytest.mark.skipif(__import__("torch").cuda.is_available(), reason="needs a machine without a GPU")
 def test_a_gpu_sweep_is_submitted_from_a_machine_without_one(tmp_path):
     """A SLURM job trains on a compute node, so the submitting machine's lack of a GPU does

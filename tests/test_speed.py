@@ -2,6 +2,8 @@
 import subprocess
 import sys
 
+import pytest
+
 import pandas as pd
 
 from contract.rng import Streams
@@ -19,6 +21,7 @@ def test_flop_count_by_hand():
     assert transformer_flops_per_token(V=2, d=64, ctx=10) == 2 * (2 * 12 * 64 * 64 + 128) + 2 * 4 * 10 * 64
 
 
+@pytest.mark.slow
 def test_speed_benchmark_table(tmp_path):
     out = tmp_path / "speed.csv"
     proc = subprocess.run([sys.executable, "-m", "bench.speed", "--episodes", "1", "--warmup", "0",
@@ -69,6 +72,7 @@ def _dry_run_runs(*overrides: str) -> int:
     return int(re.search(r"valid jobs \((\d+) runs\)", proc.stdout).group(1))
 
 
+@pytest.mark.slow
 def test_seed_batched_mode_and_study_estimate(tmp_path):
     """`--seeds` on the CPU at tiny sizes, the path a GPU run takes with --device cuda."""
     out = tmp_path / "seeds.csv"
@@ -113,6 +117,7 @@ def test_bilinear_is_exact_on_its_cost_model():
     assert bilinear(32, 4, {(32, 4): 1.5}) == 1.5  # one shape: measured, not interpolated
 
 
+@pytest.mark.slow
 def test_pack_gpu_packs_a_presets_seeds_into_jobs():
     """+pack=gpu: one job per config, all the preset's seeds batched; seeds_per_job=10
     makes three; the shrink override shrinks the jobs too."""

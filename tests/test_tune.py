@@ -34,6 +34,7 @@ def last_error(run_dir):
     return pd.read_parquet(f"{run_dir}/metrics.parquet")["error"].iloc[-1]
 
 
+@pytest.mark.slow
 def test_study_resumes_without_rerunning_and_best_config_runs(out, tmp_path):
     first = sweep(out, "hydra.sweeper.n_trials=2")
     assert "2 trials x 2 seeds x 2 episodes = 8 episodes" in first.stdout  # the budget, printed
@@ -91,6 +92,7 @@ def test_study_resumes_without_rerunning_and_best_config_runs(out, tmp_path):
     assert last_error(rerun) == last_error(seed0)
 
 
+@pytest.mark.slow
 def test_diverged_trial_is_pruned_and_failed_trials_fail(out, tmp_path):
     space = tmp_path / "space.yaml"
     space.write_text("optim.lr: {type: float, low: 1.0e-4, high: 1.0e-2, log: true}\n"
@@ -124,6 +126,7 @@ def test_diverged_trial_is_pruned_and_failed_trials_fail(out, tmp_path):
     assert not (tmp_path / "plots" / "demo-tpo_importance.png").exists()
 
 
+@pytest.mark.slow
 def test_experiment_budgets_and_refusals(out):
     dry = run_bench("-m", "+experiment=tuned_terminal", f"output_root={out}", "dry_run=true")
     lines = [l for l in dry.stdout.splitlines() if l.startswith("[tune] study")]

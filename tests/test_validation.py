@@ -70,18 +70,21 @@ def _refused(proc, key, rule, tmp_path):
     assert sorted(p.name for p in tmp_path.iterdir()) == []  # no output root, no sweep dir
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("args,key,rule", CLI)
 def test_single_run_refuses(args, key, rule, tmp_path):
     proc = run_bench(*TINY, *args, f"output_root={tmp_path / 'out'}", check=False)
     _refused(proc, key, rule, tmp_path)
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("args,key,rule", CLI)
 def test_sweep_refuses_before_launching(args, key, rule, tmp_path):
     proc = run_bench("-m", *TINY, "seed=0,1", *args, f"output_root={tmp_path / 'out'}", check=False)
     _refused(proc, key, rule, tmp_path)
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("sweep", [False, True])
 def test_bad_seed_is_refused(sweep, tmp_path):
     seed = ["-m", "seed=0,abc"] if sweep else ["seed=abc"]
@@ -89,6 +92,7 @@ def test_bad_seed_is_refused(sweep, tmp_path):
     _refused(proc, "seed", "non-negative integer", tmp_path)
 
 
+@pytest.mark.slow
 def test_edge_values_still_run(tmp_path):
     """The bounds are the rules, not a step beside them: kl_coef = 0 (grpo_no_kl), lr at the
     bound and threads = 0 (the default) are valid."""
@@ -120,6 +124,7 @@ def test_build_refuses_path_components(args, key, tmp_path):
         build(compose(*TINY, *args))
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("args,key", [NOT_PLAIN[0], NOT_PLAIN[2], NOT_PLAIN[8]])
 @pytest.mark.parametrize("sweep", [False, True])
 def test_path_components_must_be_plain_names(args, key, sweep, tmp_path):
@@ -134,6 +139,7 @@ def test_path_components_must_be_plain_names(args, key, sweep, tmp_path):
     assert written == [], written  # not even ../../escaped or the absolute path, both in tmp_path
 
 
+@pytest.mark.slow
 def test_plain_names_with_dots_and_dashes_still_run(tmp_path):
     run_bench(*TINY, "task.name=demo-v1.2_x", "task.episodes=1", f"output_root={tmp_path}")
     assert (tmp_path / "demo-v1.2_x" / "tpo").is_dir()
@@ -141,6 +147,7 @@ def test_plain_names_with_dots_and_dashes_still_run(tmp_path):
 
 # ------------------------------------------------------------ item 10: sweep validation
 
+@pytest.mark.slow
 def test_seeds_per_job_overlap_is_found_in_any_order(tmp_path):
     """Overlapping packed seeds are refused wherever they sit in the sweep, naming the pair;
     seeds stepped by seeds_per_job are not."""
@@ -154,6 +161,7 @@ def test_seeds_per_job_overlap_is_found_in_any_order(tmp_path):
     assert not (tmp_path / "out").exists()
 
 
+@pytest.mark.slow
 def test_sweep_validation_is_linear_in_jobs(tmp_path):
     """40,000 seeds: the quadratic overlap scan took minutes (16,000: 15 s on a loaded
     2-core machine, 40,000 ~ 6x that); linear validation takes seconds plus start-up."""
