@@ -1,30 +1,18 @@
-"""Sequence advantages of the group-RL zoo: pure functions of the candidates'
-scores s [N, K] (N groups of K), one per estimator, each returning A [N, K]. The losses
-broadcast A_i over the steps of candidate i.
+"""Sequence advantages of the group-RL zoo: pure functions of the candidates' scores
+s [N, K] (N groups of K), each returning A [N, K], broadcast over candidate i's steps.
 
-With exact population probabilities (batch.probs, tabular_multi) a group is the action
-set under them: every group mean, variance and batch statistic below is then the
-expectation under p (the group's p normalised to 1; every group weighs the same in a
-batch statistic), as GRPO's statistics already are (SPEC 3.3). Without them every
-candidate weighs 1/K.
+    group_std     A_i = (s_i - mean_g s) / (std_g s + 1e-8)        GRPO, DAPO, GSPO, CISPO
+    group_mean    A_i = s_i - mean_g s                               Dr. GRPO, GPG (F_norm = 1)
+    batch_std     A_i = (s_i - mean_g s) / (std_batch s + 1e-8)      TRL scale_rewards="batch"
+    rloo          A_i = s_i - mean_{j != i} s_j = K/(K-1) (s_i - mean_g s)        RLOO
+    maxrl         A_i = (s_i - mean_g s) / mean_g s, 0 where mean_g s = 0        MaxRL
+    reinforce_pp_baseline   c_i = s_i - mean_g s, A_i = (c_i - mean_batch c) / sqrt(var_batch c + 1e-8)
 
-    group_std     A_i = (s_i - mean_g s) / (std_g s + 1e-8)           GRPO (SPEC 2), DAPO, GSPO, CISPO
-    group_mean    A_i = s_i - mean_g s                                  Dr. GRPO, GPG (F_norm = 1)
-    batch_std     A_i = (s_i - mean_g s) / (std_batch s + 1e-8)         TRL scale_rewards="batch"
-    rloo          A_i = s_i - mean_{j != i} s_j = K/(K-1) (s_i - mean_g s)              RLOO
-    maxrl         A_i = (s_i - mean_g s) / mean_g s,  0 where mean_g s = 0             MaxRL
-    reinforce_pp_baseline                                               REINFORCE++-baseline
-                  c_i = s_i - mean_g s,  A_i = (c_i - mean_batch c) / sqrt(var_batch c + 1e-8)
-
-Every std and var is the population one (divide by the count), as SPEC 1's; TRL's and
-verl's use Bessel's correction (see each function). Under probs, rloo's leave-one-out
-mean of an infinite sample is the population mean: rloo is group_mean there.
-
-Scale: a constant factor on every A (rloo's K/(K-1)) is all but cancelled by the
-harness's normalised optimisers (Muon, NAdam; only their eps sees it), and a factor
-that is one number per batch (batch_std's and reinforce_pp_baseline's divisors) acts
-only through the optimiser's moments across episodes. What changes the direction is a
-factor that differs between groups: group_std's 1/std_g, maxrl's 1/mean_g.
+Every std and var is the population one (TRL's and verl's Bessel corrections noted per
+function). With exact population probabilities (batch.probs) every statistic is the
+expectation under p, and rloo is group_mean. A constant factor on A (rloo's K/(K-1)) is
+all but cancelled by the normalised optimisers; one number per batch acts only through
+their moments; a factor that differs between groups (1/std_g, 1/mean_g) changes direction.
 """
 from __future__ import annotations
 

@@ -1,24 +1,17 @@
-"""How the token-level losses of the group-RL zoo reduce a per-step loss
-l [N, K, T] to a scalar: the `aggregation` parameter every token-level surrogate shares.
-With candidate weights w_nk (batch.candidate_weights(): 1, the sampled indicator, or the
-population probability) and an optional step mask m [N, K, T] (the LLM task family's
-completion mask, batch.mask; the other tasks have none: every step counts, m = 1):
+"""How the zoo's token-level losses reduce a per-step loss l [N, K, T] to a scalar (the
+`aggregation` parameter), with candidate weights w_nk (batch.candidate_weights()) and an
+optional step mask m [N, K, T] (batch.mask; m = 1 where there is none):
 
-    token-mean            L = sum_nkt w m l / sum_nkt w m                 DAPO, BNPO (TRL "dapo",
-                                                                          "bnpo"), CISPO, GPG
-    seq-mean-token-mean   L = sum_nk w (sum_t m l / sum_t m) / sum_nk w   GRPO as TRL ("grpo"), GSPO
-    seq-mean-token-sum    L = sum_nk w (sum_t m l) / sum_nk w             the REINFORCE form (RLOO)
-    constant              L = sum_nkt w m l / (sum_nk w * T_max)          Dr. GRPO (TRL "dr_grpo")
+    token-mean            L = sum_nkt w m l / sum_nkt w m                 DAPO, BNPO, CISPO, GPG
+    seq-mean-token-mean   L = sum_nk w (sum_t m l / sum_t m) / sum_nk w   GRPO as TRL, GSPO
+    seq-mean-token-sum    L = sum_nk w (sum_t m l) / sum_nk w             REINFORCE form (RLOO)
+    constant              L = sum_nkt w m l / (sum_nk w * T_max)          Dr. GRPO
 
 Sequence means count the sequences with at least one step (verl agg_loss); `constant`
-counts every sequence, as TRL's dr_grpo does (per_token_loss.size(0)). T_max is the
-generation budget (TRL max_completion_length), by default the batch's T.
-
-On the token tasks every sequence has T = H steps and no mask, so token-mean,
-seq-mean-token-mean and constant (T_max = T) are the same number, and seq-mean-token-sum
-is T times it: the modes differ by a constant factor, which the normalised optimisers
-(Muon, NAdam) all but cancel. They part only where lengths differ (a mask) or
-T_max > T; tests/test_zoo.py shows each on a hand-built masked batch.
+counts every sequence (TRL dr_grpo); T_max is the generation budget, by default the batch's
+T. Without a mask and T_max = T, the first three and `constant` are one number and
+seq-mean-token-sum is T times it: a constant factor the normalised optimisers all but
+cancel. They part only where lengths differ or T_max > T.
 """
 from __future__ import annotations
 

@@ -1,5 +1,5 @@
-"""CISPO (MiniMax-M1, arXiv 2506.13585): clip the importance weight, not the update.
-Every token keeps its gradient; the weight is a stop-gradient factor.
+"""CISPO (MiniMax-M1, arXiv 2506.13585): clip the importance weight, not the update; every
+token keeps its gradient, the weight is a stop-gradient factor.
 
     A_i    = advantage(s)_i                         group_std (the paper's group-relative A)
     rho_it = exp(logp_theta_it - logp_old_it)
@@ -7,12 +7,9 @@ Every token keeps its gradient; the weight is a stop-gradient factor.
     l_it   = -w_it A_i logp_theta_it + beta (exp(-d_it) + d_it - 1)
     L      = aggregate(l)                           token-mean (the paper's 1 / sum_i |o_i|)
 
-The paper sets no lower bound (eps_low large) and tunes eps_high: eps_low = 1 is no
-lower clip (the bound is 0); eps_high = 0.2 as verl's CISPO example
-(clip_ratio_high=0.2, clip_ratio_low=10). TRL's cispo caps the weight at epsilon_high
-itself (clamp(rho, max=epsilon_high), recommended 5.0 after ScaleRL): eps_high = 4.0
-here. Where rho = 1 (the first epoch) the gradient is REINFORCE's, -A grad logp.
-The loss value is -mean(w A logp), not a surrogate of the return.
+The paper sets no lower bound: eps_low = 1 (the bound is 0); eps_high = 0.2 as verl's
+CISPO example (TRL caps the weight at 5.0: eps_high = 4.0 here). Where rho = 1 (the first
+epoch) the gradient is REINFORCE's, -A grad logp; the loss value is -mean(w A logp).
 """
 from __future__ import annotations
 

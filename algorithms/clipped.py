@@ -1,6 +1,6 @@
-"""The clipped surrogate of the LLM-style group methods: one module whose
-variants are parameters; conf/algo/ holds the papers' settings (dr_grpo, dapo, rloo,
-gspo, maxrl, reinforce_pp_baseline).
+"""The clipped surrogate of the LLM-style group methods: one module whose variants are
+parameters; conf/algo/ holds the papers' settings (dr_grpo, dapo, rloo, gspo, maxrl,
+reinforce_pp_baseline).
 
     A_i    = advantage(s)_i                       algorithms/_advantages.py, broadcast over t
     d_it   = logp_theta_it - logp_old_it
@@ -10,26 +10,9 @@ gspo, maxrl, reinforce_pp_baseline).
              + beta (exp(-d_it) + d_it - 1)       beta = kl_coef: reverse KL to the rollout snapshot
     L      = aggregate(l)                         algorithms/_aggregate.py (`aggregation`)
 
-No clamp on the log-ratio (PPO's and TRL's form). GSPO's s_i is the geometric mean of
-the token ratios; with seq-mean-token-mean every step of a sequence carries the same
-term, so L = -1/(NK) sum_i min(s_i A_i, clip(s_i) A_i), and grad s_i = s_i mean_t
-grad logp_it: verl's GSPO-token form, sg(s_i) pi_it / sg(pi_it), when A is constant
-over t, as here.
-
-Relation to the harness's GRPO (SPEC 2, algorithms/grpo.py): ratio="token",
-aggregation="seq-mean-token-mean", advantage="group_std", kl_coef=0.04 is GRPO as TRL
-implements it, not the paper's: the paper's GRPO takes the ratio of the *summed*
-log-probs exp(sum_t d_it) (clamped at +-20), *sums* over the K candidates (K times this
-loss, a constant) and puts its KL on the sequence. All six presets keep GRPO's 4 epochs
-and group size 8 (SPEC 2); their papers train on-policy or nearly (algo.epochs=1 is the
-on-policy setting, where every ratio is 1 and the clip never binds).
-
-DAPO's dynamic sampling (drop the groups whose rewards are all equal, all-0 or all-1,
-and top the batch up with groups of new prompts, counting every rollout sampled) is a
-rollout-side rule, so this loss only carries its knob: dynamic_sampling = N > 0 has the
-runner draw up to N batches per episode to fill it with informative groups
-(bench/dynamic.py). Without it a zero-variance group has A = 0 for every estimator and
-only dilutes the mean; GPG's rescaling (algorithms/gpg.py) undoes that dilution instead.
+No log-ratio clamp. With ratio="token", seq-mean-token-mean, group_std and kl_coef=0.04
+this is TRL's GRPO, not the paper's (algorithms/grpo.py). DAPO's dynamic sampling is
+rollout-side (bench/dynamic.py); this loss only carries its knob, `dynamic_sampling`.
 """
 from __future__ import annotations
 

@@ -7,18 +7,11 @@ no ratio, no clip, no KL, with the batch's dilution by zero-variance groups undo
     l_it  = -A_i logp_theta_it
     L     = alpha * aggregate(l)           token-mean (the paper's 1 / sum_i |o_i|)
 
-With token-mean, alpha * L is the token mean over the informative groups alone (as
-GRPO's zero-variance masking renormalises, SPEC 2). alpha is one number per batch: under
-the harness's normalised optimisers (Muon, NAdam) it acts only through their moments
-across episodes, so GPG here is close to REINFORCE on group-centred scores. The authors' trainer divides the
-loss by n_valid / n_samples (n_valid: samples in groups whose reward std is not 0),
-that is alpha; advantage="group_std" is their F_norm = std variant. verl's gpg
-estimator (compute_gpg_outcome_advantage) uses another alpha, B / (number of samples
-with a nonzero reward). The paper's beta_th resampling (draw more groups until a share
-beta_th of the batch is informative) is a rollout-side rule, like DAPO's dynamic
-sampling, and is not implemented. The paper trains on-policy (one update per batch:
-algo.epochs=1); the preset keeps the 4 epochs PG takes on this harness (SPEC 2), and
-without a ratio every epoch repeats the first one's weighting.
+With token-mean, alpha * L is the token mean over the informative groups alone (the
+authors' trainer divides by n_valid / n_samples, i.e. alpha). alpha is one number per
+batch, so under the normalised optimisers it acts only through their moments. The
+paper's beta_th resampling is not implemented; it trains on-policy (algo.epochs=1), the
+preset keeps PG's 4 epochs.
 """
 from __future__ import annotations
 

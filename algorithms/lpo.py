@@ -1,25 +1,17 @@
 """Listwise Policy Optimization (Qu et al. 2026, arXiv 2605.06139): an explicit target on
 the simplex of a prompt's K sampled responses, and an exact KL projection onto it.
 
-The policy's listwise distribution over the K samples (Eq. 4), uniform on-policy:
-    s_theta,k = log pi_theta(y_k|x) - log pi_b(y_k|x),     P_theta = softmax(s_theta)
-with log pi(y|x) the sum of the response's token log-probs (Eq. 3).
-The target (Theorem 1, Eq. 8) maximises sum_k w_k R_k - tau KL(w || P_t) on the simplex:
-    w*_k = softmax(phi)_k,     phi_k = R_k / tau + s_t,k,
-frozen when the batch is sampled, where the pre-update policy pi_t is pi_b
-(Algorithm 1, line 2): s_t = 0. tau is the paired baseline's normaliser (Sec. 4.3):
-sigma_G (tau="std", GRPO's), mu_G ("mean", MaxRL's; rewards >= 0), 1 ("one",
-Dr. GRPO's); R_k / tau is computed as (R_k - mu_G) / tau, the same softmax, and a group
-whose tau is <= 1e-6 keeps R_k - mu_G unscaled (SPEC 1: all-equal rewards give w* = P_t).
-The projection, averaged over prompts (Algorithm 1, line 8):
-    forward (Eq. 10)   L = KL(w* || P_theta),   dL/ds_k = P_theta,k - w*_k
-    reverse (Eq. 11)   L = KL(P_theta || w*),   dL/ds_k = P_theta,k (d_k - dbar),
-                       d_k = s_theta,k - phi_k,  dbar = sum_j P_theta,j d_j
-clip_eps > 0 (App. D.3, the paper's experiments; 0 is Algorithm 1): a token whose
-log-ratio log pi_theta / pi_b leaves [log(1 - eps), log(1 + eps)] passes no gradient.
-Weighted candidates (batch.probs, exact population probabilities: the limit K -> inf)
-enter both distributions as log weights, P_theta ~ p exp(s), w* ~ p exp(phi), with mu_G
-and sigma_G taken under p.
+    s_theta,k = log pi_theta(y_k|x) - log pi_b(y_k|x),   P_theta = softmax(s_theta)   (Eq. 3-4)
+    w*_k = softmax(phi)_k,   phi_k = R_k / tau + s_t,k,   s_t = 0 (pi_t = pi_b)      (Eq. 8)
+    forward (Eq. 10)  L = KL(w* || P_theta),   dL/ds_k = P_theta,k - w*_k
+    reverse (Eq. 11)  L = KL(P_theta || w*),   dL/ds_k = P_theta,k (d_k - dbar),
+                      d_k = s_theta,k - phi_k, dbar = sum_j P_theta,j d_j
+
+averaged over prompts; log pi(y|x) sums the response's token log-probs. tau is sigma_G
+("std"), mu_G ("mean") or 1 ("one"); R_k / tau is computed as (R_k - mu_G) / tau, and a
+group with tau <= 1e-6 keeps R_k - mu_G unscaled. clip_eps > 0 (the paper's experiments):
+a token whose log-ratio leaves [log(1 - eps), log(1 + eps)] passes no gradient. Weighted
+candidates (batch.probs) enter both distributions as log weights, mu_G and sigma_G under p.
 """
 from __future__ import annotations
 

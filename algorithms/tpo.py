@@ -1,4 +1,4 @@
-"""Target Policy Optimization (SPEC 2).
+"""Target Policy Optimization.
 
 Per group: standardise the scores into u, freeze the target
     q = softmax(log_softmax(logp_old) + u / eta)            (anchored)
@@ -9,11 +9,10 @@ whose gradient wrt the group logits is p_theta - q: it vanishes once the policy
 matches the target, however many epochs run on the same batch.
 
 A candidate's log-prob, in logp_old and logp_theta alike, is
-    logp_i = sum_t logp_it        (logp_norm="sum": the paper's, SPEC 7)
-    logp_i = mean_t logp_it       (logp_norm="mean": length-normalised, the closed TRL
-                                   PR's default; a different method, SPEC 7)
-which are one for one-step candidates (T = 1: bandits, token level); with a completion
-mask (the LLM family) both run over the candidate's real tokens.
+    logp_i = sum_t logp_it        (logp_norm="sum": the paper's)
+    logp_i = mean_t logp_it       (logp_norm="mean": length-normalised, a different method)
+one and the same for one-step candidates; with a completion mask (the LLM family) both run
+over the candidate's real tokens.
 """
 from __future__ import annotations
 

@@ -1,49 +1,16 @@
 """A leaderboard of methods across tasks, with the aggregate statistics of rliable (Agarwal
-et al. 2021, "Deep Reinforcement Learning at the Edge of the Statistical Precipice").
+et al. 2021), computed here with rliable's definitions (tests/test_leaderboard.py holds
+rliable's own numbers on three matrices):
 
-    python analysis/leaderboard.py [--results FILE] [--out DIR] [--experiment NAME]
-        [--tasks T ...] [--methods M ...] [--where COLUMN=VALUE ...]
-        [--normalise {initial,one_minus_error,minmax}]
-        [--last-frac F] [--reps N] [--seed S] [--pick-config]
-    python analysis/plot.py --figure leaderboard [--results FILE] [--out DIR]
+    python analysis/leaderboard.py [--results FILE] [--out DIR] [--experiment NAME] ...
 
-It writes DIR/leaderboard.png (and .pdf): interquartile mean with 95 % intervals per method,
-the probability-of-improvement matrix and the performance profiles; and DIR/leaderboard.md,
-the table (also printed): per method its IQM [CI], P(improvement) over GRPO and over TPO
-[CI], mean rank, runs and tasks, then each task's mean final error per method.
-
-The statistics are written here, not imported: rliable 1.2.0 pins arch < 8, and arch 7.2.0
-does not import beside pandas 3 (`deprecate_kwarg() missing 1 required positional
-argument`, checked with pandas 3.1.1, numpy 2.4.6, scipy 1.17.1); forced beside arch 8.0.0
-rliable imports but fails on its first bootstrap (arch renamed `random_state`). Their
-definitions are rliable's (tests/test_leaderboard.py holds rliable's own numbers on three
-matrices, computed once beside pandas 2.3.3): per method over every run of every task,
-- IQM: the mean of the middle half of the pooled scores (iqm);
-- P(X > Y): per task the chance a run of X beats a run of Y, ties 1/2, averaged over tasks
-  (probability_of_improvement);
-- performance profile: the fraction of pooled runs scoring above tau (performance_profile);
-- intervals: percentile intervals of a stratified bootstrap, runs resampled within each
-  task (resample_counts), seeded (BOOT_SEED), N_RESAMPLES resamples;
-and per task the methods' ranks by mean score (task_ranks), averaged over tasks.
-
-From the collected table (one row per run and logged step) to one number per run:
-- final error: the mean `error` over the run's last ceil(last_frac * n) logged rows (n: its
-  rows, at least one), LAST_FRAC = 0.1: the last 10 % of a sequence task's episodes, the
-  last 6 of MNIST's 51 evaluations. One step's error is one batch's rollouts, noisy.
-- normalised score (NORMALISATIONS; every one is, per task, a decreasing affine map of the
-  final error, so per-task ranks and the probability of improvement do not depend on it):
-  `initial` (the default), 1 - e / e0 with e0 the task's untrained error: the mean over
-  the compared runs of the task of the error at step 0, before any update (a seed starts
-  from the same weights under every method). 0 = the untrained policy, 1 = no error, the
-  optimum of every task here; rliable's recipe (Atari's human-normalised score: random
-  play -> 0, a reference -> 1) with the untrained policy for random play and the optimum
-  for the reference. `1 - e` alone would give a dense V = 2 task half its range for free
-  (its untrained error is 0.5) and a terminal task none (about 1).
-  `one_minus_error`, 1 - e: absolute, needs no step 0.
-  `minmax`, (e_max - e) / (e_max - e_min) over the compared runs of the task: in [0, 1],
-  but relative to the field (adding a method moves everyone's score); 1 where all agree.
-Every method needs runs of every task (a method missing one would be averaged over other
-tasks than the rest), and one configuration per task and method (never pooled).
+It writes DIR/leaderboard.png (and .pdf): the interquartile mean (iqm) with 95 % stratified
+bootstrap intervals per method, the probability-of-improvement matrix and performance
+profiles; and DIR/leaderboard.md (also printed): per method its IQM, P(improvement) over
+GRPO and over TPO, mean rank, runs and tasks, then each task's mean final error per method.
+A run's number is its final error (the mean `error` over its last LAST_FRAC of logged rows),
+normalised per task (`normalise`). Every method needs runs of every task and one
+configuration per task and method (never pooled).
 """
 from __future__ import annotations
 
@@ -257,8 +224,13 @@ def final_errors(df: pd.DataFrame, last_frac: float = LAST_FRAC, column: str = "
 
 
 def normalise(runs: pd.DataFrame, how: str = "initial") -> pd.DataFrame:
-    """runs (from final_errors) with a `score` column, per task (see the module docstring
-    for the three normalisations)."""
+    """runs (from final_errors) with a `score` column, per task. Each normalisation is, per
+    task, a decreasing affine map of the final error e, so ranks and P(improvement) do not
+    depend on it: `initial` (default) 1 - e / e0, e0 the task's mean untrained error at
+    step 0 (0 = the untrained policy, 1 = no error: rliable's human-normalised recipe with
+    the untrained policy as random play; `1 - e` alone would give a dense V = 2 task half
+    its range for free); `one_minus_error` 1 - e; `minmax` (e_max - e) / (e_max - e_min)
+    over the compared runs (relative to the field; 1 where all agree)."""
     if how not in NORMALISATIONS:
         raise Refused(f"unknown normalisation {how!r}; known: {', '.join(NORMALISATIONS)}")
     e = runs["final_error"]

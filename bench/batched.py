@@ -1,43 +1,16 @@
-"""Seed-batched jobs: `batch_seeds=true` trains a job's `seeds_per_job`
-seeds as one computation instead of one after the other.
-
-What is shared and what is not:
-- per seed, exactly as a single run (bench.runner.Seat): its run directory, lock,
-  checkpoint, resume, skip-when-completed, summary and metrics; its three random streams,
-  its policy module and its optimizer (so checkpoints and the optimizer code are the
-  single run's);
-- batched: the model arithmetic, and reading the metrics. The task's `rollout_seeds` and
-  `logprobs_seeds` run the S policies as one stacked computation and draw each seed's
-  samples from its own generators, in a single run's order. The algorithm is untouched:
-  each seed's loss is `algo.loss` on its own batch; the S losses are summed and
-  backpropagated once (a seed's parameters get only its own loss's gradient, through
-  torch.stack into its module's .grad), and each seed's optimizer steps. The rows keep
-  the single run's bookkeeping (runner.EpisodeRow) and are read from the device once per
-  episode for all seeds (runner.read_rows).
-
-Which tasks: the sequence tasks (tasks.seq; sequence and token level, every algorithm;
-dynamic sampling's top-ups drawn per seed, unbatched) through tasks.stacked (a seed axis,
-one bmm per layer); MNIST (tasks.mnist.forward_seeds: one baddbmm per layer, stale actors
-included); tabular_single and tabular_multi (the logit tables stacked, one log-softmax).
-Refused at build time, naming the key: a task without `rollout_seeds`/`logprobs_seeds`
-(the LLM task: its model, micro-batches and reference KL are not stacked, and this loop
-has neither).
-
-On the CPU at one thread each seed's metrics, weights, optimizer state and streams equal
-its single run's bit for bit (tests/test_batched.py): the sequence and tabular tasks at
-every shape; MNIST where every seed's slice of each activation starts 16 bytes aligned,
-as a single run's fresh tensors do, i.e. B x width a multiple of 4 floats (any even B at
-the default widths, the paper's B = 100 included); at an odd B a seed off that boundary
-meets another MKL sgemm path and agrees to float32 rounding only. More threads, or a
-GPU, tile and reduce otherwise: expect last-bit differences, which training carries on.
-
-Seeds may stand at different steps (one resumed from a later checkpoint than another): a
-seed joins the batch at the step it resumes from, and keeps its heartbeat while it waits.
-A seed whose loss turns non-finite, or whose directory fails to write, fails alone: its
-record is closed and its lock released at once, and the others go on. An error no one
-seed's step raised (the batched episode, the requeue handler after a checkpoint) fails
-every seed still in the batch. A stop request is read once per step, so every seed
-checkpoints at that boundary or none; each seed is reported as it recorded itself.
+"""Seed-batched jobs: `batch_seeds=true` trains a job's `seeds_per_job` seeds as one
+computation instead of one after the other. Per seed, exactly as a single run (bench.runner.Seat): run directory, lock, checkpoint,
+resume, summary, metrics, random streams, policy module and optimizer. Batched: the model
+arithmetic (the task's `rollout_seeds`/`logprobs_seeds` run the S policies stacked, each
+seed sampling from its own generators in a single run's order) and reading the metrics
+(once per episode for all seeds). Each seed's loss is `algo.loss` on its own batch; the S
+losses are summed and backpropagated once, so a seed's parameters get only its own
+gradient. Tasks: the sequence tasks (tasks.stacked), MNIST and the tabular bandits; a task
+without `rollout_seeds` (the LLM task) is refused at build time. On the CPU at one thread
+each seed equals its single run bit for bit (MNIST where B x width is a multiple of 4
+floats); more threads or a GPU differ in the last bits. Seeds may join at different steps;
+a seed that fails fails alone; a stop request is read once per step, so every seed
+checkpoints at that boundary or none.
 """
 from __future__ import annotations
 

@@ -4,20 +4,13 @@ every run directory checked against an uninterrupted reference of its config.
 
     python -m bench.faults --trials 100 --root outputs/faults
 
-Faults: SIGKILL, SIGTERM, SIGINT at a random moment; a duplicate launch (the same
-command twice at once); ENOSPC (the run's output root on a 512 KiB tmpfs, too small for
-a checkpoint, grown after the failure; needs root, else that fault is left out and
-said so).
-
-Two checks per trial. Right after the fault, the record must say truthfully what
-happened (a repair by re-running must not be what saves it): `completed` and equal to
-the reference when a process finished it (a duplicate launch: one trains, the other
-must not touch it); `interrupted` after SIGTERM/SIGINT, with a checkpoint of the rows so
-far; `failed` with `error_kind: io` after ENOSPC; no temp file left by a writer that is
-gone. A record that says otherwise counts all its rows as mislabelled. Then, after the
-same command has been re-run until completed, every row must equal the reference's.
-Prints trials, faults injected, runs compared, rows lost, rows mislabelled; exits 1 if
-any row was lost or mislabelled.
+Faults: SIGKILL, SIGTERM, SIGINT at a random moment; a duplicate launch; ENOSPC (the
+output root on a 512 KiB tmpfs; needs root, else left out and said so). Right after the
+fault the record must be truthful: `completed` and equal to the reference when a process
+finished it; `interrupted` with a checkpoint after SIGTERM/SIGINT; `failed` with
+`error_kind: io` after ENOSPC; no temp file left behind. After re-running until
+completed, every row must equal the reference's. Prints trials, faults, runs compared,
+rows lost and mislabelled; exits 1 if any row was lost or mislabelled.
 """
 from __future__ import annotations
 

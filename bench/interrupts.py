@@ -1,20 +1,15 @@
 """Signals a run answers at the next episode boundary, so that what it saves is a state it
-can resume from bit for bit (mid-episode, the optimizer and the random streams are half
-way through a step).
+can resume from bit for bit.
 
 - SIGINT (Ctrl-C) and SIGTERM (`kill`, `timeout`, `scancel`): checkpoint, record
   `interrupted`, stop. A second one stops at once.
-- SIGUSR2 (SLURM's warning before a time limit or a preemption): checkpoint now, then
-  hand over to the handler that was there before (submitit's requeue); where there was
-  none (a plain `sbatch --signal=USR2@120`), keep training: the kill that follows then
-  loses only the episodes since this checkpoint.
+- SIGUSR2 (SLURM's warning before a time limit or preemption): checkpoint now, then hand
+  over to the previous handler (submitit's requeue); with none, keep training.
 
-In a local sweep's worker process (hydra/launcher=local: the sweeper sets STOP_FILE_ENV)
-a stop ends the job normally instead of raising out of it: an exception from one worker
-makes the launcher kill the others at once, mid-episode, losing their episodes since their
-last checkpoint. Every run of the sweep stops at its next boundary when the sweep's stop
-file appears (the sweeper writes it when it gets SIGINT or SIGTERM; `touch` it to stop a
-sweep by hand), and a worker that was asked to stop starts no further run.
+In a local sweep's worker (the sweeper sets STOP_FILE_ENV) a stop ends the job normally
+instead of raising: an exception would make the launcher kill the other workers
+mid-episode. Every run of the sweep stops at its next boundary when the sweep's stop file
+appears (written on SIGINT/SIGTERM; `touch` it to stop a sweep by hand).
 """
 from __future__ import annotations
 

@@ -2,35 +2,15 @@
 [--max-gib G] [--csv PATH]`: the memory and throughput of an LLM preset's RL step, with
 random weights from its architecture facts (no download, no warm start, nothing cached).
 
-    RL steps (default)  the preset's own path, `--steps` times (default 1): sample K
-                        completions for each of N prompts through the task's rollout (and
-                        its reference's log-probs), the algorithm's loss over algo.epochs,
-                        backward (micro-batches, LoRA, dtype and checkpointing as
-                        configured), AdamW steps: bench.runner.train_episode itself
-    --forward-only      build the model and its policy (LoRA, reference copy) and run one
-                        forward of a few tokens: the parameter count and the memory of the
-                        weights, for a size whose RL step this machine cannot hold
-
-Printed as a table and written as one CSV row: parameters (total, trainable), the sizes
-(N, K, T, the longest prompt P), completion tokens generated per second of sampling,
-completion tokens trained per second of the training phase (tokens x algo.epochs),
-peak memory (CUDA: torch.cuda.max_memory_allocated; CPU: the process's peak RSS, Python
-and its libraries included, beside its RSS before the model was built) and the fraction
-of trainable weights the steps changed (a dtype too coarse for the step size leaves most
-unchanged). On a GPU this is the measurement; on a CPU, shrink the sizes with overrides
-(task.prompts_per_step, algo.k, task.max_new_tokens, task.micro_batch,
-task.arch.num_hidden_layers) to prove the same path.
-
-Without task.model_path the model is the preset's task.arch with random weights
-(task.from_arch=random) and the character tokenizer, so prompts are raw text
-(task.prompt_format=raw): longer in tokens than a BPE tokenizer's, a conservative size.
-With task.model_path the real model is measured. Random weights never solve a problem:
-every group's scores are equal, so TPO's and GRPO's gradients are rounding noise, but the
-compute, the memory and AdamW's steps (~lr each, whatever the gradient's scale) are a real
-step's. Before anything is built, the weights,
-the reference copy (full fine-tuning) and, for RL steps, gradients and AdamW state are
-estimated from a meta-device model; more than --max-gib (default: 12 on a CPU, none on a
-GPU) is refused.
+RL steps (default): the preset's own path (bench.runner.train_episode) `--steps` times:
+sample, the algorithm's loss over algo.epochs, backward, AdamW. `--forward-only`: build the
+model and run one short forward (parameter count and weight memory). Printed and written
+as one CSV row: parameters (total, trainable), sizes (N, K, T, longest prompt P), tokens
+generated and trained per second, peak memory (CUDA max allocated; on a CPU peak RSS) and
+the fraction of trainable weights the steps changed. On a CPU, shrink the sizes with
+overrides. Without task.model_path the weights are random (every group's scores equal, so
+the gradients are noise, but compute and memory are a real step's); with it the real model
+is measured. An estimate over --max-gib (default 12 on a CPU) is refused before building.
 """
 from __future__ import annotations
 

@@ -1,20 +1,16 @@
 """Speed benchmark: `python -m bench.speed [--episodes N] [--threads T ...]`.
 
-Times each algorithm on its representative task after warm-up and prints a table:
-episodes/s, ms per phase (generation, old log-probs, training epochs, bookkeeping),
-achieved GFLOP/s against the machine's measured fp32 matmul rate at the training shapes,
-and the machine. It also times a plain eager TPO episode -- full re-forward per
-generated token, a separate forward for the old log-probs, every prompt recomputed for
-each of its K answers -- kept here as the yardstick, so the speed-up is a ratio measured
-in the same process. `--cli` adds the marginal seconds per episode of the real
-`python -m bench` command (the difference of two run lengths, so start-up cancels);
-`--sweep` compares the basic and the joblib launcher on a small headline sweep.
+Times each algorithm on its representative task after warm-up and prints episodes/s, ms
+per phase (generation, old log-probs, training epochs, bookkeeping) and achieved GFLOP/s
+against the machine's measured fp32 matmul rate, beside a plain eager TPO episode (full
+re-forward per token, every prompt recomputed per answer) as the yardstick measured in
+the same process. `--cli` adds the marginal seconds per episode of `python -m bench`;
+`--sweep` compares the basic and the joblib launcher on a small sweep.
 
 `--seeds 1 8 20 30 [--device cuda] [--batch-size B]` is the seed-batched mode:
-seed-episodes per second of bench.batched.train_episodes over S policies, as a
-`batch_seeds=true` job trains them, for reverse_h10 TPO and GRPO and the mechanism
-study's shared config, with peak device memory; then the mechanism study's cost on this
-device, priced job by job from its presets as `+pack=gpu` launches them (see `estimate`).
+seed-episodes per second of bench.batched.train_episodes over S policies for reverse_h10
+TPO and GRPO and the mechanism study's config, with peak device memory, then the
+mechanism study's cost on this device as `+pack=gpu` launches it (see `estimate`).
 """
 from __future__ import annotations
 
@@ -229,7 +225,7 @@ def sweep_throughput(episodes: int = 20) -> list[dict]:
 STUDY = ("k_sweep", "epoch_sweep", "zero_variance_masking")  # the mechanism study (SPEC 4)
 # The study's shared config (reverse_h8, B 256, K 32, 4 epochs) is this preset's tpo and grpo.
 CENTRE = "zero_variance_masking"
-# Issue 22's goals on one H200: the headline's 20 seeds x 2000 episodes of reverse_h10
+# The GPU goals on one H200: the headline's 20 seeds x 2000 episodes of reverse_h10
 # TPO in under 10 minutes, the whole mechanism study in under 2 GPU-hours.
 HEADLINE_SEEDS, HEADLINE_EPISODES, HEADLINE_GOAL_MIN = 20, 2000, 10.0
 STUDY_GOAL_H = 2.0

@@ -1,43 +1,18 @@
-"""The one structure tasks hand to algorithms (SPEC 1), and the two Protocols that meet at it.
+"""The one structure tasks hand to algorithms, and the two Protocols that meet at it.
 
-A batch is N contexts, each with a group of K candidates, each candidate a sequence of
-T scored steps (T = 1 for one-step bandits). Every family in SPEC fits this shape, and
-each has a named constructor, so that a task says which one it builds and never spells
-out the shapes:
-
-- `Batch.single_samples`: K = 1 sample per context with a task-supplied per-step
-  advantage (PG, PPO, DG on sequences and MNIST; on tabular_single B draws of its one
-  context);
-- `Batch.sampled_group`: K sampled candidates per context, compared with each other
-  (TPO, GRPO on sequences: N = B prompts, K = algo.k answers, T = H tokens; token-level
-  TPO/GRPO: N = B*H prefix states, K next-token candidates, T = 1, candidate 0 the
-  behaviour token; GRPO on a bandit: one group, the minibatch);
-- `Batch.action_set`: one-step groups over the whole action set (bandits; TPO and Group
-  PG, and on tabular_multi every method but CE), optionally with the sampled action's
-  indicator (`sampled`) or exact population probabilities (`probs`);
-- `Batch.labelled`: the action set with the correct action revealed (`label`, CE).
-
-What a task builds depends on what the algorithm consumes (`Request.needs`):
-
-- "sample": one sampled candidate per context scored by the task's advantage
+A batch is N contexts, each with a group of K candidates, each a sequence of T scored steps
+(T = 1 for one-step bandits). Each family has a named constructor, chosen by what the
+algorithm consumes (`Request.needs`):
+- "sample" -> `Batch.single_samples`: K = 1 per context with the task's per-step advantage
   (PG, PPO, DG);
-- "sample_group": a group of sampled candidates whose rewards are standardised over the
-  group (GRPO; on bandits the minibatch is the group, SPEC 3.2-3.3);
-- "action_group": a group standing for the action set, compared by standardised
-  scores (TPO, Group PG; sequence tasks sample K candidates since the set of answers
-  cannot be enumerated, bandits enumerate it);
-- "label": the supervised oracle's label over the action set (CE).
-
-Algorithms never read the task's `obs` (each task's own frozen dataclass of what it
-needs to re-score the candidates: prompts and answers, images and actions): they get
-the current policy's log-probs of the same candidates from the runner, shaped like
-`logp_old`.
-
-Candidates that end at different lengths (the LLM family's completions, T the
-generation budget) carry a completion `mask`; everywhere else every step is real and
-the mask is None. Padded steps hold 0 in every per-step tensor (and the task's
-`logprobs` returns 0 there), so a sum over steps is already the sum over real steps;
-only a mean over steps or a count of them needs `step_mask()`.
+- "sample_group" -> `Batch.sampled_group`: K sampled candidates compared with each other
+  (GRPO; token level: N = B*H prefix states, K next tokens; on a bandit, the minibatch);
+- "action_group" -> `Batch.action_set` (bandits: the whole action set, optionally with the
+  sampled action's indicator or exact probabilities) or sampled candidates (TPO, Group PG);
+- "label" -> `Batch.labelled`: the action set with the correct action (CE).
+Algorithms never read the task's private `obs`: the runner gives them the current policy's
+log-probs, shaped like `logp_old`. Candidates of different lengths
+(LLM completions) carry a `mask`; padded steps hold 0, so only a mean needs `step_mask()`.
 """
 from __future__ import annotations
 

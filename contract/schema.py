@@ -1,13 +1,12 @@
 """What a run leaves on disk, in one place: the run-directory layout and its parser, the
 files inside a run, the status words of summary.json, and the metric columns of
-metrics.parquet. The runner writes by these names; collect, plot, report, the sweepers
-and the optuna plugin read by them.
+metrics.parquet. The runner writes by these names; collect, plot, report and the sweepers
+read by them.
 
     <output_root>/<task>/<algo>/<config hash>/seed=<n>/
         config.json       the resolved scientific config (what the hash is of) and the seed
-        summary.json      status, provenance, attempts; written first as `running`,
-                          refreshed as a heartbeat, last as the verdict
-        metrics.parquet   one row per episode (or per evaluation), METRIC_COLUMNS first
+        summary.json      status, provenance, attempts; `running`, heartbeats, the verdict
+        metrics.parquet   one row per episode (or evaluation), METRIC_COLUMNS first
         checkpoint.pt     while unfinished
         .lock             held by the one process training it
 

@@ -1,18 +1,11 @@
-"""Numerical cross-check of tpo-bench's transformer stack against the paper's JAX artifact.
-
-The artifact (github.com/JeanKaddour/tpo) is imported from a path you give, never copied
-here. With the same initial weights this checks, on the dense-task transformer:
-  1. the forward pass (log-probabilities),
-  2. the optimizer (optax.contrib.muon vs bench.optim's Muon/NAdam) over 8 steps,
-  3. TPO_token's loss and gradient on one sequential-reward batch drawn by tasks/seq.py,
-     against SPEC 2's formula with the artifact's own `tpo_target`;
-  4. GRPO_token and PPO losses and gradients (the artifact's `grpo_loss`, `ppo_loss`) on
-     such batches, evaluated at moved weights so that ratios and clipping are exercised;
-  5. the sequence-level methods of the terminal-reward tables: TPO, GRPO and GRPO-no-KL on
-     groups of K = 8 answers (as the artifact's terminal_reward_ablations step builds them:
-     candidate log-prob = sum of its token log-probs), scored by a graded and by a binary
-     terminal-like score with constant groups, and DG (`dg_loss`) on single samples.
-Needs jax, flax and optax (0.2.8) next to this project's requirements; not run by CI:
+"""Numerical cross-check of tpo-bench's transformer stack against the paper's JAX artifact
+(github.com/JeanKaddour/tpo, imported from a path you give, never copied here). With the
+same initial weights it checks, on the dense-task transformer: the forward pass; the
+optimizer (optax.contrib.muon against bench.optim's Muon/NAdam) over 8 steps; TPO_token's
+loss and gradient (the artifact's `tpo_target`); GRPO_token's and PPO's losses and
+gradients at moved weights, so that ratios and clipping are exercised; and the
+terminal-reward tables' sequence-level TPO, GRPO and GRPO-no-KL on groups of K = 8
+answers, and DG on single samples. Needs jax, flax and optax (0.2.8); not run by CI:
 
     python reproduction/crosscheck_artifact.py --artifact-src /path/to/tpo/src
 

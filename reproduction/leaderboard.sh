@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# Issue 21's leaderboard at its preset size (conf/experiment/leaderboard.yaml: 17 methods x
+# The leaderboard at its preset size (conf/experiment/leaderboard.yaml: 17 methods x
 # 5 tasks x 5 seeds, about 5.3 core-hours here), one job per core, one torch thread each,
 # checkpoints every 20 episodes: interrupt it any time and run it again; completed runs are
 # skipped and unfinished ones resume. Then the table and figure are regenerated.

@@ -1,18 +1,16 @@
-"""Seed batching, measured: S seeds' work done as a Python
-loop over S modules, as torch.func.vmap(functional_call) over stacked parameters, and as
-tasks.stacked (a seed axis, one bmm per layer), side by side in one process, the
-variants interleaved round-robin so that a load change hits them alike.
+"""Seed batching, measured: S seeds' work as a Python loop over S modules, as
+torch.func.vmap(functional_call) over stacked parameters, and as tasks.stacked (a seed
+axis, one bmm per layer), side by side in one process, interleaved round-robin so that a
+load change hits them alike.
 
     python scripts/seed_batch_speed.py [--seeds 1 4 8] [--repeats 1] [--threads 1]
         [--parts train rollout episode] [--task task=reverse_h10 ...]
 
-Prints seed-episodes per CPU-second (process CPU time, not wall: a busy machine steals
-wall time, not CPU time) for three parts of a reverse_h10 episode (B 100, K 8, H 10,
-V 2): `train` (the loss's log-probs forward + backward), `rollout` (KV-cache sampling;
-vmap cannot carry the cache, a mutable Python list, across calls: n/a) and `episode`
-(bench.runner.train_episode per seed vs bench.batched.train_episodes, TPO, MuonNAdam).
-`--task` gives the `episode` part another task and its overrides (e.g. `--parts episode
---task task=mnist task.data_dir=DIR`: TPO with the task's own optimizer).
+Prints seed-episodes per CPU-second (process CPU time: a busy machine steals wall time,
+not CPU time) for three parts of a reverse_h10 episode: `train` (the loss's log-probs
+forward and backward), `rollout` (KV-cache sampling; n/a for vmap) and `episode`
+(train_episode per seed against batched.train_episodes). `--task` gives the `episode`
+part another task and its overrides.
 """
 from __future__ import annotations
 

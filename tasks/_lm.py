@@ -3,22 +3,16 @@ sample completions, score their tokens.
 
     LMPolicy          the trained model, its tokenizer and a frozen reference (the initial
                       policy, for the KL to it); state_dict holds the model only
-    load_base         a local model directory (config, weights, tokenizer) -> model, tokenizer
-    build_tiny_base   a model from architecture facts with a character tokenizer, warm-started
-                      by supervised steps on generated solutions, cached by what built it
-    sample            K completions per prompt with a KV cache: tokens, mask, behaviour
-                      log-probs, entropies
+    load_base         a local model directory -> model, tokenizer
+    build_tiny_base   a model from architecture facts with a character tokenizer,
+                      warm-started on generated solutions, cached by what built it
+    sample            K completions per prompt with a KV cache
     completion_logp   per-token log-probs of given completions under a model
 
 Log-probs are of softmax(logits / temperature) over the full vocabulary, in sampling and
-in training alike, so the ratio pi_theta / pi_old compares the distributions the tokens
-were drawn from (no top-k or top-p: a truncated sampler is not the policy the ratio
-assumes). Completions are padded to the generation budget T = max_new_tokens; a
-completion's real tokens run up to and including its EOS (or all T when it never stops);
-every padded step holds 0 (contract.batch.Batch.mask).
-
-`transformers` and `tokenizers` are imported here only, on first use: the harness without
-the `llm` extra still imports every task module.
+training alike (no top-k or top-p: the ratio must compare the sampling distributions).
+Completions are padded to T = max_new_tokens, real tokens up to and including EOS.
+`transformers` is imported on first use, so the harness runs without the `llm` extra.
 """
 from __future__ import annotations
 

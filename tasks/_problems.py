@@ -1,39 +1,18 @@
 """Verifiable problems for the LLM task: reasoning-gym's procedural data sets and GSM8K.
+A `Problem` is a prompt, its gold answer as text ("" where none) and the entry `score` needs.
 
-A `Problem` is a prompt, its gold answer as text ("" where the source has none) and the
-entry `score` needs. The rules:
-
-Splits of a reasoning-gym data set. Every prompt belongs to one split, for good: it is in
-test when the first 8 bytes of SHA-256(prompt text) fall in the lowest TEST_SHARE of their
-range, else in train. Both splits read one stream of items per (dataset, seed, config),
-chunk k being reasoning-gym's data set of CHUNK items built with a seed hashed from
-(dataset, seed, k); a split keeps the stream's items of its own share, in order. So train
-and test never share a prompt, whatever their sizes, seeds or configs; a split of n items
-is the first n of any larger one; and repeats within a split are kept, as the generator
-draws them (a config with few distinct problems gives repeated prompts). A split not
-filled within DRAWS_PER_ITEM draws per item (its share of that config's problems is empty
-or tiny) is refused. Hashed chunk seeds, not seed and seed + 1: reasoning-gym seeds item i
-with Random(seed + i), so neighbouring seeds give the same items shifted by one.
-
-GSM8K: the official files, read from `data_dir` (else $TPO_BENCH_GSM8K_DIR, else the user
-cache); never downloaded by `problems` (stage them with `python -m bench.data gsm8k --dir
-DIR`, whose downloads must match the official SHA-256s). Test is test.jsonl; train is
-train.jsonl less any question that test.jsonl also holds (the official release has none).
-The seed permutes a split, `size` takes a prefix of the permutation.
-
-Scoring is in [0, 1], 1.0 fully correct. Reasoning-gym: the answer is the content of the
-last <answer>...</answer> of the completion, else the whole completion, stripped, and the
-data set's own score_answer decides (its partial credit kept, a scorer that raises scores
-0). GSM8K: the number after the last "####", else in the last \\boxed{...}, else in the
-last <answer> tags, else the last number of the completion; the first of these present
-decides (with no number in it, the completion scores 0); "$" and thousands commas are
-dropped and values compare as decimals (18 == 18.00).
-
-Entries are reasoning-gym's plus the dataset config under CONFIG_KEY (some scorers read
-their config), with the leaves json.dumps refuses (gsm_symbolic's Fractions) as text. So
-they json.dumps, but arc_agi's and rearc's no longer score after a JSON round trip (their
-tuples come back as lists): rebuild problems from (dataset, split, size, seed, config)
-rather than from stored entries.
+Reasoning-gym splits: a prompt is in test when the first 8 bytes of SHA-256(prompt) fall
+in the lowest TEST_SHARE of their range, else in train; both read one stream of chunks
+(CHUNK items each, seeded by a hash of (dataset, seed, k): reasoning-gym seeds item i with
+Random(seed + i), so neighbouring plain seeds would shift the same items). So train and
+test never share a prompt, a split of n is the first n of any larger one, and a split not
+filled within DRAWS_PER_ITEM draws per item is refused. GSM8K: the official files from
+`data_dir` (else $TPO_BENCH_GSM8K_DIR, else the user cache; `python -m bench.data gsm8k`
+stages them); train less any test question; the seed permutes a split, `size` a prefix.
+Scores in [0, 1]: reasoning-gym's own score_answer on the last <answer>...</answer> (else
+the whole completion); GSM8K the number after the last "####", else in the last \\boxed{},
+else in <answer> tags, else the last number, compared as decimals. Rebuild problems from
+(dataset, split, size, seed, config), not from stored entries (some lose tuples to JSON).
 """
 from __future__ import annotations
 

@@ -1,23 +1,18 @@
-"""RLVR on a Hugging Face causal LM (SPEC 7): N prompts of a verifiable task per step, K
-sampled completions each, scored by the task's verifier.
+"""RLVR on a Hugging Face causal LM: N prompts of a verifiable task per step, K sampled
+completions each, scored by the task's verifier.
 
-    policy    any AutoModelForCausalLM from a local directory (task.model_path), or
-              built from architecture facts (task.arch) with a character tokenizer and a
-              supervised warm start on generated solutions (tasks/_lm.py), cached
-    prompts   reasoning-gym generators or local GSM8K files (tasks/_problems.py): a
-              train split the rollouts draw from, a disjoint held-out split for pass@k
-    batch     N groups of K completions of T = max_new_tokens steps with a completion mask
-              (Batch.sampled_group; K = 1 methods get Batch.single_samples with the
-              advantage s_i - mean_batch s on every real token); scores s_i the verifier's
-              value in [0, 1], success s_i = 1
-    metrics   per step: reward mean, response length, token entropy, KL(pi_old || pi_ref)
-              (k3 over the sampled tokens), tokens generated; every eval_every steps the
-              held-out pass@1 and pass@k of eval_k samples per prompt
+    policy    a local AutoModelForCausalLM (task.model_path), or one built from
+              architecture facts (task.arch) and warm-started (tasks/_lm.py), cached
+    prompts   reasoning-gym or GSM8K (tasks/_problems.py): a train split and a disjoint
+              held-out split for pass@k
+    batch     N groups of K completions with a completion mask (Batch.sampled_group;
+              K = 1 methods get the advantage s_i - mean_batch s); s_i in [0, 1]
+    metrics   reward mean, response length, token entropy, KL to the initial policy,
+              tokens; every eval_every steps held-out pass@1 and pass@k
 
 Sequence log-probs are sums over the completion's tokens, as in the paper; token-level
-groups (algo.level=token) are refused: a completion's next-token candidates have no
-verifier of their own. The base model is the experiment's given, the same for every
-seed: a seed draws the prompts and the samples.
+groups are refused (a next-token candidate has no verifier). The base model is the same
+for every seed: a seed draws the prompts and the samples.
 """
 from __future__ import annotations
 

@@ -1,20 +1,16 @@
-"""MNIST contextual bandit (SPEC 3.2), optionally with stale actors.
+"""MNIST contextual bandit, optionally with stale actors.
 
 Each update: B training images drawn uniformly with replacement, one action sampled per
-image from the acting policy, reward 1{action = label}. The learner never sees the label
-(except the CE oracle). How each method meets the bandit (SPEC 3.2):
-
-- "sample" (PG, DG): one action per image, advantage r - b with the label-free
-  baseline b = sum_a pi(a)^2 of the acting policy;
-- "action_group" (TPO, Group PG): the group is all actions; score vector
-  s = A(a) onehot(a), the sampled action marked by `Batch.sampled`;
-- "sample_group" (GRPO): the minibatch is the group: rewards standardised across it;
-- "label" (CE): the one-hot label over the actions.
+image from the acting policy, reward 1{action = label}; only CE sees the label.
+- "sample" (PG, DG): advantage r - b, label-free baseline b = sum_a pi(a)^2;
+- "action_group" (TPO, Group PG): the group is all actions, s = A(a) onehot(a), the
+  sampled action marked by `Batch.sampled`;
+- "sample_group" (GRPO): the minibatch is the group, rewards standardised across it;
+- "label" (CE): the one-hot label.
 
 Stale actors (task.delay = D, our own design): actions come from the policy of D updates
-ago; that acting policy supplies p_old, the baseline and the surprisal. The last D+1
-parameter vectors are kept as one flat ring buffer (D = 1000: 1001 x 42,310 floats,
-about 170 MB).
+ago, which supplies p_old, the baseline and the surprisal; the last D+1 parameter vectors
+are one flat ring buffer (D = 1000: about 170 MB).
 """
 from __future__ import annotations
 

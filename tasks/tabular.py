@@ -1,22 +1,17 @@
-"""Tabular bandits (SPEC 3.3): the logits are the parameters, no network.
+"""Tabular bandits: the logits are the parameters, no network. Each step is
+`logits += alpha g / ||g||` (optim=normalised_step), g minus the loss's gradient; the
+correct action is 0.
 
-Each step moves the logits by the normalised step `logits += alpha g / ||g||`
-(optim=normalised_step), g the method's ascent direction, i.e. minus the gradient of
-its loss. The correct action is 0. How each method meets the bandit:
+Single context (K = 100 actions, B = 100 samples, baseline 0.5): "sample" (PG, DG) B
+single samples with A = r - 0.5; "sample_group" (GRPO) the B samples standardised;
+"action_group" (TPO) one group over the K actions scored by the mean of A(a) onehot(a),
+so the step is along q - pi; "label" (CE). Error 1 - pi(correct) before the step;
+misalignment 1 - cos(g, pi_y (e_y - pi)).
 
-single context (K = 100 actions, B = 100 sampled actions, baseline 0.5):
-- "sample" (PG, DG): B single samples, A = r - 0.5;
-- "sample_group" (GRPO): the B samples are the group, rewards standardised over it;
-- "action_group" (TPO): one group over the K actions, scored by the mean of the B
-  per-sample score vectors A(a) onehot(a), so the step is along q - pi;
-- "label" (CE): the one-hot correct action.
-Error 1 - pi(correct) before the step; misalignment 1 - cos(g, pi_y (e_y - pi)).
-
-multi context (N = 100 contexts, K = 10 actions, logits N(0, 1), no sampling):
-exact population directions, every action weighted by its probability:
-PG p (e_y - pi), DG p sigmoid(-log p / eta) (e_y - pi), GRPO sqrt(p / (1-p)) (e_y - pi),
-TPO q - pi with u = standardise(onehot(y)), CE e_y - pi. Error after the step (averaged
-over contexts); misalignment to the CE direction over the whole table.
+Multi context (N = 100, K = 10, logits N(0, 1), no sampling): exact population
+directions, PG p (e_y - pi), DG p sigmoid(-log p / eta) (e_y - pi), GRPO
+sqrt(p / (1-p)) (e_y - pi), TPO q - pi with u = standardise(onehot(y)), CE e_y - pi.
+Error after the step, averaged over contexts; misalignment to CE over the whole table.
 """
 from __future__ import annotations
 

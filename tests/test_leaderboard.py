@@ -371,8 +371,8 @@ def test_the_preset_lists_every_method_on_every_cell(tmp_path):
 
 @pytest.mark.slow
 def test_the_preset_runs_end_to_end_small(tmp_path):
-    """Issue 21's smoke: the preset itself (three of its cells, two methods, one seed, two
-    episodes), collected and ranked by the leaderboard's own command."""
+    """The leaderboard preset's smoke run: the preset itself (three of its cells, two
+    methods, one seed, two episodes), collected and ranked by the leaderboard's own command."""
     import subprocess
     import sys
 

@@ -1,19 +1,15 @@
-"""Which rows of the results table belong to which paper result (SPEC 4 and 5).
+"""Which rows of the results table belong to which paper result.
 
 Each result has a name (the `conf/experiment/<name>.yaml` preset, recorded by runs in an
 `experiment` column) and filter blocks describing its runs. Selection:
 - rows the preset labelled with its name are always used;
-- so are rows matching one of its filter blocks, whatever their label: `experiment` is not
-  part of a run's identity, so a configuration two presets ask for is run once, under the
-  label of the preset that ran first, and the second one skips it as completed (the
-  ablations' TPO at H = 10 is terminal_h_sweep's run). This is also the whole selection
-  for a table without the `experiment` column;
-- a block marked `same_task` (a setting the paper does not pin down, e.g. the H of the DG
-  epoch study) admits other presets' rows only for tasks its own rows ran, unless it has
-  no own rows at all.
-Filters name columns by the short keys of ALIASES; a key whose column is absent, or
-NaN for a run (a knob another algorithm does not have), does not filter -- except the
-LATER_KNOBS, where absent or NaN means the default the run used.
+- so are rows matching one of its filter blocks, whatever their label (`experiment` is not
+  part of a run's identity, so a configuration two presets ask for runs once, under the
+  label of the first); this is the whole selection for a table without that column;
+- a block marked `same_task` admits other presets' rows only for tasks its own rows ran,
+  unless it has no own rows at all.
+Filters name columns by the short keys of ALIASES; a key whose column is absent, or NaN
+for a run, does not filter -- except the LATER_KNOBS, where it means the run's default.
 """
 from __future__ import annotations
 

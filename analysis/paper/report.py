@@ -2,21 +2,16 @@
 
     python analysis/paper/report.py [--results FILE] [--out FILE] [--figures DIR]
                                     [--runs ROOT] [--hardware TEXT] [--findings FILE] [--quiet]
-    python -m analysis.paper.report ...   (the same, e.g. from a non-editable install)
 
 Defaults: outputs/results.parquet -> outputs/REPRODUCTION.md and outputs/figures/; the
-committed reproduction/REPRODUCTION.md (its figures in reproduction/figures/) is
-regenerated only by naming it (reproduction/README.md). A missing or empty results
-table, or one no paper number is judged on, is refused (exit 2) before anything is
-written.
-
-For each paper result (experiments.py) it draws the figure (figures.py), and for each row
-of paper_numbers.csv computes our statistic from whatever runs exist (analysis/stats.py)
-and a verdict (verdicts.py, whose rules head the report). Sections without results say
-"not run yet". Seeds come from the table; hardware from each run's summary.json under
---runs (default: the results file's folder) and/or --hardware. The summary counts each
-paper number and claim once and each run once (summarise), and where the paper's
-per-seed values are known draws ours beside them (figures.SeedGroup).
+committed reproduction/REPRODUCTION.md is regenerated only by naming it. A missing or
+empty table, or one no paper number is judged on, is refused (exit 2) before writing.
+For each paper result (experiments.py) it draws the figure (figures.py) and, for each row
+of paper_numbers.csv, computes our statistic (analysis/stats.py) and a verdict
+(verdicts.py, whose rules head the report); sections without results say "not run yet".
+Hardware comes from each run's summary.json under --runs and/or --hardware. The summary
+counts each paper number and each run once; where the paper's per-seed values are known,
+ours are drawn beside them.
 """
 from __future__ import annotations
 
