@@ -78,6 +78,7 @@ def _same_state(a, b) -> bool:
     return True
 
 
+@pytest.mark.slow  # long in process
 @pytest.mark.parametrize("algo", ALGOS)
 def test_batched_seeds_equal_their_single_runs(algo):
     spec = build(compose(*SMALL, f"algo={algo}"))
@@ -90,6 +91,7 @@ def test_batched_seeds_equal_their_single_runs(algo):
     assert rows_single[-1][0]["loss"] != rows_single[-1][1]["loss"]
 
 
+@pytest.mark.slow  # long in process
 def test_batched_equals_single_at_the_paper_shape():
     """reverse_h10's B 100, K 8, H 10, V 2, one episode of TPO."""
     spec = build(compose("task=reverse_h10", "algo=tpo", "threads=1"))
@@ -98,6 +100,7 @@ def test_batched_equals_single_at_the_paper_shape():
     assert _same_state(single, stacked)
 
 
+@pytest.mark.slow  # long in process
 @pytest.mark.parametrize("mutation", ["swap_streams", "skip_a_step"])
 def test_a_mixed_up_seed_is_caught(mutation):
     """The comparison above can fail: swap two seeds' action streams in the batch, or let

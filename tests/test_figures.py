@@ -14,6 +14,7 @@ def table():
     return results_table()
 
 
+@pytest.mark.slow  # long in process
 @pytest.mark.parametrize("name", list(figures.FIGURES))
 def test_every_figure_renders(name, table, tmp_path):
     paths = figures.draw(name, table, tmp_path, dpi=60)
@@ -23,6 +24,7 @@ def test_every_figure_renders(name, table, tmp_path):
         assert p.stat().st_size > 5000
 
 
+@pytest.mark.slow  # long in process
 def test_layouts_scales_and_colours(table):
     axes = {}
     for name in ("vocab_sweep", "task_variants", "terminal_h_sweep", "hero", "diagnostics", "k_sweep"):
@@ -139,6 +141,7 @@ def test_plot_cli(table, tmp_path, capsys):
     assert not (out / "mnist.png").exists()
 
 
+@pytest.mark.slow  # long in process
 def test_redrawn_figures_are_byte_identical(table, tmp_path, monkeypatch):
     """A regenerated report must change only where the data did: no timestamps in files.
     (Two draws a day apart, as matplotlib's clock sees it.)"""
@@ -150,6 +153,7 @@ def test_redrawn_figures_are_byte_identical(table, tmp_path, monkeypatch):
         assert x.read_bytes() == y.read_bytes(), x.name
 
 
+@pytest.mark.slow  # long in process
 def test_per_seed_distributions_beside_the_papers(tmp_path):
     # 1.0 % sits on the threshold: a seed there has not solved the task
     ours, paper = (0.0, 1.0, 90.0), (0.0, 0.125, 0.5, 14.375, 76.75)
@@ -234,6 +238,7 @@ def test_task_figure_title_names_the_parameters_from_the_data():
     plot.plt.close(fig)
 
 
+@pytest.mark.slow  # long in process
 def test_paper_figure_titles_name_the_parameters_from_the_data(table, rendered):
     # a panel's filter does not pin MNIST's batch size: what the title says is the table's
     mnist = table.assign(**{"task.batch_size": np.where(table["task.impl"] == "mnist", 37, table["task.batch_size"])})
@@ -263,6 +268,7 @@ def test_the_seed_count_is_on_the_figure():
     plot.plt.close(fig)
 
 
+@pytest.mark.slow  # long in process
 def test_paper_figures_say_the_seed_count(table, rendered):
     assert "mean ± 1 SE over 3 seeds" in title_of(rendered("vocab_sweep"))
     assert "mean ± 1 SE over 3 seeds" in title_of(rendered("k_sweep"))  # final-value panels too
@@ -339,6 +345,7 @@ def check_legends(fig):
             assert not box.overlaps(ax.bbox), (leg, ax.get_title())
 
 
+@pytest.mark.slow  # long in process
 @pytest.mark.parametrize("name", ["vocab_sweep", "hero", "dg_epochs", "k_sweep", "diagnostics", "eta_sweep"])
 def test_paper_figure_legends_are_legible_and_off_the_curves(name, rendered):
     check_legends(rendered(name))

@@ -95,6 +95,7 @@ def test_ordering_verdicts():
         V.parse_claim("tpo is best")
 
 
+@pytest.mark.slow  # long in process
 def test_rows_no_rule_judges_keep_their_status_whatever_runs_exist(tmp_path):
     """A family in verdicts.UNJUDGED (the paper's LLM rows: weights and a GPU) is listed
     with its status and never judged. Here a number and a claim of the H sweep, whose runs
@@ -121,6 +122,7 @@ def test_rows_no_rule_judges_keep_their_status_whatever_runs_exist(tmp_path):
     assert f"2 {V.NEEDS_GPU}" in text  # named in the summary's sentence, not dropped
 
 
+@pytest.mark.slow  # long in process
 def test_the_papers_llm_rows_need_weights_and_a_gpu(tmp_path):
     """SPEC 7's seven LLM numbers and claims are listed with the status, none judged, even
     beside a run of the GSM8K experiment; adding them moves no other verdict."""
@@ -256,6 +258,7 @@ def test_measure_on_a_hand_table():
 
 # ---- the report CLI on a synthetic table ----
 
+@pytest.mark.slow  # long in process
 def test_report_cli(tmp_path):
     df = results_table()
     keep = df["experiment"].isin(["terminal_h_sweep", "tabular_single", "mnist_stale"])
@@ -298,6 +301,7 @@ def test_report_cli(tmp_path):
     assert int(hero["runs"]) > 0 and hero["runs counted here"] == "0"
 
 
+@pytest.mark.slow  # long in process
 def test_report_without_results(tmp_path, capsys):
     # nothing to report on is refused, not written as a report of "not run yet" sections
     out = tmp_path / "R.md"
@@ -389,6 +393,7 @@ def test_mnist_validation_split_runs_stay_apart_from_the_test_set_runs():
     assert set(select(pd.concat([df, stray]), "mnist")["config_hash"]) == set(mn["config_hash"])
 
 
+@pytest.mark.slow  # long in process
 def test_report_validation_split_table_and_findings(tmp_path):
     df = results_table()
     mn = df[df["experiment"] == "mnist"]
@@ -454,6 +459,7 @@ def shared_runs_report(tmp_path_factory):
     return df, text, tmp
 
 
+@pytest.mark.slow  # long in process
 def test_summary_counts_a_reprinted_number_once(shared_runs_report):
     _, text, _ = shared_runs_report
     s = summary_table(text)

@@ -146,6 +146,7 @@ def _sbatch_text(launcher: dict, folder: Path) -> str:
     return executor._executor._make_submission_file_text("python -u -m bench", "uid")
 
 
+@pytest.mark.slow  # needs srun on PATH (a SLURM client)
 def test_launcher_presets_make_the_intended_sbatch_jobs(tmp_path):
     cpu = _launcher_config("hydra/launcher=slurm_cpu", "output_root=/data/runs")
     assert cpu["_target_"].endswith("SlurmLauncher")

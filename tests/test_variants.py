@@ -167,6 +167,7 @@ def test_sequential_dead_states_score_zero_and_give_q_equal_p_old():
     assert torch.allclose(q[~alive], p_old[~alive], atol=1e-6)
 
 
+@pytest.mark.slow  # long in process
 def test_token_level_loss_runs_over_all_states():
     task, policy, ro = token_rollout(reward="bag_of_tokens")
     logp = task.logprobs(policy, ro.batch)

@@ -329,6 +329,7 @@ def test_zoo_knobs_are_checked():
                                "reinforce_pp_baseline"}
 
 
+@pytest.mark.slow  # long in process
 @pytest.mark.parametrize("name", NEW)
 def test_zoo_preset_trains_one_episode(name):
     spec = build(compose(f"algo={name}", "task=demo", "task.batch_size=4", "task.sequence_length=3"))
