@@ -69,3 +69,21 @@ def test_trial_value_final_and_auc_and_failures(tmp_path):
     assert curve_value(metrics, "auc", 1) == pytest.approx(0.5)
     failed = score([(0, RuntimeError("boom"))], "final", 1)
     assert failed.kind == "failed" and "seed 0: job raised RuntimeError: boom" in failed.reasons[0]
+
+
+def test_job_keys_and_result_carry_what_the_sweepers_read():
+    from bench.jobs import explicit_keys, job_result
+
+    assert explicit_keys(["+algo.k=4", "~task.x", "seed=1", "a=b=c"]) == {"algo.k", "task.x", "seed", "a"}
+    result = job_result([{"run_dir": "r0", "status": "failed", "error_kind": "diverged", "final": {}},
+                         {"run_dir": "r1", "status": "completed", "final": {"error": 0.25}}])
+    assert result["error"] == 0.25
+    assert result["runs"][0] == {"run_dir": "r0", "status": "failed", "reason": None, "error_kind": "diverged"}
+
+
+def test_tuned_beside_untuned_is_empty_without_tuned_runs():
+    from analysis.tuning.tuned import lines
+
+    assert lines(pd.DataFrame()) == []
+    assert lines(pd.DataFrame({"algo.name": ["tpo", "grpo"], "task.name": ["demo"] * 2,
+                               "task.episodes": [3, 3]})) == []
