@@ -112,6 +112,25 @@ def rank_sum_test(a, b, n_permutations: int = 20_000, seed: int = BOOT_SEED) -> 
     return float((1 + np.sum(np.abs(sums - null_mean) >= observed - 1e-9)) / (1 + n_permutations))
 
 
+@lru_cache(maxsize=8)
+def _relabellings(n: int, m: int, n_permutations: int, seed: int) -> np.ndarray:
+    """Which n of n + m pooled seeds each random relabelling calls the first sample's."""
+    rng = np.random.default_rng(seed)
+    return np.argsort(rng.random((n_permutations, n + m)), axis=1)[:, :n]
+
+
+def mean_difference_test(a, b, n_permutations: int = N_RESAMPLES, seed: int = BOOT_SEED) -> float:
+    """Two-sided permutation p-value of mean(a) - mean(b): how often relabelling the pooled
+    seeds moves the difference at least as far from 0 as observed. The null is that both
+    are draws from one seed distribution, whatever its shape (a bimodal one included)."""
+    a, b = np.asarray(a, dtype=float), np.asarray(b, dtype=float)
+    pooled = np.concatenate([a, b])
+    sums = pooled[_relabellings(len(a), len(b), n_permutations, seed)].sum(axis=1)
+    diffs = sums / len(a) - (pooled.sum() - sums) / len(b)
+    observed = abs(a.mean() - b.mean())
+    return float((1 + np.sum(np.abs(diffs) >= observed - 1e-9)) / (1 + n_permutations))
+
+
 @dataclass(frozen=True)
 class Final:
     """The seed mean of the last step every seed logged, its SE and bootstrap interval."""

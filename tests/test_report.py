@@ -222,6 +222,29 @@ def test_seed_tails_are_a_note_not_a_way_to_pass():
     assert report.seed_tails(other, solved, seeds) is None
 
 
+def test_bimodal_rows_are_judged_against_the_papers_seeds():
+    seeds, p = report.load_paper_seeds(), report.load_paper()
+    grpo = p[(p["replicate_group"] == "terminal-grpo-H10") & (p["match"] == "prompts")].iloc[0]
+    tpo = p[(p["replicate_group"] == "terminal-tpo-H10") & (p["match"] == "prompts")].iloc[0]
+    k = V.BIMODAL_MIN_SEEDS
+
+    def ours(per_seed):
+        lo, hi = report.stats.t_interval(per_seed, V.LEVEL)
+        return report.Ours(float(np.mean(per_seed)), 0.0, lo, hi, len(per_seed), per_seed=tuple(per_seed))
+
+    g, t = seeds["terminal-grpo-H10"], seeds["terminal-tpo-H10"]
+    # the paper's own first k GRPO seeds (mean 37.5: its t-interval is no pass) pass GRPO's
+    # row and differ from TPO's; TPO's first k pass TPO's and differ from GRPO's
+    assert report.number_verdict(grpo, ours(g[:k]), seeds) == V.REPRODUCED
+    assert report.number_verdict(tpo, ours(g[:k]), seeds) == V.DIFFERS
+    assert report.number_verdict(tpo, ours(t[:k]), seeds) == V.REPRODUCED
+    assert report.number_verdict(grpo, ours(t[:k]), seeds) == V.DIFFERS
+    assert report.number_verdict(grpo, ours(g[:k - 1]), seeds) == f"inconclusive ({k - 1} seeds)"
+    # a row whose paper seeds are unknown keeps the interval rule
+    other = p[p["replicate_group"] == "terminal-tpo-H7"].iloc[0]
+    assert report.bimodal_seeds(other, seeds) == ()
+
+
 def test_analytic_weights_match_the_paper():
     # the formula lives with its task; the report judges the paper's weights by it
     from tasks.tabular import analytic_weight

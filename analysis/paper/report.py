@@ -198,11 +198,22 @@ def seed_tails(row, ours: Ours, paper_seeds: dict) -> tuple | None:
     return stats.subset_mean_tails(values, ours.n_seeds, ours.value)
 
 
-def number_verdict(row, ours: Ours) -> str:
+def bimodal_seeds(row, paper_seeds: dict) -> tuple:
+    """The paper's per-seed final errors a row is judged against when its outcome is
+    bimodal (verdicts.is_bimodal), else (): the known seeds of its configuration."""
+    values = paper_seeds.get(row["replicate_group"], ())
+    ok = row["metric"] == "final_error_pct" and values and V.is_bimodal(values)
+    return tuple(values) if ok else ()
+
+
+def number_verdict(row, ours: Ours, paper_seeds: dict | None = None) -> str:
     paper = V.parse_paper(row["value"])
     if ours.source:  # computed from SPEC's formulas, not from runs
         return V.formula_verdict(paper, ours.value)
     n = ours.n_seeds
+    theirs = bimodal_seeds(row, paper_seeds or {})
+    if theirs and ours.per_seed:
+        return V.seeds_verdict(ours.per_seed, theirs)[0]
     if paper.kind == "bound":
         return V.bound_verdict(paper, ours.lo, ours.hi, n)
     margin = V.MARGINS[row["family"]]
@@ -264,8 +275,14 @@ def number_line(row, sel, paper_seeds: dict | None = None) -> dict:
         theirs = paper_seeds[row["replicate_group"]]
         notes.append(f"seeds below {stats.SOLVED_PCT:g} % error: ours {stats.n_below(ours.per_seed)}/"
                      f"{ours.n_seeds}, the paper's {stats.n_below(theirs)}/{len(theirs)} "
-                     f"(figure `{figures.SEEDS_FIGURE}`); rank-sum permutation p = "
-                     f"{stats.rank_sum_test(ours.per_seed, theirs):.2g} (a note, not a verdict)")
+                     f"(figure `{figures.SEEDS_FIGURE}`)")
+        if bimodal_seeds(row, paper_seeds):
+            mean = np.mean(theirs)
+            own = "" if V.parse_paper(row["value"]).value == round(mean, 1) else (
+                f", the known seeds of this configuration (another replicate, mean {mean:.1f})")
+            notes.append(f"bimodal row: judged against the paper's {len(theirs)} seeds{own} by a "
+                         f"two-sided permutation test of the seed means, p = "
+                         f"{V.seeds_verdict(ours.per_seed, theirs)[1]:.2g}")
     if row["seeds"] and 0 < ours.n_seeds < int(row["seeds"]) and not ours.source:
         ids = rows["seed"]
         notes.append(f"below the paper's {row['seeds']} seeds: ours are seeds "
@@ -278,7 +295,7 @@ def number_line(row, sel, paper_seeds: dict | None = None) -> dict:
     interval = "" if ours.source else f"[{_num(ours.lo)}, {_num(ours.hi)}]"
     return {**out, "ours": _num(ours.value) + se, "90 % interval": interval,
             "seeds": (f"{ours.n_seeds} (< {row['seeds']})" if hidden["_below"]
-                      else str(ours.n_seeds or "formula")), "verdict": number_verdict(row, ours),
+                      else str(ours.n_seeds or "formula")), "verdict": number_verdict(row, ours, paper_seeds),
             "notes": "; ".join(notes), **hidden}
 
 
