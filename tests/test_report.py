@@ -245,6 +245,17 @@ def test_bimodal_rows_are_judged_against_the_papers_seeds():
     assert report.bimodal_seeds(other, seeds) == ()
 
 
+def test_paired_comparisons_pair_by_seed_and_read_one_sided():
+    tpo = {0: 1.0, 1: 11.0, 2: 21.0, 3: 31.0, 4: 41.0, 9: 99.0}  # seed 9: no partner
+    grpo = {s: v + 1 for s, v in tpo.items() if s != 9}
+    c = report.paired_comparison(tpo, grpo)
+    assert c["n"] == 5 and c["p"] == pytest.approx(1 / 32)
+    assert report.paired_reading(c) == "TPO lower, p = 0.031 at 5 seeds"
+    worse = report.paired_comparison(grpo, tpo)
+    assert worse["p"] == 1.0 and report.paired_reading(worse).startswith("not significant at 5 seeds")
+    assert report.paired_comparison(tpo, {7: 0.0}) is None
+
+
 def test_analytic_weights_match_the_paper():
     # the formula lives with its task; the report judges the paper's weights by it
     from tasks.tabular import analytic_weight
