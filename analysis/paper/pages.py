@@ -24,6 +24,7 @@ import pandas as pd
 ROOT = Path(__file__).resolve().parents[2]
 REPORT = ROOT / "reproduction" / "REPRODUCTION.md"
 RUNS = ROOT / "reproduction" / "runs" / "terminal"
+TABLE = ROOT / "reproduction" / "results.parquet"
 BOARD = ROOT / "reproduction" / "leaderboard"
 PAGES = {"reproducing": ROOT / "docs" / "reproducing.md", "leaderboard": ROOT / "docs" / "leaderboard.md"}
 BLOCK = re.compile(r"(<!-- generated:(\w+) -->\n)(.*?)(<!-- /generated:\2 -->)", re.S)
@@ -93,16 +94,30 @@ def status_block(root: Path = RUNS) -> str:
     return "\n".join(lines)
 
 
-def cost_block(root: Path = RUNS) -> str:
-    by = {}
+def cost_block(root: Path = RUNS, table: Path = TABLE) -> str:
+    """Training wall time (the last logged wall_s) of each completed terminal-reward run:
+    the committed table's and those under root, apart (they ran under different loads)."""
+    from bench.migrate import rekey_table
+
+    by, here = {}, set()
     for s in summaries(root):
         wall = (s.get("final") or {}).get("wall_s")
         if s.get("status") == "completed" and wall:
-            by.setdefault((s["task"], s["algo"]), []).append(float(wall) / 3600)
-    rows = [{"task": t, "method": a, "runs": len(v), "min h": f"{min(v):.2f}",
-             "median h": f"{np.median(v):.2f}", "max h": f"{max(v):.2f}"}
-            for (t, a), v in sorted(by.items())]
-    return md(rows, ["task", "method", "runs", "min h", "median h", "max h"])
+            here.add((s["config_hash"], int(s["seed"])))
+            match = json.loads((root / s["task"] / s["algo"] / s["config_hash"] / f"seed={s['seed']}"
+                                / "config.json").read_text()).get("match", "")
+            by.setdefault((root.relative_to(ROOT).as_posix(), s["task"], s["algo"], match),
+                          []).append(wall / 3600)
+    d = pd.read_parquet(table)
+    d = rekey_table(d[d["task.name"].astype(str).str.startswith("reverse_h")])[0]
+    last = d.sort_values("step").groupby(["config_hash", "seed"]).tail(1)
+    last = last[[(h, int(s)) not in here for h, s in zip(last["config_hash"], last["seed"])]]
+    for (t, a, m), w in last.groupby(["task.name", "algo.name", "match"])["wall_s"]:
+        by[(table.relative_to(ROOT).as_posix(), t, a, m)] = list(w / 3600)
+    rows = [{"runs from": f"`{src}`", "task": t, "method": a, "match": m, "runs": len(v),
+             "min h": f"{min(v):.2f}", "median h": f"{np.median(v):.2f}", "max h": f"{max(v):.2f}"}
+            for (src, t, a, m), v in sorted(by.items())]
+    return md(rows, list(rows[0]))
 
 
 def power_block(seed_counts=POWER_SEEDS, n_draws: int = POWER_DRAWS) -> str:
