@@ -256,6 +256,19 @@ def test_paired_comparisons_pair_by_seed_and_read_one_sided():
     assert report.paired_comparison(tpo, {7: 0.0}) is None
 
 
+def test_provenance_marks_what_each_seed_was_recorded_under():
+    prov = {("h", 0): {"legacy": True, "commits": [], "kernels": "not recorded"},
+            ("h", 1): {"legacy": True, "commits": [], "kernels": "not recorded"},
+            ("h", 2): {"legacy": False, "commits": ["abc-dirty"], "kernels": "AVX2"},
+            ("h", 3): {"legacy": False, "commits": ["abc"], "kernels": "AVX2 + not recorded"},
+            ("g", 0): {"legacy": True, "commits": [], "kernels": "AVX512"}}
+    text = report.provenance_text(frozenset({("h", 0), ("h", 1), ("h", 2), ("h", 3)}), prov)
+    assert text == ("legacy hash: seeds 0–1; -dirty commit: seeds 2; commit not recorded: seeds 0–1; "
+                    "CPU kernels: AVX2 (seeds 2); AVX2 + not recorded (seeds 3); not recorded (seeds 0–1)")
+    assert report.provenance_text(frozenset({("h", 3)}), prov) == "CPU kernels: AVX2 + not recorded (seeds 3)"
+    assert report.seed_list([5, 0, 1, 2, 7, 8]) == "0–2, 5, 7–8"
+
+
 def test_analytic_weights_match_the_paper():
     # the formula lives with its task; the report judges the paper's weights by it
     from tasks.tabular import analytic_weight

@@ -84,9 +84,9 @@ def status_block(root: Path = RUNS) -> str:
     for s in runs:
         if s.get("status") == "completed":
             done.setdefault((s["task"], s["algo"], s["config_hash"]), []).append(int(s["seed"]))
-    from analysis.paper.report import _seed_list
+    from analysis.paper.report import seed_list
 
-    lines = [f"- `{t}` {a}: {len(v)} completed (seeds {_seed_list(v)})"
+    lines = [f"- `{t}` {a}: {len(v)} completed (seeds {seed_list(v)})"
              for (t, a, _), v in sorted(done.items())]
     lines += [f"- `{s['task']}` {s['algo']} seed {s['seed']}: {s.get('status')} after episode "
               f"{(s.get('final') or {}).get('step', '?')} (resumes from its last checkpoint)"

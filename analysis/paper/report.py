@@ -443,7 +443,7 @@ def run_provenance(df: pd.DataFrame, legacy_runs: set, roots: list[Path]) -> dic
     return out
 
 
-def _seed_list(seeds) -> str:
+def seed_list(seeds) -> str:
     """0, 1, 2, 5 -> '0–2, 5'."""
     seeds, parts = sorted(set(seeds)), []
     for s in seeds:
@@ -465,11 +465,11 @@ def provenance_text(runs: frozenset, prov: dict) -> str:
               "-dirty commit": [s for (_, s), i in info.items()
                                 if any(c.endswith("-dirty") for c in i["commits"])],
               "commit not recorded": [s for (_, s), i in info.items() if not i["commits"]]}
-    parts = [f"{k}: seeds {_seed_list(v)}" for k, v in groups.items() if v]
+    parts = [f"{k}: seeds {seed_list(v)}" for k, v in groups.items() if v]
     kernels: dict[str, list] = {}
     for (_, s), i in info.items():
         kernels.setdefault(i["kernels"], []).append(s)
-    parts.append("CPU kernels: " + "; ".join(f"{k} (seeds {_seed_list(v)})"
+    parts.append("CPU kernels: " + "; ".join(f"{k} (seeds {seed_list(v)})"
                                              for k, v in sorted(kernels.items())))
     return "; ".join(parts)
 
