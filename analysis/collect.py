@@ -328,11 +328,14 @@ def merge(existing: pd.DataFrame, new: pd.DataFrame) -> tuple[pd.DataFrame, list
     return merged, replaced
 
 
-def read_results(path, what: str = "nothing to work on", say=None) -> pd.DataFrame | int:
+def read_results(path, what: str = "nothing to work on", say=None,
+                 legacy_runs: set | None = None) -> pd.DataFrame | int:
     """The collected table, as plot and the paper report read it, or the exit status after
     a one-line error on stderr: 2 for nothing to work on (no file, no rows, not this
     table's columns), 1 for a file that cannot be read. what: the consequence of an empty
-    table, in the reader's words; say: told the row count before the (long) read."""
+    table, in the reader's words; say: told the row count before the (long) read;
+    legacy_runs: a set given here gets the (hash, seed) of each run the table holds under
+    a legacy hash (re-keyed as read), for provenance."""
     path = Path(path)
     make = "make it with `python analysis/collect.py` (or name another with --results)"
     if not path.is_file():
@@ -354,7 +357,11 @@ def read_results(path, what: str = "nothing to work on", say=None) -> pd.DataFra
         print(f"error: {path} lacks the collected table's columns {', '.join(missing)}; {make}",
               file=sys.stderr)
         return 2
+    raw = df[["config_hash", "seed"]] if legacy_runs is not None else None
     df, legacy = rekey_table(df)
+    if legacy and raw is not None:  # (current hash, seed) of each run recorded under a legacy one
+        old = raw[raw["config_hash"].isin(list(legacy))].drop_duplicates()
+        legacy_runs.update((legacy[h], int(s)) for h, s in old.itertuples(index=False))
     if legacy:
         print(f"note: {path}: {len(legacy)} config hash{'es' * (len(legacy) != 1)} from before the "
               f"hash left the preset names re-keyed as read (bench.migrate)", file=sys.stderr)

@@ -9,8 +9,8 @@ bootstrap intervals per method, the probability-of-improvement matrix and perfor
 profiles; and DIR/leaderboard.md (also printed): per method its IQM, P(improvement) over
 GRPO and over TPO, mean rank, runs and tasks, then each task's mean final error per method.
 A run's number is its final error (the mean `error` over its last LAST_FRAC of logged rows),
-normalised per task (`normalise`). Every method needs runs of every task and one
-configuration per task and method (never pooled).
+normalised per task (`normalise`); scores equal within RANK_TOL (relative) share a rank.
+Every method needs runs of every task and one configuration per task and method.
 """
 from __future__ import annotations
 
@@ -31,6 +31,7 @@ from contract import io
 
 IQM_CUT = 0.25  # trimmed from each end: the interquartile mean
 LAST_FRAC = 0.1
+RANK_TOL = 1e-9  # relative: mean scores this close share a rank (float rounding, not a ranking)
 N_RESAMPLES = 10_000
 BOOT_SEED = 0
 LEVEL = 0.95
@@ -186,10 +187,25 @@ def profile_ci(per_task, taus=TAUS, reps: int = N_RESAMPLES, seed: int = BOOT_SE
     return performance_profile(tasks, taus), lo, hi
 
 
-def task_ranks(means: pd.DataFrame) -> pd.DataFrame:
+def _tied(a: float, b: float, tol: float = RANK_TOL) -> bool:
+    return a == b or abs(a - b) <= tol * max(abs(a), abs(b))
+
+
+def task_ranks(means: pd.DataFrame, tol: float = RANK_TOL) -> pd.DataFrame:
     """Per task (row) the rank of each method (column) by its mean score: 1 for the
-    highest, tied methods sharing the mean of the ranks they span (1.5, 1.5, 3)."""
-    return means.rank(axis=1, ascending=False, method="average")
+    highest, tied methods sharing the mean of the ranks they span (1.5, 1.5, 3). Tied:
+    equal within tol, relative (neighbours in sorted order, chained): two methods that
+    compute one update reach one score up to float rounding, and rounding is no ranking."""
+    out = pd.DataFrame(np.nan, index=means.index, columns=means.columns)
+    for task, row in means.iterrows():
+        v = row.dropna().sort_values(ascending=False, kind="stable")
+        ranks, start = np.arange(1.0, len(v) + 1), 0
+        for i in range(1, len(v) + 1):
+            if i == len(v) or not _tied(v.iloc[i - 1], v.iloc[i], tol):
+                ranks[start:i] = ranks[start:i].mean()
+                start = i
+        out.loc[task, v.index] = ranks
+    return out
 
 
 # ---------------------------------------------------------------- from the collected table
@@ -470,7 +486,8 @@ def describe(board: Board) -> str:
             f"runs within each task, seed {s['seed']}). P(X > Y): the probability that a run of "
             f"X scores above a run of Y on the same task (ties count 1/2), averaged over tasks "
             f"(X's and Y's runs resampled independently). Mean rank: over tasks, of the "
-            f"method's rank by mean score (1 = best; ties share the mean rank).")
+            f"method's rank by mean score (1 = best; ties, equal within {RANK_TOL:g} relative, share "
+            f"the mean rank).")
 
 
 def markdown(board: Board) -> str:
@@ -496,8 +513,11 @@ def markdown(board: Board) -> str:
                       "sampled answer: token-level methods sample one trajectory per prompt "
                       "(and score K next-token candidates along it), so they count one."]
     methods = list(t.index)
+    pct = f"{board.settings.get('last_frac', LAST_FRAC) * 100:g} %"
     lines += ["", "Per task: the untrained error (mean over runs at step 0) and each method's mean "
-                  "final error, % ± SE over seeds (rank by mean score).", "",
+                  f"final error (a run's mean error over its last {pct} of logged steps), % ± SE "
+                  f"over seeds (rank by mean score; scores within {RANK_TOL:g}, relative, share a "
+                  "rank).", "",
               "| task | step 0 | " + " | ".join(methods) + " |", "|" + "---|" * (len(methods) + 2)]
     for task in board.task_error.index:
         cells = [f"{board.initial.loc[task] * 100:.2f}"]

@@ -112,6 +112,47 @@ def rank_sum_test(a, b, n_permutations: int = 20_000, seed: int = BOOT_SEED) -> 
     return float((1 + np.sum(np.abs(sums - null_mean) >= observed - 1e-9)) / (1 + n_permutations))
 
 
+@lru_cache(maxsize=8)
+def _relabellings(n: int, m: int, n_permutations: int, seed: int) -> np.ndarray:
+    """Which n of n + m pooled seeds each random relabelling calls the first sample's."""
+    rng = np.random.default_rng(seed)
+    return np.argsort(rng.random((n_permutations, n + m)), axis=1)[:, :n]
+
+
+def mean_difference_test(a, b, n_permutations: int = N_RESAMPLES, seed: int = BOOT_SEED) -> float:
+    """Two-sided permutation p-value of mean(a) - mean(b): how often relabelling the pooled
+    seeds moves the difference at least as far from 0 as observed. The null is that both
+    are draws from one seed distribution, whatever its shape (a bimodal one included)."""
+    a, b = np.asarray(a, dtype=float), np.asarray(b, dtype=float)
+    pooled = np.concatenate([a, b])
+    sums = pooled[_relabellings(len(a), len(b), n_permutations, seed)].sum(axis=1)
+    diffs = sums / len(a) - (pooled.sum() - sums) / len(b)
+    observed = abs(a.mean() - b.mean())
+    return float((1 + np.sum(np.abs(diffs) >= observed - 1e-9)) / (1 + n_permutations))
+
+
+EXACT_SIGN_FLIPS = 20  # up to 2^20 sign patterns enumerated; more pairs are sampled
+
+
+def paired_sign_flip_test(a, b, n_permutations: int = N_RESAMPLES, seed: int = BOOT_SEED) -> float:
+    """One-sided paired permutation p-value that a is lower than b, pair by pair (a[i] and
+    b[i] share seed i): under the null each pair's difference is as likely negative as
+    positive, so every sign pattern of the differences is equally likely; p is the share
+    of patterns whose mean difference is at most the observed one. Exact up to
+    EXACT_SIGN_FLIPS pairs, else n_permutations random patterns."""
+    d = np.asarray(a, dtype=float) - np.asarray(b, dtype=float)
+    n = len(d)
+    if n == 0:
+        raise ValueError("need at least one pair")
+    if n <= EXACT_SIGN_FLIPS:
+        sums = np.zeros(1)
+        for x in d:  # every sign pattern's sum, built pair by pair (2^n of them)
+            sums = np.concatenate([sums + x, sums - x])
+        return float(np.mean(sums <= d.sum() + 1e-9))
+    signs = 1 - 2 * np.random.default_rng(seed).integers(0, 2, (n_permutations, n))
+    return float((1 + np.sum(signs @ d <= d.sum() + 1e-9)) / (1 + n_permutations))
+
+
 @dataclass(frozen=True)
 class Final:
     """The seed mean of the last step every seed logged, its SE and bootstrap interval."""

@@ -46,7 +46,7 @@ def run(experiment, algo, task, seeds=SEEDS, steps=None, floor=0.0, **algo_kw):
             "absA_success": 1 + err if algo == "grpo" else np.nan,
             "absA_fail": 0.5 * err if algo == "grpo" else np.nan,
             "misalignment": err / (1 + 10 * SPEED.get(algo, 0.1)),
-            # a validation-split run also logs the (harder) test file's error
+            # a validation-split run also logs the test file's error
             "test_error": err + 0.01 if task.get("holdout") else np.nan,
             "config_hash": chash, "seed": seed, "experiment": experiment, **cfg}))
     return pd.concat(frames, ignore_index=True)

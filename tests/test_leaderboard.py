@@ -70,6 +70,16 @@ def test_ranks_share_the_mean_rank_on_ties():
     assert ranks.mean().tolist() == [2.25, 1.75, 2.0]
 
 
+
+def test_ranks_tie_scores_equal_up_to_rounding():
+    # b and c compute one update: equal up to float rounding (1e-10 apart); d is truly lower
+    x = 0.7
+    means = pd.DataFrame({"a": [0.9], "b": [x], "c": [x * (1 - 1e-10)], "d": [x * (1 - 1e-6)]})
+    assert lb.task_ranks(means).loc[0].tolist() == [1.0, 2.5, 2.5, 4.0]
+    # chained in sorted order, the tolerance is relative to the values compared
+    means = pd.DataFrame({"a": [1e-3], "b": [1e-3 + 1e-13], "c": [1e-3 + 1e-11]})
+    assert lb.task_ranks(means).loc[0].tolist() == [2.5, 2.5, 1.0]
+
 # ---------------------------------------------------------------- the stratified bootstrap
 
 

@@ -224,6 +224,53 @@ def test_seed_tails_are_a_note_not_a_way_to_pass():
     assert report.seed_tails(other, solved, seeds) is None
 
 
+def test_bimodal_rows_are_judged_against_the_papers_seeds():
+    seeds, p = report.load_paper_seeds(), report.load_paper()
+    grpo = p[(p["replicate_group"] == "terminal-grpo-H10") & (p["match"] == "prompts")].iloc[0]
+    tpo = p[(p["replicate_group"] == "terminal-tpo-H10") & (p["match"] == "prompts")].iloc[0]
+    k = V.BIMODAL_MIN_SEEDS
+
+    def ours(per_seed):
+        lo, hi = report.stats.t_interval(per_seed, V.LEVEL)
+        return report.Ours(float(np.mean(per_seed)), 0.0, lo, hi, len(per_seed), per_seed=tuple(per_seed))
+
+    g, t = seeds["terminal-grpo-H10"], seeds["terminal-tpo-H10"]
+    # the paper's own first k GRPO seeds (mean 37.5: its t-interval is no pass) pass GRPO's
+    # row and differ from TPO's; TPO's first k pass TPO's and differ from GRPO's
+    assert report.number_verdict(grpo, ours(g[:k]), seeds) == V.REPRODUCED
+    assert report.number_verdict(tpo, ours(g[:k]), seeds) == V.DIFFERS
+    assert report.number_verdict(tpo, ours(t[:k]), seeds) == V.REPRODUCED
+    assert report.number_verdict(grpo, ours(t[:k]), seeds) == V.DIFFERS
+    assert report.number_verdict(grpo, ours(g[:k - 1]), seeds) == f"inconclusive ({k - 1} seeds)"
+    # a row whose paper seeds are unknown keeps the interval rule
+    other = p[p["replicate_group"] == "terminal-tpo-H7"].iloc[0]
+    assert report.bimodal_seeds(other, seeds) == ()
+
+
+def test_paired_comparisons_pair_by_seed_and_read_one_sided():
+    tpo = {0: 1.0, 1: 11.0, 2: 21.0, 3: 31.0, 4: 41.0, 9: 99.0}  # seed 9: no partner
+    grpo = {s: v + 1 for s, v in tpo.items() if s != 9}
+    c = report.paired_comparison(tpo, grpo)
+    assert c["n"] == 5 and c["p"] == pytest.approx(1 / 32)
+    assert report.paired_reading(c) == "TPO lower, p = 0.031 at 5 seeds"
+    worse = report.paired_comparison(grpo, tpo)
+    assert worse["p"] == 1.0 and report.paired_reading(worse).startswith("not significant at 5 seeds")
+    assert report.paired_comparison(tpo, {7: 0.0}) is None
+
+
+def test_provenance_marks_what_each_seed_was_recorded_under():
+    prov = {("h", 0): {"legacy": True, "commits": [], "kernels": "not recorded"},
+            ("h", 1): {"legacy": True, "commits": [], "kernels": "not recorded"},
+            ("h", 2): {"legacy": False, "commits": ["abc-dirty"], "kernels": "AVX2"},
+            ("h", 3): {"legacy": False, "commits": ["abc"], "kernels": "AVX2 + not recorded"},
+            ("g", 0): {"legacy": True, "commits": [], "kernels": "AVX512"}}
+    text = report.provenance_text(frozenset({("h", 0), ("h", 1), ("h", 2), ("h", 3)}), prov)
+    assert text == ("legacy hash: seeds 0–1; -dirty commit: seeds 2; commit not recorded: seeds 0–1; "
+                    "CPU kernels: AVX2 (seeds 2); AVX2 + not recorded (seeds 3); not recorded (seeds 0–1)")
+    assert report.provenance_text(frozenset({("h", 3)}), prov) == "CPU kernels: AVX2 + not recorded (seeds 3)"
+    assert report.seed_list([5, 0, 1, 2, 7, 8]) == "0–2, 5, 7–8"
+
+
 def test_analytic_weights_match_the_paper():
     # the formula lives with its task; the report judges the paper's weights by it
     from tasks.tabular import analytic_weight

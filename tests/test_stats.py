@@ -211,6 +211,30 @@ def test_t_interval():
     assert stats.t_interval([0.4]) == (-math.inf, math.inf)
 
 
+def test_mean_difference_test():
+    # 5 vs 5 fully separated: 2 of the C(10, 5) = 252 relabellings are as extreme
+    assert stats.mean_difference_test([0] * 5, [100] * 5) == pytest.approx(2 / 252, abs=0.003)
+    assert stats.mean_difference_test([0, 100, 0, 100], [100, 0, 100, 0]) == 1.0
+    # two-sided: the same p whichever sample is first
+    a, b = [0, 0, 0, 100, 100], [0, 100, 100, 100, 100, 100]
+    assert stats.mean_difference_test(a, b) == pytest.approx(stats.mean_difference_test(b, a), abs=0.02)
+    assert 0.1 < stats.mean_difference_test(a, b) < 0.6
+
+
+def test_paired_sign_flip_test_is_one_sided_and_paired():
+    # five pairs all favouring a: 1 of the 2^5 sign patterns is as extreme
+    assert stats.paired_sign_flip_test([0] * 5, [1, 2, 3, 4, 5]) == pytest.approx(1 / 32)
+    assert stats.paired_sign_flip_test([1, 2, 3, 4, 5], [0] * 5) == 1.0  # the other side
+    # pairing: a constant shift of 1 inside pairs spread over 0..40 is significant paired,
+    # though the two samples overlap almost entirely
+    a = [0.0, 10.0, 20.0, 30.0, 40.0]
+    assert stats.paired_sign_flip_test(a, [x + 1 for x in a]) == pytest.approx(1 / 32)
+    assert stats.paired_sign_flip_test(a, [x + 1 for x in reversed(a)]) > 0.3
+    # past the exact limit: sampled patterns, the same answer to sampling error
+    n = stats.EXACT_SIGN_FLIPS + 2
+    assert stats.paired_sign_flip_test([0] * n, [1] * n) == pytest.approx(1 / 10_001)
+
+
 def test_rank_sum_test():
     # fully separated 5 vs 5: two-sided exact p = 2 / C(10, 5) = 2 / 252
     assert stats.rank_sum_test([0, 1, 2, 3, 4], [5, 6, 7, 8, 9]) == pytest.approx(2 / 252, abs=0.002)

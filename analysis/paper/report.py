@@ -91,7 +91,8 @@ class Ours:
     per_seed: tuple = ()  # final error: each seed's value
 
 
-HEADLINE = ("tpo", "grpo", "dg", "grpo_no_kl", "ppo")  # what reproduction/headline.sh runs
+HEADLINE = ("tpo", "grpo", "dg", "grpo_no_kl", "ppo")  # what reproduction/headline.sh runs,
+HEADLINE_ROWS = ("terminal_h_sweep", "ablations")  # for these experiments' rows
 SEEDS_TITLE = "Terminal reward, H = 10: per-seed final error, ours and the paper's"
 SEEDS_CAPTION = ("Per-seed final error, prompt-matched, where the paper's seeds are known "
                  "(`analysis/paper/paper_seeds.csv`: its artifact's 20 per method): the outcome is "
@@ -193,11 +194,22 @@ def seed_tails(row, ours: Ours, paper_seeds: dict) -> tuple | None:
     return stats.subset_mean_tails(values, ours.n_seeds, ours.value)
 
 
-def number_verdict(row, ours: Ours) -> str:
+def bimodal_seeds(row, paper_seeds: dict) -> tuple:
+    """The paper's per-seed final errors a row is judged against when its outcome is
+    bimodal (verdicts.is_bimodal), else (): the known seeds of its configuration."""
+    values = paper_seeds.get(row["replicate_group"], ())
+    ok = row["metric"] == "final_error_pct" and values and V.is_bimodal(values)
+    return tuple(values) if ok else ()
+
+
+def number_verdict(row, ours: Ours, paper_seeds: dict | None = None) -> str:
     paper = V.parse_paper(row["value"])
     if ours.source:  # computed from SPEC's formulas, not from runs
         return V.formula_verdict(paper, ours.value)
     n = ours.n_seeds
+    theirs = bimodal_seeds(row, paper_seeds or {})
+    if theirs and ours.per_seed:
+        return V.seeds_verdict(ours.per_seed, theirs)[0]
     if paper.kind == "bound":
         return V.bound_verdict(paper, ours.lo, ours.hi, n)
     margin = V.MARGINS[row["family"]]
@@ -216,8 +228,9 @@ def unjudged(row) -> str:
     return V.UNJUDGED.get(row["family"], "")
 
 
-def number_line(row, sel, paper_seeds: dict | None = None) -> dict:
-    """One table row. Keys starting with "_" are for the summary's counting, not shown."""
+def number_line(row, sel, paper_seeds: dict | None = None, provenance: dict | None = None) -> dict:
+    """One table row. Keys starting with "_" are for the summary's counting, not shown.
+    provenance (run_provenance): adds what the row's runs were recorded under."""
     formula = row["metric"] == "weight_p0.1"
     status = unjudged(row)
     rows = sel.iloc[:0] if formula or status or sel.empty else config_rows(sel, row, row["algo"])
@@ -233,9 +246,10 @@ def number_line(row, sel, paper_seeds: dict | None = None) -> dict:
                             else ())}
     out = {"citation": row["citation"], "setting": setting, "algorithm": row["algo"],
            "metric": row["metric"], "paper": paper}
+    prov = {} if provenance is None else {"provenance": provenance_text(hidden["_runs"], provenance)}
     if ours is None:
         return {**out, "ours": "", "90 % interval": "", "seeds": "", "verdict": status or V.NOT_RUN,
-                "notes": row["note"], **hidden}
+                "notes": row["note"], **prov, **hidden}
     notes = [row["note"]] if row["note"] else []
     if ours.hits is not None:
         notes.append(ours.hits.describe())
@@ -259,22 +273,28 @@ def number_line(row, sel, paper_seeds: dict | None = None) -> dict:
         theirs = paper_seeds[row["replicate_group"]]
         notes.append(f"seeds below {stats.SOLVED_PCT:g} % error: ours {stats.n_below(ours.per_seed)}/"
                      f"{ours.n_seeds}, the paper's {stats.n_below(theirs)}/{len(theirs)} "
-                     f"(figure `{figures.SEEDS_FIGURE}`); rank-sum permutation p = "
-                     f"{stats.rank_sum_test(ours.per_seed, theirs):.2g} (a note, not a verdict)")
+                     f"(figure `{figures.SEEDS_FIGURE}`)")
+        if bimodal_seeds(row, paper_seeds):
+            mean = np.mean(theirs)
+            own = "" if V.parse_paper(row["value"]).value == round(mean, 1) else (
+                f", the known seeds of this configuration (another replicate, mean {mean:.1f})")
+            notes.append(f"bimodal row: judged against the paper's {len(theirs)} seeds{own} by a "
+                         f"two-sided permutation test of the seed means, p = "
+                         f"{V.seeds_verdict(ours.per_seed, theirs)[1]:.2g}")
     if row["seeds"] and 0 < ours.n_seeds < int(row["seeds"]) and not ours.source:
         ids = rows["seed"]
         notes.append(f"below the paper's {row['seeds']} seeds: ours are seeds "
                      f"{', '.join(str(int(i)) for i in sorted(ids.unique()))}"
-                     + ("; the rest: `bash reproduction/headline.sh`" if row["H"] == "10"
-                        and row["reward"] == "terminal" and row["algo"] in HEADLINE else ""))
+                     + ("; the rest: `bash reproduction/headline.sh`" if row["experiment"] in HEADLINE_ROWS
+                        and row["algo"] in HEADLINE else ""))
     if row["episodes"] and ours.last_step is not None and ours.last_step < int(row["episodes"]) - 1:
         notes.append(f"our runs stop at step {ours.last_step} (the paper ran {row['episodes']})")
     se = f" ± {_num(ours.se, 2)}" if ours.se is not None and ours.value is not None and not ours.source else ""
     interval = "" if ours.source else f"[{_num(ours.lo)}, {_num(ours.hi)}]"
     return {**out, "ours": _num(ours.value) + se, "90 % interval": interval,
             "seeds": (f"{ours.n_seeds} (< {row['seeds']})" if hidden["_below"]
-                      else str(ours.n_seeds or "formula")), "verdict": number_verdict(row, ours),
-            "notes": "; ".join(notes), **hidden}
+                      else str(ours.n_seeds or "formula")), "verdict": number_verdict(row, ours, paper_seeds),
+            "notes": "; ".join(notes), **prov, **hidden}
 
 
 def _claim_once(sel, row, left, op, right, cond_extra=None):
@@ -332,6 +352,121 @@ def ordering_line(row, sel) -> dict:
         verdict = V.inconclusive(min(int(v.split("(")[1].split()[0]) for _, v in unsure))
     notes = row["note"] + (f" (needs {need})" if row["note"] else f"needs {need}")
     return {**out, "ours": text if results else "", "verdict": verdict, "notes": notes, **hidden}
+
+
+PAIRED_TEST = "exact paired sign-flip permutation test of the mean difference, one-sided"
+PAIRED_ALPHA = 0.05
+PAIRED_INTRO = (f"The claim \"TPO lowest\" as paired comparisons of our runs: at each H, TPO "
+                f"against each method on the seeds both ran (a seed fixes the initial weights "
+                f"and the prompts), by an {PAIRED_TEST} (H1: TPO's final error is lower); "
+                f"\"not significant\" at p ≥ {PAIRED_ALPHA:g}. A reading, not a verdict: the "
+                f"claim's verdict above compares seed means.")
+PAIRED_OTHERS = ("grpo", "grpo_no_kl", "ppo", "dg")
+
+
+def per_seed_final(rows: pd.DataFrame) -> dict[int, float]:
+    """seed -> final error (%) at the last step every seed of the configuration logged."""
+    wide = stats.seed_curves(rows) if not rows.empty else pd.DataFrame()
+    if wide.empty:
+        return {}
+    return {int(k): 100 * float(v) for k, v in wide.iloc[-1].items()}
+
+
+def paired_comparison(ours: dict[int, float], other: dict[int, float]) -> dict | None:
+    """TPO's final errors against another method's on the seeds both ran (a seed fixes the
+    initial weights and the prompts): n, both means, and the one-sided p that TPO's is
+    lower (stats.paired_sign_flip_test); None without a shared seed."""
+    seeds = sorted(set(ours) & set(other))
+    if not seeds:
+        return None
+    a, b = [ours[s] for s in seeds], [other[s] for s in seeds]
+    return {"n": len(seeds), "a": float(np.mean(a)), "b": float(np.mean(b)),
+            "p": stats.paired_sign_flip_test(a, b)}
+
+
+def paired_reading(c: dict) -> str:
+    if c["p"] < PAIRED_ALPHA:
+        return f"TPO lower, p = {c['p']:.2g} at {c['n']} seeds"
+    return f"not significant at {c['n']} seeds (p = {c['p']:.2g})"
+
+
+def paired_lines(row, sel: pd.DataFrame) -> list[dict]:
+    """An ordering claim "tpo < others" over H (the terminal table's), as paired tests of
+    our runs: at each H with runs, TPO against each other method on their shared seeds."""
+    if sel.empty or row["value"].split("<")[0].strip() != "tpo" or row["over"] != "H":
+        return []
+    out = []
+    for h in sorted(sel["task.sequence_length"].dropna().unique()):
+        quals = {"H": int(h)}
+        tpo = per_seed_final(config_rows(sel, row, "tpo", quals))
+        for algo in PAIRED_OTHERS:
+            c = paired_comparison(tpo, per_seed_final(config_rows(sel, row, algo, quals)))
+            if c is None:
+                continue
+            out.append({"comparison": f"tpo < {algo}", "match": row["match"], "H": str(int(h)),
+                        "paired seeds": str(c["n"]), "TPO final error %": _num(c["a"]),
+                        "other's %": _num(c["b"]), "p (one-sided)": f"{c['p']:.2g}",
+                        "reading": paired_reading(c)})
+    return out
+
+
+def run_provenance(df: pd.DataFrame, legacy_runs: set, roots: list[Path]) -> dict:
+    """(config hash, seed) -> what each run was recorded under: "legacy" (a hash with the
+    preset names, re-keyed), "commits" (git commits, [] unrecorded) and "kernels" (CPU
+    instruction sets of its attempts, "not recorded" where an attempt predates the field),
+    from the table and each run's summary.json under roots."""
+    df = df if "git_commits" in df.columns else df.assign(git_commits=None)  # older tables
+    runs = df[["task.name", "algo.name", "config_hash", "seed", "git_commits"]].drop_duplicates(
+        ["config_hash", "seed"])
+    out = {}
+    for t, a, h, s, commits in runs.itertuples(index=False):
+        summary = {}
+        for root in roots:
+            path = schema.run_dir(root, str(t), str(a), str(h), int(s)) / schema.SUMMARY
+            try:
+                summary = json.loads(path.read_text())
+                break
+            except (OSError, ValueError):
+                pass
+        listed = summary.get("git_commits") or (str(commits).split(";") if isinstance(commits, str) else [])
+        attempts = summary.get("attempts_log") or [{}]
+        kernels = sorted({x.get("cpu_kernels") or "not recorded" for x in attempts})
+        out[(str(h), int(s))] = {"legacy": (str(h), int(s)) in legacy_runs
+                                 or bool(summary.get("legacy_config_hash")),
+                                 "commits": [c for c in listed if c and c != "unknown"],
+                                 "kernels": " + ".join(kernels)}
+    return out
+
+
+def seed_list(seeds) -> str:
+    """0, 1, 2, 5 -> '0–2, 5'."""
+    seeds, parts = sorted(set(seeds)), []
+    for s in seeds:
+        if parts and s == parts[-1][1] + 1:
+            parts[-1][1] = s
+        else:
+            parts.append([s, s])
+    return ", ".join(str(a) if a == b else f"{a}–{b}" for a, b in parts)
+
+
+def provenance_text(runs: frozenset, prov: dict) -> str:
+    """A row's runs by what they were recorded under, so no pooling goes unmarked: seeds
+    under legacy hashes, under a -dirty commit, with no commit recorded, and per CPU
+    kernel set."""
+    info = {r: prov[r] for r in runs if r in prov}
+    if not info:
+        return ""
+    groups = {"legacy hash": [s for (_, s), i in info.items() if i["legacy"]],
+              "-dirty commit": [s for (_, s), i in info.items()
+                                if any(c.endswith("-dirty") for c in i["commits"])],
+              "commit not recorded": [s for (_, s), i in info.items() if not i["commits"]]}
+    parts = [f"{k}: seeds {seed_list(v)}" for k, v in groups.items() if v]
+    kernels: dict[str, list] = {}
+    for (_, s), i in info.items():
+        kernels.setdefault(i["kernels"], []).append(s)
+    parts.append("CPU kernels: " + "; ".join(f"{k} (seeds {seed_list(v)})"
+                                             for k, v in sorted(kernels.items())))
+    return "; ".join(parts)
 
 
 def hardware(sel: pd.DataFrame, runs_root: Path | None, given: str | None) -> str:
@@ -396,7 +531,7 @@ def margins_table() -> str:
 # `python analysis/paper/rule_log.py COMMIT` printed them on reproduction/results.parquet (each
 # commit's message lists the rows); reproduction/findings.md's rule-change log gives them all.
 RULE_CHANGES = (
-    "**Verdicts moved by the issue-18 rules** (commit 9afe318; `python analysis/paper/rule_log.py "
+    "**Verdicts moved by the interval rules** (commit 9afe318; `python analysis/paper/rule_log.py "
     "9afe318`, listed row by row in that commit's message): 76 of the 163 verdict rows of the "
     "report before it. 3 of them are the formula-check rows, relabelled, not moved; 4 are "
     "repeat rows (3 in `mnist_holdout`, the ablation's TPO 7.4 %), so 69 verdicts counted "
@@ -406,7 +541,11 @@ RULE_CHANGES = (
     "the replicate-spread and paper-seed-subset routes to *within noise* became notes; two "
     "claims fail as soon as the settings run contradict them. Earlier rule changes moved 6 "
     "rows, all toward a pass (e51599a: 4, d097d13: 2; 0ab6b9a and five selection changes: "
-    "none). Every move is in the findings' [rule-change log](#rule-change-log).")
+    "none). Every move is in the findings' [rule-change log](#rule-change-log). "
+    "**The bimodal rows' rule** (commit a076e36: the terminal-reward TPO and GRPO rows at "
+    "H = 10 judged by a permutation test against the paper's own seeds, from 9 seeds on) moved "
+    "no verdict: those rows had 8 seeds (`python analysis/paper/rule_log.py a076e36 --add-runs "
+    "reproduction/runs/terminal`).")
 
 
 def _seed_span(values) -> str:
@@ -534,7 +673,7 @@ def judged_anything(lines: list[dict]) -> bool:
 
 def build(df: pd.DataFrame, out: Path, fig_dir: Path, runs_root: Path | None = None,
           given_hw: str | None = None, source: str = "", paper: pd.DataFrame | None = None,
-          findings: str = "", progress=None) -> str:
+          findings: str = "", progress=None, provenance: dict | None = None) -> str:
     """The report's text; draws its figures into fig_dir. NothingToReport, before anything
     is drawn, when no row of df is judged against a paper number or claim."""
     progress = progress or (lambda what, every=0: None)
@@ -546,17 +685,19 @@ def build(df: pd.DataFrame, out: Path, fig_dir: Path, runs_root: Path | None = N
         progress(f"verdicts: section {i + 1} of {len(EXPERIMENTS)} ({name})", every=30)
         sel = experiments.select(df, name) if not df.empty else df
         rows = paper[paper["experiment"] == name]
-        numbers = [number_line(r, sel, paper_seeds) for _, r in rows[rows["kind"] == "number"].iterrows()]
+        numbers = [number_line(r, sel, paper_seeds, provenance)
+                   for _, r in rows[rows["kind"] == "number"].iterrows()]
         claims = [ordering_line(r, sel) for _, r in rows[rows["kind"] == "ordering"].iterrows()]
         mark_repeats(numbers + claims, name, first)
-        judged.append((name, exp, sel, numbers, claims))
-    if not any(judged_anything(numbers + claims) for *_, numbers, claims in judged):
+        paired = [l for _, r in rows[rows["kind"] == "ordering"].iterrows() for l in paired_lines(r, sel)]
+        judged.append((name, exp, sel, numbers, claims, paired))
+    if not any(judged_anything(numbers + claims) for *_, numbers, claims, _ in judged):
         raise NothingToReport("no row of the results table matches any paper number or claim "
                               "(analysis/paper/paper_numbers.csv)")
-    n_figures = sum(name in figures.FIGURES and not sel.empty for name, _, sel, _, _ in judged)
+    n_figures = sum(name in figures.FIGURES and not sel.empty for name, _, sel, *_ in judged)
     progress(f"drawing {n_figures} figure{'s' * (n_figures != 1)} into {fig_dir}")
     sections, parts, seed_groups = [], [], {}
-    for name, exp, sel, numbers, claims in judged:
+    for name, exp, sel, numbers, claims, paired in judged:
         text = [f"## {exp.title} (`{name}`)", ""]
         if sel.empty:
             text += [f"Not run yet: no results for this experiment ({experiments.how_to_run(name)}).", ""]
@@ -588,6 +729,8 @@ def build(df: pd.DataFrame, out: Path, fig_dir: Path, runs_root: Path | None = N
                 text += [f"(No figure: {e}.)", ""]
         if claims:
             text += ["Claims:", "", md_table(claims), ""]
+        if paired:
+            text += [PAIRED_INTRO, "", md_table(paired), ""]
         split = split_lines(sel) if not sel.empty else []
         if split:
             text += ["Final error of the same networks on the validation split and on the "
@@ -631,6 +774,9 @@ def main(argv=None) -> int:
                         help="also the completed runs under this output root, each replacing "
                              "its copy in the table if any (repeatable): new runs reach the "
                              "report without rewriting a committed table")
+    parser.add_argument("--docs", action="store_true",
+                        help="then rewrite docs/reproducing.md's generated blocks from the report "
+                             "written and the first --add-runs root (analysis/paper/pages.py)")
     parser.add_argument("--quiet", action="store_true", help="no progress lines on stderr")
     args = parser.parse_args(argv)
 
@@ -642,7 +788,8 @@ def main(argv=None) -> int:
         print(f"error: --findings {findings}: no such file", file=sys.stderr)
         return 2
     say = Progress(args.quiet)
-    df = collect.read_results(results, "nothing to report", say)
+    legacy_runs: set = set()
+    df = collect.read_results(results, "nothing to report", say, legacy_runs=legacy_runs)
     if isinstance(df, int):
         return df
     source = f"`{results}`"
@@ -654,19 +801,29 @@ def main(argv=None) -> int:
         replaced = []
         if not added.empty:
             df, replaced = collect.merge(df, added)
+            legacy_runs.difference_update((str(h), int(s)) for h, s in replaced)
             source += f" and the completed runs under `{root.as_posix()}`"
         n_added = 0 if added.empty else added.groupby(["config_hash", "seed"]).ngroups
         say(f"added {n_added} completed run(s) from {root} ({len(replaced)} replacing the "
             f"table's copy; {len(skipped)} not completed or skipped, left out)")
+    roots = [runs, *map(Path, args.add_runs)]
+    provenance = run_provenance(df, legacy_runs, [r for r in roots if r.is_dir()])
     try:
         text = build(df, out, fig_dir, runs, args.hardware, source,
-                     findings=findings.read_text() if findings.is_file() else "", progress=say)
+                     findings=findings.read_text() if findings.is_file() else "", progress=say,
+                     provenance=provenance)
     except NothingToReport as e:
         print(f"error: {results}: {e}; nothing written", file=sys.stderr)
         return 2
     io.write_text(out, text)
     say(f"wrote {out}")
     print(f"wrote {out}")
+    if args.docs:
+        from analysis.paper import pages
+
+        blocks = pages.reproducing_blocks(out, Path(args.add_runs[0]) if args.add_runs else pages.RUNS)
+        pages.write_page("reproducing", blocks)
+        print(f"wrote {pages.PAGES['reproducing']}")
     return 0
 
 

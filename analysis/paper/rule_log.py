@@ -1,7 +1,8 @@
 """Which verdicts a rule change moved: the report regenerated with the rules before and
 after a commit, on one results table, row by row.
 
-    python analysis/paper/rule_log.py COMMIT [COMMIT ...] [--results FILE] [--worktree]
+    python analysis/paper/rule_log.py COMMIT [COMMIT ...] [--results FILE] [--add-runs ROOT]
+                                      [--worktree]
     python -m analysis.paper.rule_log ...
 
 For each COMMIT it extracts what the report is computed from (TREE: `analysis/`, `conf/`,
@@ -89,15 +90,18 @@ else:  # a commit from before analysis/paper/
 def no_figure(*a, **k):
     raise figures.NoData("figures skipped")
 figures.draw = no_figure
-sys.exit(report.main(["--results", sys.argv[2], "--out", sys.argv[3], "--findings", sys.argv[4]]))
+extra = [a for root in sys.argv[5:] for a in ("--add-runs", root)]
+sys.exit(report.main(["--results", sys.argv[2], "--out", sys.argv[3], "--findings", sys.argv[4], *extra]))
 """
 
 
-def report_at(tree: Path, results: Path, out: Path) -> str:
-    """The report a tree holding TREE writes for results (no figures)."""
+def report_at(tree: Path, results: Path, out: Path, add_runs=()) -> str:
+    """The report a tree holding TREE writes for results and the runs under add_runs
+    (no figures)."""
     empty = out.with_suffix(".findings.md")
     empty.write_text("")
-    subprocess.run([sys.executable, "-c", _DRIVER, str(tree), str(results), str(out), str(empty)],
+    subprocess.run([sys.executable, "-c", _DRIVER, str(tree), str(results), str(out), str(empty),
+                    *map(str, add_runs)],
                    check=True, cwd=tree, stdout=subprocess.DEVNULL)
     return out.read_text()
 
@@ -117,6 +121,8 @@ def main(argv=None) -> int:
     parser.add_argument("commits", nargs="*", help="rule-changing commits")
     parser.add_argument("--results", default="reproduction/results.parquet")
     parser.add_argument("--worktree", action="store_true", help="HEAD against the working tree")
+    parser.add_argument("--add-runs", action="append", default=[], metavar="ROOT",
+                        help="also the completed runs under ROOT, as the report's --add-runs")
     args = parser.parse_args(argv)
     results = Path(args.results).resolve()
     tmp = Path(tempfile.mkdtemp(prefix="rule_log_"))
@@ -125,7 +131,8 @@ def main(argv=None) -> int:
         if args.worktree:
             pairs.append(("HEAD", None))
         for i, (old, new) in enumerate(pairs):
-            before = report_at(extract(old, tmp / f"{i}a"), results, tmp / f"{i}a.md")
+            add = [Path(r).resolve() for r in args.add_runs]
+            before = report_at(extract(old, tmp / f"{i}a"), results, tmp / f"{i}a.md", add)
             if new is None:
                 tree = tmp / f"{i}b"
                 tree.mkdir()
@@ -135,7 +142,7 @@ def main(argv=None) -> int:
                                         ignore=shutil.ignore_patterns("__pycache__"))
             else:
                 tree = extract(new, tmp / f"{i}b")
-            after = report_at(tree, results, tmp / f"{i}b.md")
+            after = report_at(tree, results, tmp / f"{i}b.md", add)
             found = moves(before, after)
             title = new or "working tree"
             print(f"### {title}: {len(found)} verdict(s) moved\n\n{moves_markdown(found)}\n", flush=True)

@@ -1,0 +1,223 @@
+"""The generated parts of docs/reproducing.md and docs/leaderboard.md, from committed data.
+
+    python -m analysis.paper.pages            # rewrite both pages' generated blocks
+    python -m analysis.paper.pages --check    # exit 1 if a block differs from its data
+
+A page keeps its prose; each block between `<!-- generated:NAME -->` and
+`<!-- /generated:NAME -->` is rewritten: from reproduction/REPRODUCTION.md (the report's
+verdicts, provenance and paired tests of the terminal-reward table), the runs' summary.json
+under reproduction/runs/terminal (status, wall time), the paper's per-seed values (the
+bimodal rule's power) and reproduction/leaderboard/ (the board, and paired readings of its
+runs). tests/test_pages.py regenerates them, so a number on a page cannot drift from data.
+"""
+from __future__ import annotations
+
+import argparse
+import json
+import re
+import sys
+from pathlib import Path
+
+import numpy as np
+import pandas as pd
+
+ROOT = Path(__file__).resolve().parents[2]
+REPORT = ROOT / "reproduction" / "REPRODUCTION.md"
+RUNS = ROOT / "reproduction" / "runs" / "terminal"
+TABLE = ROOT / "reproduction" / "results.parquet"
+BOARD = ROOT / "reproduction" / "leaderboard"
+PAGES = {"reproducing": ROOT / "docs" / "reproducing.md", "leaderboard": ROOT / "docs" / "leaderboard.md"}
+BLOCK = re.compile(r"(<!-- generated:(\w+) -->\n)(.*?)(<!-- /generated:\2 -->)", re.S)
+POWER_SEEDS = (5, 6, 7, 8, 9, 12, 20)
+POWER_DRAWS = 1000
+ALPHA = 0.05
+
+
+def _cells(line: str) -> list[str]:
+    return [c.strip() for c in re.split(r"(?<!\\)\|", line.strip())[1:-1]]
+
+
+def section_tables(markdown: str, section: str) -> list[list[dict]]:
+    """The markdown tables of one report section (`## ... (`section`)`), as row dicts."""
+    body = markdown.split(f"(`{section}`)", 1)[1].split("\n## ", 1)[0]
+    tables, rows, header = [], [], None
+    for line in body.splitlines() + [""]:
+        if line.startswith("|"):
+            cells = _cells(line)
+            if header is None:
+                header = cells
+            elif not set(line) <= set("|-: "):
+                rows.append(dict(zip(header, cells)))
+        elif header is not None:
+            tables.append(rows)
+            rows, header = [], None
+    return tables
+
+
+def md(rows: list[dict], cols: list[str]) -> str:
+    out = ["| " + " | ".join(cols) + " |", "|" + "---|" * len(cols)]
+    return "\n".join(out + ["| " + " | ".join(str(r[c]) for c in cols) + " |" for r in rows])
+
+
+def verdict_block(report: str) -> str:
+    numbers = section_tables(report, "terminal_h_sweep")[0]
+    rows = [{"H": re.search(r"H=(\d+)", r["setting"]).group(1),
+             "match": re.search(r"match=(\w+)", r["setting"]).group(1), **r} for r in numbers]
+    return md(rows, ["H", "match", "algorithm", "paper", "ours", "seeds", "verdict", "provenance"])
+
+
+def paired_block(report: str) -> str:
+    tables = [t for t in section_tables(report, "terminal_h_sweep") if t and "reading" in t[0]]
+    if not tables:
+        return "No paired comparison yet: no H has runs of TPO and another method on one seed."
+    cols = list(tables[0][0])
+    return md(tables[0], cols)
+
+
+def summaries(root: Path = RUNS) -> list[dict]:
+    return [json.loads(p.read_text()) for p in sorted(root.glob("*/*/*/seed=*/summary.json"))]
+
+
+def status_block(root: Path = RUNS) -> str:
+    runs = summaries(root)
+    done = {}
+    for s in runs:
+        if s.get("status") == "completed":
+            done.setdefault((s["task"], s["algo"], s["config_hash"]), []).append(int(s["seed"]))
+    from analysis.paper.report import seed_list
+
+    lines = [f"- `{t}` {a}: {len(v)} completed (seeds {seed_list(v)})"
+             for (t, a, _), v in sorted(done.items())]
+    lines += [f"- `{s['task']}` {s['algo']} seed {s['seed']}: {s.get('status')} after episode "
+              f"{(s.get('final') or {}).get('step', '?')} (resumes from its last checkpoint)"
+              for s in runs if s.get("status") != "completed"]
+    return "\n".join(lines)
+
+
+def cost_block(root: Path = RUNS, table: Path = TABLE) -> str:
+    """Training wall time (the last logged wall_s) of each completed terminal-reward run:
+    the committed table's and those under root, apart (they ran under different loads)."""
+    from bench.migrate import rekey_table
+
+    by, here = {}, set()
+    for s in summaries(root):
+        wall = (s.get("final") or {}).get("wall_s")
+        if s.get("status") == "completed" and wall:
+            here.add((s["config_hash"], int(s["seed"])))
+            match = json.loads((root / s["task"] / s["algo"] / s["config_hash"] / f"seed={s['seed']}"
+                                / "config.json").read_text()).get("match", "")
+            by.setdefault((root.relative_to(ROOT).as_posix(), s["task"], s["algo"], match),
+                          []).append(wall / 3600)
+    d = pd.read_parquet(table)
+    d = rekey_table(d[d["task.name"].astype(str).str.startswith("reverse_h")])[0]
+    last = d.sort_values("step").groupby(["config_hash", "seed"]).tail(1)
+    last = last[[(h, int(s)) not in here for h, s in zip(last["config_hash"], last["seed"])]]
+    for (t, a, m), w in last.groupby(["task.name", "algo.name", "match"])["wall_s"]:
+        by[(table.relative_to(ROOT).as_posix(), t, a, m)] = list(w / 3600)
+    rows = [{"runs from": f"`{src}`", "task": t, "method": a, "match": m, "runs": len(v),
+             "min h": f"{min(v):.2f}", "median h": f"{np.median(v):.2f}", "max h": f"{max(v):.2f}"}
+            for (src, t, a, m), v in sorted(by.items())]
+    return md(rows, list(rows[0]))
+
+
+def power_block(seed_counts=POWER_SEEDS, n_draws: int = POWER_DRAWS) -> str:
+    """The bimodal rule's pass rates on redraws (with replacement) of the paper's seeds."""
+    from analysis.paper import report
+    from analysis.paper import verdicts as V
+
+    seeds = report.load_paper_seeds()
+    tpo, grpo = np.asarray(seeds["terminal-tpo-H10"]), np.asarray(seeds["terminal-grpo-H10"])
+
+    def passes(values, k, reference):
+        rng = np.random.default_rng(0)
+        got = [V.seeds_verdict(values[rng.integers(0, len(values), k)], reference)[1]
+               for _ in range(n_draws)]
+        return f"{np.mean(np.asarray(got) >= V.PASS_P):.1%}"
+
+    rows = [{"seeds": k, "TPO on TPO's row": passes(tpo, k, tpo),
+             "GRPO on GRPO's row": passes(grpo, k, grpo), "GRPO on TPO's row": passes(grpo, k, tpo),
+             "TPO on GRPO's row": passes(tpo, k, grpo)} for k in seed_counts]
+    return md(rows, list(rows[0]))
+
+
+def board_block(board: Path = BOARD) -> str:
+    return (board / "leaderboard.md").read_text().strip()
+
+
+def readings_block(board: Path = BOARD) -> str:
+    """Per task: the lowest final error against the runner-up, and TPO against GRPO, as
+    one-sided paired sign-flip tests over the seeds (a seed fixes weights and prompts)."""
+    from analysis import stats
+    from analysis.collect import read_results
+    from analysis.leaderboard import METHOD, TASK, scores_from_table
+
+    df = read_results(board / "results.parquet", "nothing to read")
+    runs = scores_from_table(df)[0]  # what the board ranks: one config per task and method
+    lines = []
+    for task, g in runs.groupby(TASK, sort=True):
+        wide = g.pivot_table(index="seed", columns=METHOD, values="final_error") * 100
+        means = wide.mean().sort_values()
+        pairs = [(means.index[0], means.index[1], "lowest mean, against the next")]
+        if {"tpo", "grpo"} <= set(wide.columns):
+            pairs.append(("tpo", "grpo", "TPO against GRPO"))
+        for a, b, what in pairs:
+            both = wide[[a, b]].dropna()
+            p = stats.paired_sign_flip_test(both[a], both[b])
+            n = len(both)
+            verdict = (f"{a} lower, p = {p:.2g}" if p < ALPHA
+                       else f"not significant at {n} seeds (p = {p:.2g})")
+            lines.append(f"- `{task}`, {what}: {a} {means[a]:.2f} % vs {b} {means[b]:.2f} % "
+                         f"({n} paired seeds): {verdict}")
+    return "\n".join(lines)
+
+
+def reproducing_blocks(report: Path = REPORT, runs: Path = RUNS) -> dict:
+    return {"verdicts": lambda: verdict_block(report.read_text()),
+            "paired": lambda: paired_block(report.read_text()),
+            "status": lambda: status_block(runs), "cost": lambda: cost_block(runs),
+            "power": power_block}
+
+
+BLOCKS = {"reproducing": reproducing_blocks(), "leaderboard": {"board": board_block,
+                                                               "readings": readings_block}}
+
+
+def write_page(name: str, blocks: dict | None = None, check: bool = False) -> bool:
+    """Rewrite (or with check, only compare) one page's generated blocks; True if stale."""
+    path = PAGES[name]
+    text = path.read_text()
+    new = fill(text, blocks or BLOCKS[name])
+    if new != text and not check:
+        path.write_text(new)
+    return new != text
+
+
+def fill(text: str, blocks: dict, only=None) -> str:
+    """text with each generated block (of only, if given) rewritten; a block the page
+    names but blocks lacks is an error."""
+    def sub(m):
+        name = m.group(2)
+        if only is not None and name not in only:
+            return m.group(0)
+        if name not in blocks:
+            raise KeyError(f"no generator for block {name!r}; valid: {', '.join(blocks)}")
+        return f"{m.group(1)}{blocks[name]().rstrip()}\n{m.group(4)}"
+    return BLOCK.sub(sub, text)
+
+
+def main(argv=None) -> int:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--check", action="store_true", help="compare, write nothing")
+    parser.add_argument("--page", choices=sorted(PAGES), action="append", help="default: both")
+    args = parser.parse_args(argv)
+    stale = [str(PAGES[n]) for n in args.page or sorted(PAGES) if write_page(n, check=args.check)]
+    if args.check and stale:
+        print(f"error: generated blocks out of date in {', '.join(stale)}: run "
+              f"`python -m analysis.paper.pages`", file=sys.stderr)
+        return 1
+    print(f"wrote {', '.join(stale)}" if stale else "generated blocks up to date")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
