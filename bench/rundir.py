@@ -23,8 +23,8 @@ from typing import Any
 import pandas as pd
 
 from bench import checkpoint
-from contract import io
-from contract.schema import CONFIG, FAILED, HEARTBEAT_S, IO_ERROR, LOCK, METRICS, RUNNING, SUMMARY
+from contract import io, schema
+from contract.schema import CHECKPOINT, CONFIG, FAILED, HEARTBEAT_S, IO_ERROR, LOCK, METRICS, RUNNING, SUMMARY
 
 BUSY = (errno.EACCES, errno.EAGAIN)  # what lockf raises when another process holds it
 
@@ -59,14 +59,22 @@ class RunDir:
         return self.path / SUMMARY
 
     def previous(self) -> dict[str, Any]:
-        """The last summary.json ({} if none); io.DamagedFile if it cannot be read."""
+        """The last summary.json ({} if none); io.DamagedFile if it cannot be read,
+        io.LinkRefused where a link stands in the run's path."""
+        self.check_links()
         return io.read_json_object(self.summary_path) if self.summary_path.exists() else {}
 
     def acquire(self) -> dict[str, Any] | None:
         """Take the lock: None when this process holds it (or the filesystem has no locks),
         else what the holder wrote about itself."""
+        self.check_links()
         self.path.mkdir(parents=True, exist_ok=True)
-        fd = os.open(self.path / LOCK, os.O_RDWR | os.O_CREAT, 0o666)
+        try:
+            fd = os.open(self.path / LOCK, os.O_RDWR | os.O_CREAT | os.O_NOFOLLOW, 0o666)
+        except OSError as e:
+            if e.errno == errno.ELOOP:  # made a link since check_links looked
+                io.refuse_link(self.path / LOCK)
+            raise
         try:
             fcntl.lockf(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
         except OSError as e:
@@ -86,6 +94,14 @@ class RunDir:
         os.ftruncate(fd, 0)
         os.pwrite(fd, json.dumps(whoami()).encode(), 0)
         return None
+
+    def check_links(self) -> None:
+        """io.LinkRefused for a symbolic link where the harness would follow one: the run's
+        folder and, for a run directory, the three above it up to output_root (task, algo,
+        config hash; output_root itself is the user's to choose), or any file of the run."""
+        folders = [self.path, *self.path.parents[:3]] if schema.parse_run_dir(self.path) else [self.path]
+        for p in [*reversed(folders), *(self.path / n for n in (LOCK, SUMMARY, CONFIG, METRICS, CHECKPOINT))]:
+            io.refuse_link(p)
 
     def release(self) -> None:
         """Closing the descriptor drops the lock; `.lock` itself stays (removing it would

@@ -288,7 +288,31 @@ def run(spec: RunSpec) -> dict[str, Any]:
 
 def _claim(spec: RunSpec, rd: rundir.RunDir) -> tuple[dict, dict | None]:
     """(the previous summary, None) with the lock taken, or (_, the answer) for a run this
-    process must not train: completed, held by another process, or unreadable."""
+    process must not train: completed, held by another process, unreadable, a symbolic
+    link in its path, or a folder this user cannot write (nothing is written then)."""
+    try:
+        return _claim_lock(spec, rd)
+    except io.LinkRefused as e:
+        rd.release()
+        return {}, _not_run(spec, schema.REFUSED, e.strerror)
+    except OSError as e:  # another user's folder, a read-only mount: said, not a traceback
+        rd.release()
+        where = e.filename or spec.run_dir
+        answer = _not_run(spec, schema.FAILED, f"cannot write {where}: {e.strerror}; the run "
+                          f"needs a folder this user ({_user()}) can write (check its owner "
+                          f"and mode, or choose another output_root)")
+        return {}, {**answer, "error_kind": schema.IO_ERROR}
+
+
+def _user() -> str:
+    try:
+        import pwd
+        return pwd.getpwuid(os.geteuid()).pw_name
+    except (ImportError, KeyError):
+        return str(os.geteuid())
+
+
+def _claim_lock(spec: RunSpec, rd: rundir.RunDir) -> tuple[dict, dict | None]:
     for locked in (False, True):  # again under the lock: another may just have finished
         try:
             prev = rd.previous()

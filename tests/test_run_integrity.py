@@ -1,0 +1,98 @@
+"""A hostile or unlucky output tree, a bad value, a damaged record: what the runner does
+with each (one clear line, a truthful record, nothing outside the run touched)."""
+import errno
+import io as pyio
+import json
+import os
+import pathlib
+from pathlib import Path
+
+import pytest
+
+from conftest import TINY, compose
+
+
+def spec_for(root: Path, *args: str):
+    from bench.build import build
+    return build(compose(*TINY, f"output_root={root}", *args))
+
+
+def run_it(spec):
+    from bench.runner import run
+    return run(spec)
+
+
+# ------------------------------------------------------------------ links under output_root
+
+def test_a_symlinked_lock_is_refused_and_its_target_untouched(tmp_path):
+    spec = spec_for(tmp_path / "out")
+    victim = tmp_path / "precious.txt"
+    victim.write_text("keep me")
+    spec.run_dir.mkdir(parents=True)
+    (spec.run_dir / ".lock").symlink_to(victim)
+    answer = run_it(spec)
+    assert answer["status"] == "refused"
+    assert ".lock is a symbolic link" in answer["reason"] and str(victim) in answer["reason"]
+    assert "\n" not in answer["reason"]
+    assert victim.read_text() == "keep me"
+    assert not (spec.run_dir / "summary.json").exists()
+
+
+@pytest.mark.parametrize("what", ["summary.json", "checkpoint.pt", "config_dir", "task_dir"])
+def test_a_link_in_a_runs_path_is_refused(tmp_path, what):
+    spec = spec_for(tmp_path / "out")
+    elsewhere = tmp_path / "elsewhere"
+    elsewhere.mkdir()
+    if what.endswith("_dir"):
+        level = spec.run_dir.parent if what == "config_dir" else spec.run_dir.parents[2]
+        level.parent.mkdir(parents=True)
+        level.symlink_to(elsewhere, target_is_directory=True)
+        link = level
+    else:
+        spec.run_dir.mkdir(parents=True)
+        (elsewhere / what).write_text(json.dumps({"status": "completed"}))
+        link = spec.run_dir / what
+        link.symlink_to(elsewhere / what)
+    answer = run_it(spec)
+    assert answer["status"] == "refused" and f"{link} is a symbolic link" in answer["reason"]
+    assert sorted(p.name for p in elsewhere.iterdir()) == ([] if what.endswith("_dir") else [what])
+
+
+def test_the_atomic_writer_refuses_to_replace_a_link(tmp_path):
+    from contract import io
+    target = tmp_path / "target.json"
+    target.write_text("{}")
+    (tmp_path / "summary.json").symlink_to(target)
+    with pytest.raises(io.LinkRefused, match="summary.json is a symbolic link"):
+        io.write_json(tmp_path / "summary.json", {"status": "completed"})
+    assert target.read_text() == "{}" and (tmp_path / "summary.json").is_symlink()
+    assert not list(tmp_path.glob(".*.tmp"))
+
+
+# ------------------------------------------------------------------ folders of another user
+
+def test_an_unwritable_run_folder_is_one_line_and_a_failure(tmp_path, monkeypatch):
+    spec = spec_for(tmp_path / "out")
+    real_mkdir = pathlib.Path.mkdir
+
+    def mkdir(self, *a, **k):
+        if str(self).startswith(str(spec.run_dir.parent)):
+            raise PermissionError(errno.EACCES, "Permission denied", str(self))
+        return real_mkdir(self, *a, **k)
+
+    monkeypatch.setattr(pathlib.Path, "mkdir", mkdir)
+    answer = run_it(spec)
+    assert answer["status"] == "failed" and answer["error_kind"] == "io"
+    assert "Permission denied" in answer["reason"] and str(spec.run_dir) in answer["reason"]
+    assert "\n" not in answer["reason"]
+
+
+def test_a_run_that_failed_before_writing_counts_as_failed_not_waiting(tmp_path):
+    from hydra_plugins.bench_sweeper._progress import SweepProgress
+    dirs = [tmp_path / "a" / "seed=0", tmp_path / "b" / "seed=0"]
+    out = pyio.StringIO()
+    with SweepProgress(dirs, every_s=3600, force=False, stream=out) as progress:
+        pass
+    progress.finish({}, failed=[str(dirs[0])])
+    last = out.getvalue().strip().splitlines()[-1]
+    assert "1 failed" in last and "1 waiting" in last, last
