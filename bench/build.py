@@ -222,6 +222,9 @@ def build(cfg: dict[str, Any], explicit: frozenset[str] = frozenset(), here: boo
     except ValueError as e:
         raise ConfigError(str(e)) from None
     seed = _count(cfg, "seed", 0)
+    if seed > schema.MAX_SEED:
+        raise ConfigError(f"seed must be an integer from 0 to {schema.MAX_SEED} (2**63 - 1: "
+                          f"metrics.parquet stores it as a 64-bit integer), got {seed}")
     threads = _count(cfg, "threads", 0, hint=" (0: as many as this process was allotted)")
     _check_device(cfg.get("device", "cpu"), here)
     checkpoint_every = _count(cfg, "checkpoint_every", 250, least=1)

@@ -24,7 +24,7 @@ import pandas as pd
 
 from bench import checkpoint
 from contract import io, schema
-from contract.schema import CHECKPOINT, CONFIG, FAILED, HEARTBEAT_S, IO_ERROR, LOCK, METRICS, RUNNING, SUMMARY
+from contract.schema import CHECKPOINT, CONFIG, ERROR, FAILED, HEARTBEAT_S, IO_ERROR, LOCK, METRICS, RUNNING, SUMMARY
 
 BUSY = (errno.EACCES, errno.EAGAIN)  # what lockf raises when another process holds it
 
@@ -144,25 +144,28 @@ class RunDir:
         checkpoint.save(self.path, state, pause_s=self.pause_s)
         self.heartbeat(checkpoint_step=step)
 
-    def finish(self, df: pd.DataFrame, *, status: str, reason: str | None = None,
+    def finish(self, df: pd.DataFrame | None, *, status: str, reason: str | None = None,
                error_kind: str | None = None, rows: list[dict] = (), **extra: Any) -> dict[str, Any]:
         """metrics.parquet, then summary.json (last: it is what says `completed`): the
         provenance, the verdict, the last row's numbers, and `extra` (what the run really
-        used). An OS error (a full disk, a read-only filesystem) turns the record into
-        `failed` with that error where the disk still takes the small summary; where it
-        takes nothing, it is said on stderr (summary.json then still says `running`, its
-        heartbeat going stale)."""
+        used). Whatever stops the table (a full disk: error_kind io; a value parquet
+        cannot store: error) turns the record into `failed` with that error, where the
+        disk still takes the small summary; where it takes nothing, it is said on stderr
+        (summary.json then still says `running`, its heartbeat going stale). `df` None:
+        the table could not be built (the record says why)."""
         summary = {**self.provenance, "status": status, "reason": reason, "error_kind": error_kind,
                    "final": {k: v for k, v in (rows[-1] if rows else {}).items() if isinstance(v, (int, float))},
                    "rows": len(rows), "finished_at": time.time(),
                    "duration_s": time.time() - self.provenance.get("started_at", time.time()), **extra}
         try:
-            io.write_parquet(self.path / METRICS, df)
-        except OSError as e:
-            reason = f"OSError writing {METRICS}: {e}"
+            if df is not None:
+                io.write_parquet(self.path / METRICS, df)
+        except Exception as e:
+            reason = f"{type(e).__name__} writing {METRICS}: {e}"
             if summary.get("reason"):
                 reason = f"{summary['reason']}; then {reason}"
-            summary = {**summary, "status": FAILED, "error_kind": IO_ERROR, "reason": reason}
+            summary = {**summary, "status": FAILED, "reason": reason,
+                       "error_kind": IO_ERROR if isinstance(e, OSError) else ERROR}
         try:
             self.write_summary(summary)
         except OSError as e:

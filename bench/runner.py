@@ -418,8 +418,12 @@ def _open(spec: RunSpec, rd: rundir.RunDir, prev: dict, batched: bool = False) -
 
 def _close(seat: Seat, status: str, reason: str | None, kind: str | None) -> dict[str, Any]:
     """The attempt's end on disk: metrics and the verdict; a completed run's checkpoint goes."""
-    summary = seat.rd.finish(_metrics_frame(seat.spec, seat.rows, seat.effective, status),
-                             status=status, reason=reason, error_kind=kind, rows=seat.rows,
+    try:
+        df = _metrics_frame(seat.spec, seat.rows, seat.effective, status)
+    except Exception as e:  # the record must still say how the run ended
+        df, status, kind = None, schema.FAILED, kind or schema.ERROR
+        reason = "; then ".join(filter(None, [reason, f"{type(e).__name__} building {schema.METRICS}: {e}"]))
+    summary = seat.rd.finish(df, status=status, reason=reason, error_kind=kind, rows=seat.rows,
                              **seat.effective)
     if summary["status"] == schema.COMPLETED:
         checkpoint.clear(seat.rd.path)

@@ -76,6 +76,9 @@ LABEL_COLUMNS = ("task.name", "algo.name", "experiment")
 NOT_IDENTITY = {"identity": False}
 IF_SET = {"identity": "if_set"}
 
+# The largest seed: the `seed` column of metrics.parquet is a 64-bit signed integer.
+MAX_SEED = 2**63 - 1
+
 SEED_DIR = re.compile(r"seed=(\d+)")
 
 

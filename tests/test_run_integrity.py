@@ -96,3 +96,30 @@ def test_a_run_that_failed_before_writing_counts_as_failed_not_waiting(tmp_path)
     progress.finish({}, failed=[str(dirs[0])])
     last = out.getvalue().strip().splitlines()[-1]
     assert "1 failed" in last and "1 waiting" in last, last
+
+
+# ------------------------------------------------------------------ the seed; the run's end
+
+@pytest.mark.parametrize("seed", [2**63, 99999999999999999999])
+def test_a_seed_past_64_bits_is_refused_up_front(tmp_path, seed):
+    from bench.build import ConfigError
+    with pytest.raises(ConfigError, match=r"seed must be an integer from 0 to 9223372036854775807"):
+        spec_for(tmp_path, f"seed={seed}")
+    assert not tmp_path.exists() or not any(tmp_path.iterdir())
+    assert spec_for(tmp_path, f"seed={2**63 - 1}").seed == 2**63 - 1
+
+
+def test_an_error_writing_the_table_leaves_a_failed_record(tmp_path, monkeypatch):
+    """Any exception at the run's end, not only an OS error: never `running` forever."""
+    import pandas as pd
+
+    def overflow(self, *a, **k):
+        raise OverflowError("int too big to convert")
+
+    monkeypatch.setattr(pd.DataFrame, "to_parquet", overflow)
+    spec = spec_for(tmp_path)
+    answer = run_it(spec)
+    on_disk = json.loads((spec.run_dir / "summary.json").read_text())
+    assert on_disk["status"] == answer["status"] == "failed" and on_disk["error_kind"] == "error"
+    assert "OverflowError writing metrics.parquet" in on_disk["reason"]
+    assert not list(spec.run_dir.glob(".*.tmp"))
