@@ -324,12 +324,30 @@ def _claim_lock(spec: RunSpec, rd: rundir.RunDir) -> tuple[dict, dict | None]:
             prev = {}
         if prev.get("status") == schema.COMPLETED and not spec.force:
             rd.release()
+            if damage := _table_damage(rd.path / schema.METRICS):
+                return prev, _not_run(spec, schema.REFUSED, f"completed, but its {damage}: the "
+                                      f"result is damaged; force=true re-runs it")
             print(f"[skip] {spec.run_dir} already completed (force=true re-runs it)", flush=True)
             return prev, prev
         if not locked and (holder := rd.acquire()) is not None:
             return prev, _not_run(spec, schema.HELD, f"held by {rundir.describe(holder)}; skipped "
                                   f"(that process is training it)")
     return prev, None
+
+
+def _table_damage(path) -> str | None:
+    """What is wrong with a completed run's metrics table (missing, unreadable), or None.
+    Its footer is read, not its rows: a skip stays cheap."""
+    import pyarrow.parquet as pq
+
+    if not path.exists():
+        return f"{path.name} is missing"
+    try:
+        pq.read_metadata(path)
+    except Exception as e:  # truncated, garbage, unreadable
+        first = (str(e).strip().splitlines() or [""])[0][:160]
+        return f"{path.name} cannot be read ({type(e).__name__}: {first})"
+    return None
 
 
 @dataclass

@@ -123,3 +123,24 @@ def test_an_error_writing_the_table_leaves_a_failed_record(tmp_path, monkeypatch
     assert on_disk["status"] == answer["status"] == "failed" and on_disk["error_kind"] == "error"
     assert "OverflowError writing metrics.parquet" in on_disk["reason"]
     assert not list(spec.run_dir.glob(".*.tmp"))
+
+
+# ------------------------------------------------------------------ a damaged completed run
+
+@pytest.mark.parametrize("damage", ["removed", "truncated"])
+def test_a_completed_run_without_its_table_is_damaged_not_skipped(tmp_path, damage, capsys):
+    spec = spec_for(tmp_path)
+    assert run_it(spec)["status"] == "completed"
+    table = spec.run_dir / "metrics.parquet"
+    if damage == "removed":
+        table.unlink()
+    else:
+        table.write_bytes(table.read_bytes()[:100])
+    answer = run_it(spec)
+    assert answer["status"] == "refused"
+    assert "metrics.parquet" in answer["reason"] and "damaged" in answer["reason"]
+    assert "force=true re-runs it" in answer["reason"]
+    assert "already completed" not in capsys.readouterr().out
+    import dataclasses
+    assert run_it(dataclasses.replace(spec, force=True))["status"] == "completed"
+    assert table.stat().st_size > 100
