@@ -516,6 +516,16 @@ def _start(seat: Seat) -> None:
     seat.t0 = time.perf_counter()
 
 
+def check_finite(row: dict[str, Any], step: int, when: str = "") -> None:
+    """FloatingPointError (the run is `diverged`) naming every metric of `row` that is not
+    finite, before the step is recorded; a diagnostic undefined on an empty selection
+    (schema.UNDEFINED_WHEN_EMPTY) may be NaN."""
+    bad = [f"{k} {v}" for k, v in row.items() if isinstance(v, float) and not math.isfinite(v)
+           and not (k in schema.UNDEFINED_WHEN_EMPTY and math.isnan(v))]
+    if bad:
+        raise FloatingPointError(f"non-finite {', '.join(bad)} at {when}step {step}")
+
+
 def _record(seat: Seat, step: int, row: dict[str, Any], asked: bool, why: str) -> bool:
     """Episode `step`'s row into the seat's record: a metrics row (or an evaluation), the
     progress line, a checkpoint when due or `asked` (a signal, read once per step by the
@@ -529,14 +539,14 @@ def _record(seat: Seat, step: int, row: dict[str, Any], asked: bool, why: str) -
         seat.tokens += row.pop("tokens")
         row["tokens"] = seat.tokens
     row.update(step=step, rollouts=seat.cumulative, wall_s=seat.wall_before + time.perf_counter() - seat.t0)
-    if not math.isfinite(row["loss"]):
-        raise FloatingPointError(f"non-finite loss {row['loss']} at step {step}")
+    check_finite(row, step)
     done = step + 1
     if not eval_every:
         rows.append(row)
     elif done % eval_every == 0 or done == episodes:
-        rows.append({**row, "train_error": row["error"], "step": done,
-                     **spec.task.evaluate(seat.policy)})
+        evaluation = spec.task.evaluate(seat.policy)
+        check_finite(evaluation, step, "the evaluation after ")
+        rows.append({**row, "train_error": row["error"], "step": done, **evaluation})
     seat.progress.after(done, row, rows[-1])
     if done < episodes and (done % spec.checkpoint_every == 0 or asked):
         seat.rd.checkpoint({"identity": seat.ident, "next_step": done, "cumulative": seat.cumulative,

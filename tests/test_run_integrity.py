@@ -144,3 +144,60 @@ def test_a_completed_run_without_its_table_is_damaged_not_skipped(tmp_path, dama
     import dataclasses
     assert run_it(dataclasses.replace(spec, force=True))["status"] == "completed"
     assert table.stat().st_size > 100
+
+
+# ------------------------------------------------------------------ non-finite metrics
+
+class NanGrad:
+    """An algorithm whose loss keeps its value but whose gradient is NaN at one episode."""
+
+    def __init__(self, algo, at: int):
+        import torch
+
+        class Fn(torch.autograd.Function):
+            @staticmethod
+            def forward(ctx, x):
+                return x.clone()
+
+            @staticmethod
+            def backward(ctx, g):
+                return g * float("nan")
+
+        self.algo, self.at, self.calls, self.fn = algo, at, 0, Fn
+
+    def __getattr__(self, name):
+        return getattr(self.algo, name)
+
+    def loss(self, batch, logp):
+        out = self.algo.loss(batch, logp)
+        self.calls += 1
+        if (self.calls - 1) // self.algo.epochs == self.at:
+            out.loss = self.fn.apply(out.loss)
+        return out
+
+
+@pytest.mark.parametrize("at", [0, 2])  # the first episode, and the last (TINY has 3)
+def test_a_nan_gradient_ends_the_run_as_diverged_naming_it(tmp_path, at):
+    import dataclasses
+    spec = spec_for(tmp_path)
+    spec = dataclasses.replace(spec, algo=NanGrad(spec.algo, at))
+    answer = run_it(spec)
+    assert answer["status"] == "failed" and answer["error_kind"] == "diverged", answer["reason"]
+    assert f"non-finite grad_norm nan, param_change nan at step {at}" in answer["reason"]
+    assert answer["rows"] == at  # the NaN step is not recorded
+
+
+def test_a_nan_error_with_a_finite_loss_ends_the_run_as_diverged(tmp_path):
+    spec = spec_for(tmp_path, "debug.nan_error_at=1")
+    answer = run_it(spec)
+    assert answer["status"] == "failed" and answer["error_kind"] == "diverged"
+    assert "non-finite error nan at step 1" in answer["reason"]
+
+
+def test_an_undefined_diagnostic_may_be_nan_but_never_infinite():
+    from bench.runner import check_finite
+    check_finite({"loss": 1.0, "q_success": float("nan"), "rollouts": 3}, 0)
+    with pytest.raises(FloatingPointError, match="q_success inf at step 4"):
+        check_finite({"loss": 1.0, "q_success": float("inf")}, 4)
+    with pytest.raises(FloatingPointError, match="kl nan at step 4"):
+        check_finite({"loss": 1.0, "kl": float("nan")}, 4)
