@@ -245,6 +245,7 @@ def _attempt_record(prev: dict, spec: RunSpec, threads: int, identity_: dict,
     log = [] if spec.force else list(prev.get("attempts_log", []))
     log.append({"attempt": len(log) + 1, "started_at": time.time(), "pid": os.getpid(),
                 "host": rundir.whoami()["host"], "git_commit": identity_["git_commit"],
+                "code_fingerprint": spec.code_fingerprint,
                 "threads": threads, "cpu_kernels": cpu_kernels(), "batch_seeds": batched,
                 "slurm_job_id": os.environ.get("SLURM_JOB_ID")})
     # Runs from before the attempt log: their attempt count and the commit they started under.
@@ -323,16 +324,43 @@ def _claim_lock(spec: RunSpec, rd: rundir.RunDir) -> tuple[dict, dict | None]:
                                     f"from its checkpoint, if any) or force=true restarts the run")
             prev = {}
         if prev.get("status") == schema.COMPLETED and not spec.force:
-            rd.release()
             if damage := _table_damage(rd.path / schema.METRICS):
+                rd.release()
                 return prev, _not_run(spec, schema.REFUSED, f"completed, but its {damage}: the "
                                       f"result is damaged; force=true re-runs it")
-            print(f"[skip] {spec.run_dir} already completed (force=true re-runs it)", flush=True)
-            return prev, prev
+            if (answer := _code_changed(spec, prev, locked)) is not False:
+                if answer is not None:
+                    rd.release()
+                    return prev, answer
+            else:
+                rd.release()
+                note = "" if prev.get("code_fingerprint") else \
+                    "; it records no code fingerprint, so a code change since cannot be seen"
+                print(f"[skip] {spec.run_dir} already completed (force=true re-runs it{note})", flush=True)
+                return prev, prev
         if not locked and (holder := rd.acquire()) is not None:
             return prev, _not_run(spec, schema.HELD, f"held by {rundir.describe(holder)}; skipped "
                                   f"(that process is training it)")
     return prev, None
+
+
+def _code_changed(spec: RunSpec, prev: dict, said: bool) -> dict | None | bool:
+    """A completed run against today's code: False where its code fingerprint is today's
+    (or it records none), else as on_code_change says: the answer for `refuse` and
+    `keep`, None for `rerun` (train it again; said once, `said` on the second look)."""
+    old, new = prev.get("code_fingerprint"), spec.code_fingerprint
+    if not old or old == new:
+        return False
+    what = f"completed under other code (code fingerprint {old}, today's {new})"
+    if spec.on_code_change == "keep":
+        print(f"[skip] {spec.run_dir} {what}: the old result is kept (on_code_change=keep)", flush=True)
+        return prev
+    if spec.on_code_change == "rerun":
+        if not said:
+            print(f"[rerun] {spec.run_dir} {what}: trained again (on_code_change=rerun)", flush=True)
+        return None
+    return _not_run(spec, schema.REFUSED, f"{what}; on_code_change=rerun trains it again, "
+                    f"on_code_change=keep keeps the old result (force=true also re-runs it)")
 
 
 def _table_damage(path) -> str | None:
@@ -459,7 +487,9 @@ def _provenance(spec: RunSpec, rd: rundir.RunDir, prev: dict, record: dict) -> d
             "lock": rd.lock_note or f"lockf on {schema.LOCK}",
             "slurm_job_id": os.environ.get("SLURM_JOB_ID"),
             "slurm_array_job_id": os.environ.get("SLURM_ARRAY_JOB_ID"),
-            "slurm_array_task_id": os.environ.get("SLURM_ARRAY_TASK_ID"), **record, **spec.effective}
+            "slurm_array_task_id": os.environ.get("SLURM_ARRAY_TASK_ID"),
+            "code_fingerprint": spec.code_fingerprint, "code_files": list(spec.code_files),
+            **record, **spec.effective}
 
 
 def _metrics_frame(spec: RunSpec, rows: list[dict], effective: dict, status: str) -> pd.DataFrame:

@@ -201,3 +201,96 @@ def test_an_undefined_diagnostic_may_be_nan_but_never_infinite():
         check_finite({"loss": 1.0, "q_success": float("inf")}, 4)
     with pytest.raises(FloatingPointError, match="kl nan at step 4"):
         check_finite({"loss": 1.0, "kl": float("nan")}, 4)
+
+
+# ------------------------------------------------------------------ code changes
+
+def test_a_run_records_the_fingerprint_of_its_code(tmp_path):
+    spec = spec_for(tmp_path)
+    run_it(spec)
+    s = json.loads((spec.run_dir / "summary.json").read_text())
+    assert len(s["code_fingerprint"]) == 16 and int(s["code_fingerprint"], 16) >= 0
+    assert s["code_fingerprint"] == spec.code_fingerprint
+    assert {"algorithms/tpo.py", "algorithms/_common.py", "contract/batch.py"} <= set(s["code_files"])
+    assert not any(f.startswith(("bench/", "analysis/")) for f in s["code_files"])
+    assert spec_for(tmp_path, "algo=grpo").code_fingerprint != spec.code_fingerprint
+
+
+PLUGIN = '''"""A user's own algorithm."""
+from algorithms.tpo import TPO
+
+
+class Mine(TPO):
+    def scale(self):
+        return 1.0
+'''
+
+
+def test_the_fingerprint_ignores_comments_and_docstrings_not_code(tmp_path, monkeypatch):
+    import importlib
+    from bench.fingerprint import code_fingerprint
+    (tmp_path / "fp_plugin_mine.py").write_text(PLUGIN)
+    monkeypatch.syspath_prepend(str(tmp_path))
+    cls = importlib.import_module("fp_plugin_mine").Mine
+    first, files = code_fingerprint(cls)
+    assert str(tmp_path / "fp_plugin_mine.py") in files and "algorithms/tpo.py" in files
+    path = tmp_path / "fp_plugin_mine.py"
+    path.write_text(PLUGIN.replace('"""A user\'s own algorithm."""', '"""Another docstring."""')
+                    .replace("return 1.0", "return 1.0  # a comment\n\n"))
+    os.utime(path, ns=(1, 1))  # another file state than the cached one
+    assert code_fingerprint(cls)[0] == first
+    path.write_text(PLUGIN.replace("return 1.0", "return 2.0"))
+    assert code_fingerprint(cls)[0] != first
+
+
+def _recorded_under_other_code(tmp_path, *args):
+    spec = spec_for(tmp_path, *args)
+    assert run_it(spec)["status"] == "completed"
+    path = spec.run_dir / "summary.json"
+    s = json.loads(path.read_text())
+    path.write_text(json.dumps({**s, "code_fingerprint": "0123456789abcdef"}))
+    return spec
+
+
+def test_a_run_completed_under_other_code_is_refused_by_default(tmp_path):
+    spec = _recorded_under_other_code(tmp_path)
+    answer = run_it(spec)
+    assert answer["status"] == "refused"
+    for text in ("0123456789abcdef", spec.code_fingerprint, "on_code_change=rerun",
+                 "on_code_change=keep"):
+        assert text in answer["reason"]
+
+
+def test_on_code_change_keep_skips_and_says_so(tmp_path, capsys):
+    spec = _recorded_under_other_code(tmp_path)
+    capsys.readouterr()
+    answer = run_it(spec_for(tmp_path, "on_code_change=keep"))
+    assert answer["status"] == "completed" and answer["code_fingerprint"] == "0123456789abcdef"
+    assert "the old result is kept (on_code_change=keep)" in capsys.readouterr().out
+
+
+def test_on_code_change_rerun_trains_again_under_todays_code(tmp_path):
+    spec = _recorded_under_other_code(tmp_path)
+    answer = run_it(spec_for(tmp_path, "on_code_change=rerun"))
+    assert answer["status"] == "completed" and answer["code_fingerprint"] == spec.code_fingerprint
+    assert answer["attempts"] == 2
+
+
+def test_a_run_without_a_fingerprint_is_skipped_saying_so(tmp_path, capsys):
+    spec = spec_for(tmp_path)
+    run_it(spec)
+    path = spec.run_dir / "summary.json"
+    s = json.loads(path.read_text())
+    del s["code_fingerprint"]
+    path.write_text(json.dumps(s))
+    capsys.readouterr()
+    assert run_it(spec)["status"] == "completed"
+    out = capsys.readouterr().out
+    assert "already completed" in out and "records no code fingerprint" in out
+
+
+def test_on_code_change_is_not_identity_and_is_checked(tmp_path):
+    from bench.build import ConfigError
+    assert spec_for(tmp_path, "on_code_change=keep").config_hash == spec_for(tmp_path).config_hash
+    with pytest.raises(ConfigError, match="on_code_change='nope' is not one of refuse, rerun, keep"):
+        spec_for(tmp_path, "on_code_change=nope")
