@@ -294,3 +294,48 @@ def test_on_code_change_is_not_identity_and_is_checked(tmp_path):
     assert spec_for(tmp_path, "on_code_change=keep").config_hash == spec_for(tmp_path).config_hash
     with pytest.raises(ConfigError, match="on_code_change='nope' is not one of refuse, rerun, keep"):
         spec_for(tmp_path, "on_code_change=nope")
+
+
+# ------------------------------------------------------------------ padded steps; huge ratios
+
+def _group_batch(mask=None, junk: float = 0.0):
+    import torch
+    from contract.batch import Batch
+    g = torch.Generator().manual_seed(0)
+    logp_old = -torch.rand(2, 4, 3, generator=g)
+    rewards = torch.rand(2, 4, 3, generator=g)
+    if mask is not None:
+        logp_old, rewards = logp_old * mask, rewards * mask
+        logp_old = logp_old.masked_fill(~mask, junk) if junk else logp_old
+    return Batch.sampled_group(logp_old, rewards, rewards.sum(-1) > 1.5, mask=mask)
+
+
+def test_junk_in_a_padded_step_is_refused_by_the_batch():
+    import torch
+    mask = torch.ones(2, 4, 3, dtype=torch.bool)
+    mask[0, 1, 2] = False
+    _group_batch(mask)  # zeros there: fine
+    with pytest.raises(ValueError, match="batch.logp_old holds non-zero values at padded steps"):
+        _group_batch(mask, junk=-1000.0)
+    with pytest.raises(ValueError, match="logp_old"):
+        _group_batch(mask, junk=float("nan"))
+
+
+@pytest.mark.parametrize("preset", ["grpo", "dr_grpo", "gspo", "dapo", "cispo"])
+@pytest.mark.parametrize("shift", [1000.0, -1000.0])
+def test_a_huge_log_ratio_is_clamped_not_nan(preset, shift):
+    import torch
+    from algorithms import ALGORITHMS
+    section = compose(f"algo={preset}")["algo"]
+    impl = section.pop("impl", None) or section["name"]
+    cls = ALGORITHMS.get(impl)
+    import dataclasses
+    fields = {f.name for f in dataclasses.fields(cls)}
+    algo = cls(**{k: v for k, v in section.items() if k in fields})
+    batch = _group_batch()
+    logp = (batch.logp_old + shift).requires_grad_()
+    out = algo.loss(batch, logp)
+    out.loss.backward()
+    assert torch.isfinite(out.loss) and torch.isfinite(logp.grad).all()
+    assert all(v == v and abs(v) != float("inf") for k, v in out.metrics.items()
+               if k in ("clip_frac", "kl"))
