@@ -41,6 +41,33 @@ def describe(holder: dict[str, Any]) -> str:
     return f"pid {holder.get('pid', '?')} on {holder.get('host', '?')}{job}{when}"
 
 
+def hold(path: Path) -> tuple[int | None, dict[str, Any] | None]:
+    """Lock `path` (created if need be, never through a symbolic link) for this process,
+    as RunDir.acquire locks a run: (descriptor, None) when this process holds it (closing
+    the descriptor releases it), (None, what the holder wrote) when another process does,
+    (None, None) on a filesystem without POSIX locks (said on stderr)."""
+    io.refuse_link(path)
+    path.parent.mkdir(parents=True, exist_ok=True)
+    fd = os.open(path, os.O_RDWR | os.O_CREAT | os.O_NOFOLLOW, 0o666)
+    try:
+        fcntl.lockf(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+    except OSError as e:
+        holder = None
+        if e.errno in BUSY:
+            try:
+                holder = json.loads(os.read(fd, 4096) or b"{}")
+            except ValueError:  # caught between the holder's truncate and write
+                holder = {}
+        else:
+            print(f"[warning] no lock: {path} is on a filesystem without POSIX locks "
+                  f"({e.strerror}); nothing stops a second process", file=sys.stderr, flush=True)
+        os.close(fd)
+        return None, holder
+    os.ftruncate(fd, 0)
+    os.pwrite(fd, json.dumps(whoami()).encode(), 0)
+    return fd, None
+
+
 class RunDir:
     """One run's directory through an attempt: `acquire` the lock, `begin` (config.json and
     a first `running` summary), `heartbeat`/`beat_if_due` and `checkpoint` while

@@ -339,3 +339,36 @@ def test_a_huge_log_ratio_is_clamped_not_nan(preset, shift):
     assert torch.isfinite(out.loss) and torch.isfinite(logp.grad).all()
     assert all(v == v and abs(v) != float("inf") for k, v in out.metrics.items()
                if k in ("clip_frac", "kl"))
+
+
+# ------------------------------------------------------------------ one sweep per study
+
+@pytest.mark.slow
+def test_a_second_sweep_on_a_study_is_refused_naming_the_first(tmp_path):
+    """The first sweep holds the study's lock (here a process that holds it, as a sweep
+    does while it runs): the second exits 1 in one line naming it, before touching the
+    study, so it cannot mark the first's live trials interrupted."""
+    import subprocess
+    import sys
+    pytest.importorskip("optuna")
+    from conftest import REPO, run_bench
+    lock = tmp_path / ".optuna" / "demo-tpo.lock"
+    holder = subprocess.Popen(
+        [sys.executable, "-c", "import fcntl, json, os, socket, sys, time; "
+         "os.makedirs(os.path.dirname(sys.argv[1])); fd = os.open(sys.argv[1], os.O_RDWR | os.O_CREAT); "
+         "fcntl.lockf(fd, fcntl.LOCK_EX | fcntl.LOCK_NB); "
+         "os.write(fd, json.dumps({'pid': os.getpid(), 'host': socket.gethostname()}).encode()); "
+         "print('held', flush=True); time.sleep(120)", str(lock)],
+        cwd=REPO, stdout=subprocess.PIPE, text=True)
+    try:
+        assert holder.stdout.readline().strip() == "held"
+        proc = run_bench("-m", "hydra/sweeper=optuna", *TINY, f"output_root={tmp_path}",
+                         "hydra.sweeper.seeds=1", "hydra.sweeper.n_trials=1", check=False)
+    finally:
+        holder.kill()
+        holder.wait()
+    assert proc.returncode == 1, proc.stderr
+    assert f"study demo-tpo" in proc.stderr and f"pid {holder.pid}" in proc.stderr
+    assert "is being run by another sweep" in proc.stderr and "Traceback" not in proc.stderr
+    assert not (tmp_path / ".optuna" / "demo-tpo.db").exists()
+    assert not list(tmp_path.rglob("summary.json"))
