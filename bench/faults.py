@@ -56,7 +56,7 @@ CONFIGS = [
 ]
 COMMON = ["task.batch_size=8", "task.sequence_length=4", "threads=1", "log_every=1000"]
 # The code-edit fault's config: TPO through a plugin module the trial edits.
-PLUGIN_CONFIG = ["task=demo", "algo=tpo", "algo.impl=tpo_fault", "plugins=[fault_plugin]",
+PLUGIN_CONFIG = ["task=demo", "algo=tpo", "+algo.impl=tpo_fault", "plugins=[fault_plugin]",
                  "task.episodes=10", "checkpoint_every=5"]
 PLUGIN = '''"""TPO through a plugin module (bench.faults edits it between launches)."""
 from dataclasses import dataclass
@@ -245,6 +245,8 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--trials", type=int, default=100)
     ap.add_argument("--seed", type=int, default=0, help="the campaign's own random draws")
     ap.add_argument("--root", type=Path, default=Path("outputs/faults"))
+    ap.add_argument("--minutes", type=float, default=0.0,
+                    help="stop after the trial that passes this wall time (0: run every trial)")
     args = ap.parse_args(argv)
     rng = random.Random(args.seed)
     shutil.rmtree(args.root, ignore_errors=True)
@@ -316,9 +318,12 @@ def main(argv: list[str] | None = None) -> int:
             subprocess.run(["umount", "-l", str(root)], check=False)
         print(f"[faults] trial {trial + 1}/{args.trials}: {fault}, {attempts} more attempt(s), "
               f"lost {rows_lost}, mislabelled {rows_bad}", flush=True)
+        if args.minutes and time.time() - t0 > 60 * args.minutes:
+            print(f"[faults] stopped after {trial + 1} of {args.trials} trials (--minutes {args.minutes:g})")
+            break
     print(f"\n| trials | faults injected | runs compared | rows lost | rows mislabelled | other problems | wall |\n"
           f"|---|---|---|---|---|---|---|\n"
-          f"| {args.trials} | {', '.join(f'{k} {v}' for k, v in sorted(injected.items()))} | "
+          f"| {compared} | {', '.join(f'{k} {v}' for k, v in sorted(injected.items()))} | "
           f"{compared} | {lost} | {mislabelled} | {len(problems)} | {(time.time() - t0) / 60:.1f} min |")
     for p in problems:
         print(f"  {p}")
