@@ -105,6 +105,10 @@ def status(root: Path) -> str | None:
         return "damaged"
 
 
+def fingerprint(root: Path) -> str | None:
+    return json.loads((run_dir(root) / SUMMARY).read_text()).get("code_fingerprint")
+
+
 def wait_started(root: Path, proc: subprocess.Popen, timeout: float = 120.0) -> None:
     deadline = time.time() + timeout
     while time.time() < deadline and proc.poll() is None and status(root) is None:
@@ -199,7 +203,8 @@ def after_fault(root: Path, expected: str, reference: pd.DataFrame) -> tuple[int
         wrong = f"record says {s.get('status')!r} ({s.get('reason')}), expected {expected!r}"
     elif expected == "failed" and s.get("error_kind") != "io":
         wrong = f"failed without error_kind io: {s.get('reason')}"
-    elif expected == "diverged" and (s.get("error_kind") != "diverged" or "non-finite error" not in str(s.get("reason"))):
+    elif expected == "diverged" and (s.get("error_kind") != "diverged"
+                                     or "non-finite error" not in str(s.get("reason"))):
         wrong = f"NaN error not recorded as diverged: {s.get('error_kind')}: {s.get('reason')}"
     elif expected == "completed" and (rows != len(reference) or s.get("attempts") != 1):
         wrong = f"completed with {rows} rows, attempts {s.get('attempts')}"
@@ -289,9 +294,9 @@ def main(argv: list[str] | None = None) -> int:
             edit, problem_now = code_edit_trial(config, root, plugin, rng)
             expected = None
             if edit == "statement":  # the remedy the refusal names
-                first = json.loads((run_dir(root) / SUMMARY).read_text())["code_fingerprint"]
+                first = fingerprint(root)
                 repair = [*config, "on_code_change=rerun"]
-                done = lambda: json.loads((run_dir(root) / SUMMARY).read_text())["code_fingerprint"] != first  # noqa: E731
+                done = lambda: fingerprint(root) != first  # noqa: E731
         elif (expected := enospc_trial(config, root)) is None:
             can_mount = False
             print("[faults] cannot mount a tmpfs here (needs root): ENOSPC trials left out")

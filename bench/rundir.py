@@ -24,7 +24,8 @@ import pandas as pd
 
 from bench import checkpoint
 from contract import io, schema
-from contract.schema import CHECKPOINT, CONFIG, ERROR, FAILED, HEARTBEAT_S, IO_ERROR, LOCK, METRICS, RUNNING, SUMMARY
+from contract.schema import (CHECKPOINT, CONFIG, ERROR, FAILED, HEARTBEAT_S, IO_ERROR, LOCK, METRICS,
+                             RUNNING, SUMMARY)
 
 BUSY = (errno.EACCES, errno.EAGAIN)  # what lockf raises when another process holds it
 
