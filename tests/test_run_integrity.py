@@ -372,3 +372,29 @@ def test_a_second_sweep_on_a_study_is_refused_naming_the_first(tmp_path):
     assert "is being run by another sweep" in proc.stderr and "Traceback" not in proc.stderr
     assert not (tmp_path / ".optuna" / "demo-tpo.db").exists()
     assert not list(tmp_path.rglob("summary.json"))
+
+
+@pytest.mark.slow
+def test_a_plugin_loss_edited_between_launches_is_not_silently_skipped(tmp_path):
+    """As a user would: run, edit your plugin's loss, run again: refused naming both
+    fingerprints; on_code_change=rerun trains it under the new code."""
+    from conftest import run_bench, run_dirs
+    from bench.faults import EDITS, PLUGIN
+    plugin = tmp_path / "plugin"
+    plugin.mkdir()
+    (plugin / "fault_plugin.py").write_text(PLUGIN)
+    args = [*TINY, "+algo.impl=tpo_fault", "plugins=[fault_plugin]", f"output_root={tmp_path / 'out'}"]
+    env = {"PYTHONPATH": os.pathsep.join([str(plugin), os.environ.get("PYTHONPATH", "")])}
+    run_bench(*args, env=env)
+    [d] = run_dirs(tmp_path / "out")
+    first = json.loads((d / "summary.json").read_text())
+    assert str(plugin / "fault_plugin.py") in first["code_files"]
+    old, new = EDITS["statement"]
+    (plugin / "fault_plugin.py").write_text(PLUGIN.replace(old, new))
+    proc = run_bench(*args, env=env, check=False)
+    assert proc.returncode == 1 and "already completed" not in proc.stdout
+    assert f"code fingerprint {first['code_fingerprint']}" in proc.stderr
+    assert json.loads((d / "summary.json").read_text()) == first
+    run_bench(*args, "on_code_change=rerun", env=env)
+    again = json.loads((d / "summary.json").read_text())
+    assert again["status"] == "completed" and again["code_fingerprint"] != first["code_fingerprint"]
