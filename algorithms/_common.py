@@ -41,6 +41,16 @@ def standardise(s: torch.Tensor) -> torch.Tensor:
     return torch.where(std > STD_FLOOR, centred / std.clamp_min(STD_FLOOR), centred)
 
 
+# The bound on a log-ratio log pi_theta / pi_old before it is exponentiated (SPEC 2's
+# GRPO; verl's clipped losses): exp(20) is large but finite, a ratio never overflows.
+LOG_RATIO_CLAMP = 20.0
+
+
+def clamp_log_ratio(d: torch.Tensor) -> torch.Tensor:
+    """d clamped to [-20, 20] (the identity, bit for bit, on every value inside)."""
+    return d.clamp(-LOG_RATIO_CLAMP, LOG_RATIO_CLAMP)
+
+
 def mean_where(x: torch.Tensor, where: torch.Tensor) -> float:
     """Mean of x over the selected entries; NaN when none (a diagnostic, not a loss)."""
     n = int(where.sum())

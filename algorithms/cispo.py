@@ -2,7 +2,7 @@
 token keeps its gradient, the weight is a stop-gradient factor.
 
     A_i    = advantage(s)_i                         group_std (the paper's group-relative A)
-    rho_it = exp(logp_theta_it - logp_old_it)
+    d_it   = clamp(logp_theta_it - logp_old_it, -20, 20),  rho_it = exp(d_it)
     w_it   = sg(clip(rho_it, 1 - eps_low, 1 + eps_high))
     l_it   = -w_it A_i logp_theta_it + beta (exp(-d_it) + d_it - 1)
     L      = aggregate(l)                           token-mean (the paper's 1 / sum_i |o_i|)
@@ -21,7 +21,8 @@ import torch
 from algorithms import register
 from algorithms._advantages import ADVANTAGES, advantages
 from algorithms._aggregate import AGGREGATIONS, aggregate
-from algorithms._common import check_choice, check_level, check_non_negative, check_positive
+from algorithms._common import (check_choice, check_level, check_non_negative, check_positive,
+                                clamp_log_ratio)
 from algorithms.clipped import advantage_diagnostics, reverse_kl
 from contract.batch import Batch, LossOut
 
@@ -51,7 +52,7 @@ class CISPO:
 
     def loss(self, batch: Batch, logp: torch.Tensor) -> LossOut:
         A = advantages(self.advantage, batch.scores, batch.probs)
-        d = logp - batch.logp_old
+        d = clamp_log_ratio(logp - batch.logp_old)
         rho = d.detach().exp()
         w = rho.clamp(1 - self.eps_low, 1 + self.eps_high)
         per_step = -w * A.unsqueeze(-1) * logp

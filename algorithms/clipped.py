@@ -1,18 +1,18 @@
-"""The clipped surrogate of the LLM-style group methods: one module whose variants are
-parameters; conf/algo/ holds the papers' settings (dr_grpo, dapo, rloo, gspo, maxrl,
-reinforce_pp_baseline).
+"""The clipped surrogate of the LLM-style group methods, variants as parameters; conf/algo/
+holds the papers' settings (dr_grpo, dapo, rloo, gspo, maxrl, reinforce_pp_baseline).
 
     A_i    = advantage(s)_i                       algorithms/_advantages.py, broadcast over t
-    d_it   = logp_theta_it - logp_old_it
+    d_it   = clamp(logp_theta_it - logp_old_it, -20, 20)
     rho_it = exp(d_it)                            ratio="token"
-    rho_it = s_i = exp(mean_t d_it)               ratio="sequence" (GSPO), the same for every t
+    rho_it = s_i = exp(clamp(mean_t d_it, -20, 20))   ratio="sequence" (GSPO), the same for every t
     l_it   = -min(rho_it A_i, clip(rho_it, 1 - eps_low, 1 + eps_high) A_i)
              + beta (exp(-d_it) + d_it - 1)       beta = kl_coef: reverse KL to the rollout snapshot
     L      = aggregate(l)                         algorithms/_aggregate.py (`aggregation`)
 
-No log-ratio clamp. With ratio="token", seq-mean-token-mean, group_std and kl_coef=0.04
-this is TRL's GRPO, not the paper's (algorithms/grpo.py). DAPO's dynamic sampling is
-rollout-side (bench/dynamic.py); this loss only carries its knob, `dynamic_sampling`.
+The log-ratio is clamped to [-20, 20] before exp, as the published clipped losses do (inside
+that range the clamp changes nothing). With ratio="token", seq-mean-token-mean, group_std
+and kl_coef=0.04 this is TRL's GRPO, not the paper's (algorithms/grpo.py). DAPO's dynamic
+sampling is rollout-side (bench/dynamic.py); this loss only carries its knob.
 """
 from __future__ import annotations
 
@@ -25,7 +25,7 @@ from algorithms import register
 from algorithms._advantages import ADVANTAGES, advantages
 from algorithms._aggregate import AGGREGATIONS, aggregate
 from algorithms._common import (check_choice, check_level, check_non_negative, check_positive,
-                                mean_where)
+                                clamp_log_ratio, mean_where)
 from contract.batch import Batch, LossOut, mean_over_steps
 
 RATIOS = ("token", "sequence")
@@ -33,12 +33,12 @@ RATIOS = ("token", "sequence")
 
 def log_ratio(logp: torch.Tensor, logp_old: torch.Tensor, ratio: str,
               mask: torch.Tensor | None = None) -> torch.Tensor:
-    """[N, K, T] log of rho_it: the token's own, or the sequence's mean (GSPO) on every t
-    (over the mask's real steps, where there is one: padded steps have d = 0)."""
+    """[N, K, T] log of rho_it, clamped: the token's own, or the sequence's mean (GSPO) on
+    every t (over the mask's real steps, where there is one: padded steps have d = 0)."""
     d = logp - logp_old
     if ratio == "sequence":
-        return mean_over_steps(d, mask, keepdim=True).expand_as(d)
-    return d
+        return clamp_log_ratio(mean_over_steps(d, mask, keepdim=True)).expand_as(d)
+    return clamp_log_ratio(d)
 
 
 def clipped_objective(rho: torch.Tensor, A: torch.Tensor, eps_low: float,
@@ -102,7 +102,7 @@ class ClippedSurrogate:
         surrogate = clipped_objective(rho, A.unsqueeze(-1), self.eps_low, self.eps_high)
         weights, max_len, mask = batch.candidate_weights(), self.max_len or None, batch.mask
         loss = -aggregate(surrogate, self.aggregation, weights, mask, max_len)
-        kl = reverse_kl(logp - batch.logp_old)
+        kl = reverse_kl(clamp_log_ratio(logp - batch.logp_old))
         if self.kl_coef:
             loss = loss + self.kl_coef * aggregate(kl, self.aggregation, weights, mask, max_len)
         clipped = (rho < 1 - self.eps_low) | (rho > 1 + self.eps_high)

@@ -18,10 +18,8 @@ import torch
 
 from algorithms import register
 from algorithms._common import (STD_FLOOR, check_level, check_non_negative, check_positive,
-                                mean_where)
+                                clamp_log_ratio, mean_where)
 from contract.batch import Batch, LossOut
-
-LOG_RATIO_CLAMP = 20.0
 
 
 def group_stats(scores: torch.Tensor, probs: torch.Tensor | None = None):
@@ -59,7 +57,7 @@ class GRPO:
 
     def loss(self, batch: Batch, logp: torch.Tensor) -> LossOut:
         A = grpo_advantages(batch.scores, batch.probs)
-        d = (logp.sum(-1) - batch.seq_logp_old()).clamp(-LOG_RATIO_CLAMP, LOG_RATIO_CLAMP)
+        d = clamp_log_ratio(logp.sum(-1) - batch.seq_logp_old())
         r = d.exp()
         surrogate = torch.minimum(r * A, r.clamp(1 - self.clip_eps, 1 + self.clip_eps) * A)
         kl = torch.exp(-d) + d - 1

@@ -16,6 +16,7 @@ from typing import Any
 import torch
 
 from algorithms import ALGORITHMS
+from bench.fingerprint import code_fingerprint
 from bench.identity import NON_IDENTITY_KEYS, config_hash, legacy_hash
 from bench.optim import check_optimizer
 from contract import schema
@@ -24,6 +25,9 @@ from contract.registry import UnknownName, load_plugins
 from tasks import TASKS
 
 MATCH_MODES = ("prompts", "interactions")
+# What to do with a completed run whose code fingerprint is not today's: refuse it naming
+# both fingerprints and the remedies, train it again, or keep the old result (and say so).
+ON_CODE_CHANGE = ("refuse", "rerun", "keep")
 
 
 class ConfigError(ValueError):
@@ -60,6 +64,12 @@ class RunSpec:
     """resume a checkpoint written under another git commit (recorded either way)"""
     progress_every_s: float = 30.0
     """a progress line at least this often (besides every log_every episodes)"""
+    code_fingerprint: str = ""
+    """hash of the algorithm's and task's code (bench.fingerprint); summary.json keeps it"""
+    code_files: tuple[str, ...] = ()
+    """the files that hash is over"""
+    on_code_change: str = "refuse"
+    """a completed run whose recorded fingerprint differs: one of ON_CODE_CHANGE"""
 
     @property
     def lr(self) -> float | None:
@@ -222,6 +232,9 @@ def build(cfg: dict[str, Any], explicit: frozenset[str] = frozenset(), here: boo
     except ValueError as e:
         raise ConfigError(str(e)) from None
     seed = _count(cfg, "seed", 0)
+    if seed > schema.MAX_SEED:
+        raise ConfigError(f"seed must be an integer from 0 to {schema.MAX_SEED} (2**63 - 1: "
+                          f"metrics.parquet stores it as a 64-bit integer), got {seed}")
     threads = _count(cfg, "threads", 0, hint=" (0: as many as this process was allotted)")
     _check_device(cfg.get("device", "cpu"), here)
     checkpoint_every = _count(cfg, "checkpoint_every", 250, least=1)
@@ -233,6 +246,10 @@ def build(cfg: dict[str, Any], explicit: frozenset[str] = frozenset(), here: boo
                           f"every episode), got {progress_every_s!r}")
     _check_writable(cfg.get("output_root", "outputs"))
     _check_batch_seeds(cfg, task)
+    on_code_change = cfg.get("on_code_change", "refuse")
+    if on_code_change not in ON_CODE_CHANGE:
+        raise ConfigError(f"on_code_change={on_code_change!r} is not one of {', '.join(ON_CODE_CHANGE)}")
+    fingerprint, files = code_fingerprint(type(task), type(algo))
 
     run_task, hparams, notes, match = _match(cfg, task, algo, hparams)
     config = _science(cfg, task_impl, task, algo_impl, algo, optim, match)
@@ -245,7 +262,8 @@ def build(cfg: dict[str, Any], explicit: frozenset[str] = frozenset(), here: boo
         labels={"experiment": cfg.get("experiment")},
         resume_across_commits=bool(cfg.get("resume_across_commits", True)), device=str(cfg.get("device", "cpu")),
         threads=int(cfg.get("threads", 0)), log_every=log_every,
-        progress_every_s=float(progress_every_s),
+        progress_every_s=float(progress_every_s), code_fingerprint=fingerprint,
+        code_files=tuple(files), on_code_change=on_code_change,
         force=bool(cfg.get("force", False)), checkpoint_every=checkpoint_every,
         debug=dict(cfg.get("debug") or {}), config=config, config_hash=h,
         run_dir=_locate(cfg.get("output_root", "outputs"), task.name, cfg["algo"]["name"], config, seed),

@@ -39,14 +39,16 @@ def save(run_dir: Path, state: dict[str, Any], pause_s: float = 0.0) -> None:
     mid-write)."""
     buffer = BytesIO()  # serialised first: torch.save reports a full disk as a RuntimeError
     torch.save({"version": VERSION, **state}, buffer)
-    with io.atomic_path(run_dir / CHECKPOINT) as tmp:
-        tmp.write_bytes(buffer.getbuffer())
+    with io.atomic_file(run_dir / CHECKPOINT) as f:
+        f.write(buffer.getbuffer())
+        f.flush()
         if pause_s:
             time.sleep(pause_s)
 
 
 def load(run_dir: Path) -> dict[str, Any] | None:
     path = run_dir / CHECKPOINT
+    io.refuse_link(path)
     if not path.exists():
         return None
     try:

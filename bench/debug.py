@@ -3,6 +3,7 @@ the loop calls whatever episode function this returns, the plain one unless a te
 asks for a fault.
 
     debug.nan_at=N    the loss of episode N reads NaN (the run must record `diverged`)
+    debug.nan_error_at=N  the error of episode N reads NaN, its loss finite (likewise)
     debug.sleep=S     S seconds after each episode (gives a test time to kill a run)
 
 (`debug.checkpoint_pause`, the pause between a checkpoint's temp file and its rename,
@@ -19,13 +20,16 @@ Episode = Callable[[], dict]
 
 def inject(episode: Episode, debug: dict[str, float]) -> Callable[[int], dict]:
     nan_at, sleep = debug.get("nan_at", -1), debug.get("sleep", 0.0)
-    if nan_at < 0 and not sleep:
+    nan_error_at = debug.get("nan_error_at", -1)
+    if nan_at < 0 and nan_error_at < 0 and not sleep:
         return lambda step: episode()
 
     def faulty(step: int) -> dict:
         row = episode()
         if step == nan_at:
             row["loss"] = math.nan
+        if step == nan_error_at:
+            row["error"] = math.nan
         if sleep:
             time.sleep(sleep)
         return row

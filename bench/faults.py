@@ -4,17 +4,19 @@ every run directory checked against an uninterrupted reference of its config.
 
     python -m bench.faults --trials 100 --root outputs/faults
 
-Faults: SIGKILL, SIGTERM, SIGINT at a random moment; a duplicate launch; ENOSPC (the
-output root on a 512 KiB tmpfs; needs root, else left out and said so). Right after the
-fault the record must be truthful: `completed` and equal to the reference when a process
-finished it; `interrupted` with a checkpoint after SIGTERM/SIGINT; `failed` with
-`error_kind: io` after ENOSPC; no temp file left behind. After re-running until
-completed, every row must equal the reference's. Prints trials, faults, runs compared,
-rows lost and mislabelled; exits 1 if any row was lost or mislabelled.
+Faults: SIGKILL, SIGTERM, SIGINT at a random moment; a duplicate launch; ENOSPC (a 512 KiB
+tmpfs; needs root, else left out and said so); a symlinked `.lock` (refused, target
+untouched); a NaN metric (`failed`, `diverged`); a code edit between two launches (comment
+edit skipped, statement edit refused, `on_code_change=rerun` retrains). Right after the
+fault the record must be truthful; after re-running until completed every row must equal
+the reference's. Prints trials, faults, runs compared, rows lost and mislabelled; exits 1
+if any row was lost or mislabelled.
 """
 from __future__ import annotations
 
 import argparse
+import json
+import os
 import random
 import shutil
 import signal
@@ -27,10 +29,10 @@ from pathlib import Path
 import pandas as pd
 
 from contract import io
-from contract.schema import CHECKPOINT, METRICS, SUMMARY
+from contract.schema import CHECKPOINT, LOCK, METRICS, SUMMARY
 
 SIGNALS = {"sigkill": signal.SIGKILL, "sigterm": signal.SIGTERM, "sigint": signal.SIGINT}
-FAULTS = (*SIGNALS, "duplicate", "enospc")
+FAULTS = (*SIGNALS, "duplicate", "enospc", "symlink_lock", "nan_metric", "code_edit")
 # A handful of configs, so that references are shared between trials.
 CONFIGS = [
     ["task=demo", "algo=tpo", "task.episodes=16", "checkpoint_every=4"],
@@ -40,12 +42,41 @@ CONFIGS = [
     ["task=demo", "algo=pg", "task.episodes=14", "checkpoint_every=7"],
 ]
 COMMON = ["task.batch_size=8", "task.sequence_length=4", "threads=1", "log_every=1000"]
+# The code-edit fault's config: TPO through a plugin module the trial edits.
+PLUGIN_CONFIG = ["task=demo", "algo=tpo", "+algo.impl=tpo_fault", "plugins=[fault_plugin]",
+                 "task.episodes=10", "checkpoint_every=5"]
+PLUGIN = '''"""TPO through a plugin module (bench.faults edits it between launches)."""
+from dataclasses import dataclass
+
+from algorithms import register
+from algorithms.tpo import TPO
+
+
+@register("tpo_fault")
+@dataclass(frozen=True)
+class FaultTPO(TPO):
+    def loss(self, batch, logp):
+        out = super().loss(batch, logp)
+        return out
+'''
+# Edits that leave the numbers alone: a comment (the fingerprint ignores it: the run is
+# skipped) or a statement (the fingerprint changes: the run is refused until rerun).
+EDITS = {"comment": ("        return out\n", "        return out  # reviewed\n"),
+         "statement": ("        return out\n", "        unused = 1.0\n        return out\n")}
 MAX_ATTEMPTS = 6
 
 
-def bench(args: list[str], root: Path) -> subprocess.Popen:
+def write_plugin(folder: Path, text: str = PLUGIN) -> None:
+    folder.mkdir(parents=True, exist_ok=True)
+    (folder / "fault_plugin.py").write_text(text)
+
+
+def bench(args: list[str], root: Path, plugin: Path | None = None) -> subprocess.Popen:
+    """`python -m bench` on `root`; `plugin`: a folder put first on PYTHONPATH."""
+    env = None if plugin is None else {**os.environ, "PYTHONPATH": os.pathsep.join(
+        filter(None, [str(plugin), os.environ.get("PYTHONPATH")]))}
     return subprocess.Popen([sys.executable, "-m", "bench", *args, *COMMON, f"output_root={root}"],
-                            stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+                            stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, env=env)
 
 
 def run_dir(root: Path) -> Path | None:
@@ -59,6 +90,10 @@ def status(root: Path) -> str | None:
         return io.read_json_object(d / SUMMARY).get("status") if d else None
     except (OSError, io.DamagedFile):
         return "damaged"
+
+
+def fingerprint(root: Path) -> str | None:
+    return json.loads((run_dir(root) / SUMMARY).read_text()).get("code_fingerprint")
 
 
 def wait_started(root: Path, proc: subprocess.Popen, timeout: float = 120.0) -> None:
@@ -98,6 +133,42 @@ def enospc_trial(args: list[str], root: Path) -> str | None:
     return "failed"
 
 
+def symlink_trial(args: list[str], root: Path, where: Path) -> str | None:
+    """The run's .lock (`where` under root) a link to a file outside the run: the run
+    must refuse (exit 1) and write nothing; the operator then removes the link. Returns
+    what was wrong, or None."""
+    victim = root.parent / f"{root.name}-victim.txt"
+    victim.write_text("not the harness's")
+    (root / where).mkdir(parents=True)
+    (root / where / LOCK).symlink_to(victim)
+    code = bench(args, root).wait()
+    wrong = [f"exit {code}, not 1"] if code != 1 else []
+    if victim.read_text() != "not the harness's":
+        wrong.append("the link's target was written")
+    if list(root.rglob(SUMMARY)):
+        wrong.append("a summary was written beside the link")
+    (root / where / LOCK).unlink()
+    return "; ".join(wrong) or None
+
+
+def code_edit_trial(args: list[str], root: Path, plugin: Path, rng: random.Random) -> tuple[str, str | None]:
+    """Run to completion with the plugin as written, edit it, launch again: a comment is
+    skipped (exit 0), a statement refused (exit 1), the record untouched either way.
+    Returns (the edit, what was wrong or None)."""
+    write_plugin(plugin)
+    bench(args, root, plugin).wait()
+    before = (run_dir(root) / SUMMARY).read_text() if run_dir(root) else None
+    edit = rng.choice(sorted(EDITS))
+    old, new = EDITS[edit]
+    write_plugin(plugin, PLUGIN.replace(old, new))
+    code = bench(args, root, plugin).wait()
+    want = 0 if edit == "comment" else 1
+    wrong = [f"exit {code} after a {edit} edit, not {want}"] if code != want else []
+    if before is None or (run_dir(root) / SUMMARY).read_text() != before:
+        wrong.append("the completed run's record changed")
+    return edit, "; ".join(wrong) or None
+
+
 def after_fault(root: Path, expected: str, reference: pd.DataFrame) -> tuple[int, str | None]:
     """(rows mislabelled, problem) of the record as the fault left it."""
     d = run_dir(root)
@@ -113,12 +184,15 @@ def after_fault(root: Path, expected: str, reference: pd.DataFrame) -> tuple[int
         rows = 0
     temps = [p.name for p in d.glob(f".*{io.TEMP_SUFFIX}")]
     wrong = None
-    if s.get("status") == "completed" and expected != "completed":
+    if s.get("status") == "completed" and expected not in ("completed", "diverged"):
         expected = "completed"  # the run ended before the fault could reach it
-    if s.get("status") != expected:
+    if s.get("status") != ("failed" if expected == "diverged" else expected):
         wrong = f"record says {s.get('status')!r} ({s.get('reason')}), expected {expected!r}"
     elif expected == "failed" and s.get("error_kind") != "io":
         wrong = f"failed without error_kind io: {s.get('reason')}"
+    elif expected == "diverged" and (s.get("error_kind") != "diverged"
+                                     or "non-finite error" not in str(s.get("reason"))):
+        wrong = f"NaN error not recorded as diverged: {s.get('error_kind')}: {s.get('reason')}"
     elif expected == "completed" and (rows != len(reference) or s.get("attempts") != 1):
         wrong = f"completed with {rows} rows, attempts {s.get('attempts')}"
     elif temps and expected != "running":  # a killed writer's temp is expected; others not
@@ -126,13 +200,13 @@ def after_fault(root: Path, expected: str, reference: pd.DataFrame) -> tuple[int
     return (max(rows, 1) if wrong else 0), wrong
 
 
-def finish(args: list[str], root: Path) -> int:
+def finish(args: list[str], root: Path, done=lambda: True, plugin: Path | None = None) -> int:
     """The same command again until the run is completed (a run held by a process that
-    is still going waits for it). Returns the attempts made."""
+    is still going waits for it) and `done()`. Returns the attempts made."""
     for attempt in range(1, MAX_ATTEMPTS + 1):
-        if status(root) == "completed":
+        if status(root) == "completed" and done():
             return attempt - 1
-        bench(args, root).wait()
+        bench(args, root, plugin).wait()
     return MAX_ATTEMPTS
 
 
@@ -163,39 +237,66 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--trials", type=int, default=100)
     ap.add_argument("--seed", type=int, default=0, help="the campaign's own random draws")
     ap.add_argument("--root", type=Path, default=Path("outputs/faults"))
+    ap.add_argument("--minutes", type=float, default=0.0,
+                    help="stop after the trial that passes this wall time (0: run every trial)")
     args = ap.parse_args(argv)
     rng = random.Random(args.seed)
     shutil.rmtree(args.root, ignore_errors=True)
-    references: dict[int, pd.DataFrame] = {}
+    references: dict[tuple, pd.DataFrame] = {}
+    where: dict[tuple, Path] = {}  # each reference's run directory, relative to its root
     injected, problems = Counter(), []
     lost = mislabelled = compared = 0
     can_mount = True
     t0 = time.time()
     for trial in range(args.trials):
-        c = rng.randrange(len(CONFIGS))
+        fault = rng.choice([f for f in FAULTS if can_mount or f != "enospc"])
+        c = "plugin" if fault == "code_edit" else rng.randrange(len(CONFIGS))
         seed = rng.randrange(3)
-        config = [*CONFIGS[c], f"seed={seed}", "debug.sleep=0.05"]
+        config = [*(PLUGIN_CONFIG if c == "plugin" else CONFIGS[c]), f"seed={seed}", "debug.sleep=0.05"]
         key = (c, seed)
+        plugin = None
         if key not in references:
             ref_root = args.root / "reference" / f"config{c}-seed{seed}"  # no "=": Hydra parses it
-            bench(config, ref_root).wait()
+            if c == "plugin":
+                plugin = args.root / "reference" / "plugin"
+                write_plugin(plugin)
+            bench(config, ref_root, plugin).wait()
             references[key] = pd.read_parquet(run_dir(ref_root) / METRICS).drop(columns=["wall_s"])
-        fault = rng.choice([f for f in FAULTS if can_mount or f != "enospc"])
+            where[key] = run_dir(ref_root).relative_to(ref_root)
         root = args.root / "trials" / f"{trial:03d}-{fault}"
+        repair, done, problem_now = config, (lambda: True), None
         if fault in SIGNALS:
             expected = signal_trial(config, root, SIGNALS[fault], rng)
         elif fault == "duplicate":
             expected = duplicate_trial(config, root, rng)
+        elif fault == "symlink_lock":
+            expected, problem_now = None, symlink_trial(config, root, where[key])
+        elif fault == "nan_metric":
+            episodes = int(next(a for a in config if a.startswith("task.episodes=")).split("=")[1])
+            expected = "diverged"
+            bench([*config, f"debug.nan_error_at={rng.randrange(episodes)}"], root).wait()
+        elif fault == "code_edit":
+            plugin = root / "plugin"
+            root = root / "out"
+            edit, problem_now = code_edit_trial(config, root, plugin, rng)
+            expected = None
+            if edit == "statement":  # the remedy the refusal names
+                first = fingerprint(root)
+                repair = [*config, "on_code_change=rerun"]
+                done = lambda: fingerprint(root) != first  # noqa: E731
         elif (expected := enospc_trial(config, root)) is None:
             can_mount = False
             print("[faults] cannot mount a tmpfs here (needs root): ENOSPC trials left out")
             fault = rng.choice(list(SIGNALS))
             expected = signal_trial(config, root, SIGNALS[fault], rng)
         injected[fault] += 1
-        bad_record, record_problem = after_fault(root, expected, references[key])
+        bad_record, record_problem = (0, None) if expected is None else \
+            after_fault(root, expected, references[key])
+        if problem_now:
+            bad_record, record_problem = len(references[key]), problem_now
         if fault == "enospc":  # the operator frees space; the same command repairs the run
             subprocess.run(["mount", "-o", "remount,size=64m", str(root)], check=True)
-        attempts = finish(config, root)
+        attempts = finish(repair, root, done, plugin)
         rows_lost, rows_bad, problem = compare(root, references[key])
         rows_bad += bad_record
         problem = "; ".join(p for p in (record_problem, problem) if p) or None
@@ -209,9 +310,12 @@ def main(argv: list[str] | None = None) -> int:
             subprocess.run(["umount", "-l", str(root)], check=False)
         print(f"[faults] trial {trial + 1}/{args.trials}: {fault}, {attempts} more attempt(s), "
               f"lost {rows_lost}, mislabelled {rows_bad}", flush=True)
+        if args.minutes and time.time() - t0 > 60 * args.minutes:
+            print(f"[faults] stopped after {trial + 1} of {args.trials} trials (--minutes {args.minutes:g})")
+            break
     print(f"\n| trials | faults injected | runs compared | rows lost | rows mislabelled | other problems | wall |\n"
           f"|---|---|---|---|---|---|---|\n"
-          f"| {args.trials} | {', '.join(f'{k} {v}' for k, v in sorted(injected.items()))} | "
+          f"| {compared} | {', '.join(f'{k} {v}' for k, v in sorted(injected.items()))} | "
           f"{compared} | {lost} | {mislabelled} | {len(problems)} | {(time.time() - t0) / 60:.1f} min |")
     for p in problems:
         print(f"  {p}")

@@ -23,8 +23,9 @@ from typing import Any
 import pandas as pd
 
 from bench import checkpoint
-from contract import io
-from contract.schema import CONFIG, FAILED, HEARTBEAT_S, IO_ERROR, LOCK, METRICS, RUNNING, SUMMARY
+from contract import io, schema
+from contract.schema import (CHECKPOINT, CONFIG, ERROR, FAILED, HEARTBEAT_S, IO_ERROR, LOCK, METRICS,
+                             RUNNING, SUMMARY)
 
 BUSY = (errno.EACCES, errno.EAGAIN)  # what lockf raises when another process holds it
 
@@ -39,6 +40,33 @@ def describe(holder: dict[str, Any]) -> str:
     since = holder.get("since")
     when = f", since {time.strftime('%Y-%m-%d %H:%M:%S', time.localtime(since))}" if since else ""
     return f"pid {holder.get('pid', '?')} on {holder.get('host', '?')}{job}{when}"
+
+
+def hold(path: Path) -> tuple[int | None, dict[str, Any] | None]:
+    """Lock `path` (created if need be, never through a symbolic link) for this process,
+    as RunDir.acquire locks a run: (descriptor, None) when this process holds it (closing
+    the descriptor releases it), (None, what the holder wrote) when another process does,
+    (None, None) on a filesystem without POSIX locks (said on stderr)."""
+    io.refuse_link(path)
+    path.parent.mkdir(parents=True, exist_ok=True)
+    fd = os.open(path, os.O_RDWR | os.O_CREAT | os.O_NOFOLLOW, 0o666)
+    try:
+        fcntl.lockf(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+    except OSError as e:
+        holder = None
+        if e.errno in BUSY:
+            try:
+                holder = json.loads(os.read(fd, 4096) or b"{}")
+            except ValueError:  # caught between the holder's truncate and write
+                holder = {}
+        else:
+            print(f"[warning] no lock: {path} is on a filesystem without POSIX locks "
+                  f"({e.strerror}); nothing stops a second process", file=sys.stderr, flush=True)
+        os.close(fd)
+        return None, holder
+    os.ftruncate(fd, 0)
+    os.pwrite(fd, json.dumps(whoami()).encode(), 0)
+    return fd, None
 
 
 class RunDir:
@@ -59,14 +87,22 @@ class RunDir:
         return self.path / SUMMARY
 
     def previous(self) -> dict[str, Any]:
-        """The last summary.json ({} if none); io.DamagedFile if it cannot be read."""
+        """The last summary.json ({} if none); io.DamagedFile if it cannot be read,
+        io.LinkRefused where a link stands in the run's path."""
+        self.check_links()
         return io.read_json_object(self.summary_path) if self.summary_path.exists() else {}
 
     def acquire(self) -> dict[str, Any] | None:
         """Take the lock: None when this process holds it (or the filesystem has no locks),
         else what the holder wrote about itself."""
+        self.check_links()
         self.path.mkdir(parents=True, exist_ok=True)
-        fd = os.open(self.path / LOCK, os.O_RDWR | os.O_CREAT, 0o666)
+        try:
+            fd = os.open(self.path / LOCK, os.O_RDWR | os.O_CREAT | os.O_NOFOLLOW, 0o666)
+        except OSError as e:
+            if e.errno == errno.ELOOP:  # made a link since check_links looked
+                io.refuse_link(self.path / LOCK)
+            raise
         try:
             fcntl.lockf(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
         except OSError as e:
@@ -86,6 +122,14 @@ class RunDir:
         os.ftruncate(fd, 0)
         os.pwrite(fd, json.dumps(whoami()).encode(), 0)
         return None
+
+    def check_links(self) -> None:
+        """io.LinkRefused for a symbolic link where the harness would follow one: the run's
+        folder and, for a run directory, the three above it up to output_root (task, algo,
+        config hash; output_root itself is the user's to choose), or any file of the run."""
+        folders = [self.path, *self.path.parents[:3]] if schema.parse_run_dir(self.path) else [self.path]
+        for p in [*reversed(folders), *(self.path / n for n in (LOCK, SUMMARY, CONFIG, METRICS, CHECKPOINT))]:
+            io.refuse_link(p)
 
     def release(self) -> None:
         """Closing the descriptor drops the lock; `.lock` itself stays (removing it would
@@ -128,25 +172,28 @@ class RunDir:
         checkpoint.save(self.path, state, pause_s=self.pause_s)
         self.heartbeat(checkpoint_step=step)
 
-    def finish(self, df: pd.DataFrame, *, status: str, reason: str | None = None,
+    def finish(self, df: pd.DataFrame | None, *, status: str, reason: str | None = None,
                error_kind: str | None = None, rows: list[dict] = (), **extra: Any) -> dict[str, Any]:
         """metrics.parquet, then summary.json (last: it is what says `completed`): the
         provenance, the verdict, the last row's numbers, and `extra` (what the run really
-        used). An OS error (a full disk, a read-only filesystem) turns the record into
-        `failed` with that error where the disk still takes the small summary; where it
-        takes nothing, it is said on stderr (summary.json then still says `running`, its
-        heartbeat going stale)."""
+        used). Whatever stops the table (a full disk: error_kind io; a value parquet
+        cannot store: error) turns the record into `failed` with that error, where the
+        disk still takes the small summary; where it takes nothing, it is said on stderr
+        (summary.json then still says `running`, its heartbeat going stale). `df` None:
+        the table could not be built (the record says why)."""
         summary = {**self.provenance, "status": status, "reason": reason, "error_kind": error_kind,
                    "final": {k: v for k, v in (rows[-1] if rows else {}).items() if isinstance(v, (int, float))},
                    "rows": len(rows), "finished_at": time.time(),
                    "duration_s": time.time() - self.provenance.get("started_at", time.time()), **extra}
         try:
-            io.write_parquet(self.path / METRICS, df)
-        except OSError as e:
-            reason = f"OSError writing {METRICS}: {e}"
+            if df is not None:
+                io.write_parquet(self.path / METRICS, df)
+        except Exception as e:
+            reason = f"{type(e).__name__} writing {METRICS}: {e}"
             if summary.get("reason"):
                 reason = f"{summary['reason']}; then {reason}"
-            summary = {**summary, "status": FAILED, "error_kind": IO_ERROR, "reason": reason}
+            summary = {**summary, "status": FAILED, "reason": reason,
+                       "error_kind": IO_ERROR if isinstance(e, OSError) else ERROR}
         try:
             self.write_summary(summary)
         except OSError as e:

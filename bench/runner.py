@@ -245,6 +245,7 @@ def _attempt_record(prev: dict, spec: RunSpec, threads: int, identity_: dict,
     log = [] if spec.force else list(prev.get("attempts_log", []))
     log.append({"attempt": len(log) + 1, "started_at": time.time(), "pid": os.getpid(),
                 "host": rundir.whoami()["host"], "git_commit": identity_["git_commit"],
+                "code_fingerprint": spec.code_fingerprint,
                 "threads": threads, "cpu_kernels": cpu_kernels(), "batch_seeds": batched,
                 "slurm_job_id": os.environ.get("SLURM_JOB_ID")})
     # Runs from before the attempt log: their attempt count and the commit they started under.
@@ -288,7 +289,31 @@ def run(spec: RunSpec) -> dict[str, Any]:
 
 def _claim(spec: RunSpec, rd: rundir.RunDir) -> tuple[dict, dict | None]:
     """(the previous summary, None) with the lock taken, or (_, the answer) for a run this
-    process must not train: completed, held by another process, or unreadable."""
+    process must not train: completed, held by another process, unreadable, a symbolic
+    link in its path, or a folder this user cannot write (nothing is written then)."""
+    try:
+        return _claim_lock(spec, rd)
+    except io.LinkRefused as e:
+        rd.release()
+        return {}, _not_run(spec, schema.REFUSED, e.strerror)
+    except OSError as e:  # another user's folder, a read-only mount: said, not a traceback
+        rd.release()
+        where = e.filename or spec.run_dir
+        answer = _not_run(spec, schema.FAILED, f"cannot write {where}: {e.strerror}; the run "
+                          f"needs a folder this user ({_user()}) can write (check its owner "
+                          f"and mode, or choose another output_root)")
+        return {}, {**answer, "error_kind": schema.IO_ERROR}
+
+
+def _user() -> str:
+    try:
+        import pwd
+        return pwd.getpwuid(os.geteuid()).pw_name
+    except (ImportError, KeyError):
+        return str(os.geteuid())
+
+
+def _claim_lock(spec: RunSpec, rd: rundir.RunDir) -> tuple[dict, dict | None]:
     for locked in (False, True):  # again under the lock: another may just have finished
         try:
             prev = rd.previous()
@@ -299,13 +324,58 @@ def _claim(spec: RunSpec, rd: rundir.RunDir) -> tuple[dict, dict | None]:
                                     f"from its checkpoint, if any) or force=true restarts the run")
             prev = {}
         if prev.get("status") == schema.COMPLETED and not spec.force:
-            rd.release()
-            print(f"[skip] {spec.run_dir} already completed (force=true re-runs it)", flush=True)
-            return prev, prev
+            if damage := _table_damage(rd.path / schema.METRICS):
+                rd.release()
+                return prev, _not_run(spec, schema.REFUSED, f"completed, but its {damage}: the "
+                                      f"result is damaged; force=true re-runs it")
+            if (answer := _code_changed(spec, prev, locked)) is not False:
+                if answer is not None:
+                    rd.release()
+                    return prev, answer
+            else:
+                rd.release()
+                note = "" if prev.get("code_fingerprint") else \
+                    "; it records no code fingerprint, so a code change since cannot be seen"
+                print(f"[skip] {spec.run_dir} already completed (force=true re-runs it{note})", flush=True)
+                return prev, prev
         if not locked and (holder := rd.acquire()) is not None:
             return prev, _not_run(spec, schema.HELD, f"held by {rundir.describe(holder)}; skipped "
                                   f"(that process is training it)")
     return prev, None
+
+
+def _code_changed(spec: RunSpec, prev: dict, said: bool) -> dict | None | bool:
+    """A completed run against today's code: False where its code fingerprint is today's
+    (or it records none), else as on_code_change says: the answer for `refuse` and
+    `keep`, None for `rerun` (train it again; said once, `said` on the second look)."""
+    old, new = prev.get("code_fingerprint"), spec.code_fingerprint
+    if not old or old == new:
+        return False
+    what = f"completed under other code (code fingerprint {old}, today's {new})"
+    if spec.on_code_change == "keep":
+        print(f"[skip] {spec.run_dir} {what}: the old result is kept (on_code_change=keep)", flush=True)
+        return prev
+    if spec.on_code_change == "rerun":
+        if not said:
+            print(f"[rerun] {spec.run_dir} {what}: trained again (on_code_change=rerun)", flush=True)
+        return None
+    return _not_run(spec, schema.REFUSED, f"{what}; on_code_change=rerun trains it again, "
+                    f"on_code_change=keep keeps the old result (force=true also re-runs it)")
+
+
+def _table_damage(path) -> str | None:
+    """What is wrong with a completed run's metrics table (missing, unreadable), or None.
+    Its footer is read, not its rows: a skip stays cheap."""
+    import pyarrow.parquet as pq
+
+    if not path.exists():
+        return f"{path.name} is missing"
+    try:
+        pq.read_metadata(path)
+    except Exception as e:  # truncated, garbage, unreadable
+        first = (str(e).strip().splitlines() or [""])[0][:160]
+        return f"{path.name} cannot be read ({type(e).__name__}: {first})"
+    return None
 
 
 @dataclass
@@ -394,8 +464,12 @@ def _open(spec: RunSpec, rd: rundir.RunDir, prev: dict, batched: bool = False) -
 
 def _close(seat: Seat, status: str, reason: str | None, kind: str | None) -> dict[str, Any]:
     """The attempt's end on disk: metrics and the verdict; a completed run's checkpoint goes."""
-    summary = seat.rd.finish(_metrics_frame(seat.spec, seat.rows, seat.effective, status),
-                             status=status, reason=reason, error_kind=kind, rows=seat.rows,
+    try:
+        df = _metrics_frame(seat.spec, seat.rows, seat.effective, status)
+    except Exception as e:  # the record must still say how the run ended
+        df, status, kind = None, schema.FAILED, kind or schema.ERROR
+        reason = "; then ".join(filter(None, [reason, f"{type(e).__name__} building {schema.METRICS}: {e}"]))
+    summary = seat.rd.finish(df, status=status, reason=reason, error_kind=kind, rows=seat.rows,
                              **seat.effective)
     if summary["status"] == schema.COMPLETED:
         checkpoint.clear(seat.rd.path)
@@ -413,7 +487,9 @@ def _provenance(spec: RunSpec, rd: rundir.RunDir, prev: dict, record: dict) -> d
             "lock": rd.lock_note or f"lockf on {schema.LOCK}",
             "slurm_job_id": os.environ.get("SLURM_JOB_ID"),
             "slurm_array_job_id": os.environ.get("SLURM_ARRAY_JOB_ID"),
-            "slurm_array_task_id": os.environ.get("SLURM_ARRAY_TASK_ID"), **record, **spec.effective}
+            "slurm_array_task_id": os.environ.get("SLURM_ARRAY_TASK_ID"),
+            "code_fingerprint": spec.code_fingerprint, "code_files": list(spec.code_files),
+            **record, **spec.effective}
 
 
 def _metrics_frame(spec: RunSpec, rows: list[dict], effective: dict, status: str) -> pd.DataFrame:
@@ -470,6 +546,16 @@ def _start(seat: Seat) -> None:
     seat.t0 = time.perf_counter()
 
 
+def check_finite(row: dict[str, Any], step: int, when: str = "") -> None:
+    """FloatingPointError (the run is `diverged`) naming every metric of `row` that is not
+    finite, before the step is recorded; a diagnostic undefined on an empty selection
+    (schema.UNDEFINED_WHEN_EMPTY) may be NaN."""
+    bad = [f"{k} {v}" for k, v in row.items() if isinstance(v, float) and not math.isfinite(v)
+           and not (k in schema.UNDEFINED_WHEN_EMPTY and math.isnan(v))]
+    if bad:
+        raise FloatingPointError(f"non-finite {', '.join(bad)} at {when}step {step}")
+
+
 def _record(seat: Seat, step: int, row: dict[str, Any], asked: bool, why: str) -> bool:
     """Episode `step`'s row into the seat's record: a metrics row (or an evaluation), the
     progress line, a checkpoint when due or `asked` (a signal, read once per step by the
@@ -483,14 +569,14 @@ def _record(seat: Seat, step: int, row: dict[str, Any], asked: bool, why: str) -
         seat.tokens += row.pop("tokens")
         row["tokens"] = seat.tokens
     row.update(step=step, rollouts=seat.cumulative, wall_s=seat.wall_before + time.perf_counter() - seat.t0)
-    if not math.isfinite(row["loss"]):
-        raise FloatingPointError(f"non-finite loss {row['loss']} at step {step}")
+    check_finite(row, step)
     done = step + 1
     if not eval_every:
         rows.append(row)
     elif done % eval_every == 0 or done == episodes:
-        rows.append({**row, "train_error": row["error"], "step": done,
-                     **spec.task.evaluate(seat.policy)})
+        evaluation = spec.task.evaluate(seat.policy)
+        check_finite(evaluation, step, "the evaluation after ")
+        rows.append({**row, "train_error": row["error"], "step": done, **evaluation})
     seat.progress.after(done, row, rows[-1])
     if done < episodes and (done % spec.checkpoint_every == 0 or asked):
         seat.rd.checkpoint({"identity": seat.ident, "next_step": done, "cumulative": seat.cumulative,

@@ -26,6 +26,10 @@ import torch.nn.functional as F
 from contract.rng import Streams
 
 
+# The per-step tensors whose padded steps hold 0 (checked where a batch has a mask).
+PER_STEP = ("logp_old", "token_rewards", "advantages", "logp_ref")
+
+
 @dataclass(frozen=True)
 class Batch:
     logp_old: torch.Tensor
@@ -67,6 +71,12 @@ class Batch:
         if self.sampled is not None and self.probs is not None:
             raise ValueError("a batch weighs its candidates by the sampled indicator or by "
                              "population probabilities, not both")
+        if self.mask is not None:  # a sum over steps relies on it (GRPO's, GSPO's mean)
+            for name in PER_STEP:
+                x = getattr(self, name)
+                if x is not None and bool((x.masked_fill(self.mask, 0) != 0).any()):
+                    raise ValueError(f"batch.{name} holds non-zero values at padded steps "
+                                     "(mask False); a task must put 0 there")
 
     @property
     def num_groups(self) -> int:

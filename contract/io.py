@@ -1,6 +1,7 @@
 """Atomic writes and the provenance recorded in summary.json."""
 from __future__ import annotations
 
+import errno
 import json
 import os
 import platform
@@ -9,7 +10,7 @@ import subprocess
 from contextlib import contextmanager
 from importlib.metadata import PackageNotFoundError, version
 from pathlib import Path
-from typing import Any, Iterator
+from typing import Any, BinaryIO, Iterator
 
 import pandas as pd
 
@@ -29,38 +30,62 @@ def own_temps(folder: Path) -> list[Path]:
     return list(Path(folder).glob(f".*.{os.getpid()}.*{TEMP_SUFFIX}"))
 
 
+class LinkRefused(OSError):
+    """A symbolic link where the harness writes or reads its own files: refused, not
+    followed (whoever can write into a shared output tree could aim it at any file the
+    runner's user owns). The message names the link and where it points."""
+
+
+def refuse_link(path: str | Path) -> None:
+    """LinkRefused if `path` is a symbolic link (to anything, or dangling)."""
+    path = Path(path)
+    if path.is_symlink():
+        raise LinkRefused(errno.ELOOP, f"{path} is a symbolic link (to {os.readlink(path)}), "
+                          f"which the harness did not create and does not follow; remove it")
+
+
 @contextmanager
 def atomic_path(path: str | Path) -> Iterator[Path]:
     """The one atomic writer: yields a temp path beside `path` to write; on success it is
     renamed over `path` (a reader never sees a half-written file, whatever kills the
     process), on any error it is removed (a full disk keeps no torn temp file). Created
     with mode 0o666 minus the umask, like any file (mkstemp's 0600 would hide results from
-    a teammate's collect)."""
+    a teammate's collect). A symbolic link at `path` is refused (LinkRefused)."""
     path = Path(path)
+    refuse_link(path)
     path.parent.mkdir(parents=True, exist_ok=True)
     tmp = temp_name(path)
-    os.close(os.open(tmp, os.O_CREAT | os.O_EXCL | os.O_WRONLY, 0o666))
+    os.close(os.open(tmp, os.O_CREAT | os.O_EXCL | os.O_WRONLY | os.O_NOFOLLOW, 0o666))
     try:
         yield tmp
+        refuse_link(tmp)  # swapped for a link while written: never renamed into place
         os.replace(tmp, path)
     finally:
-        if tmp.exists():
+        if tmp.exists() or tmp.is_symlink():
             tmp.unlink()
 
 
-def write_json(path: Path, obj: Any) -> None:
+@contextmanager
+def atomic_file(path: str | Path) -> Iterator[BinaryIO]:
+    """atomic_path's writer through the descriptor that created the temp file (binary),
+    so the bytes never go through its name (which a link could replace meanwhile)."""
     with atomic_path(path) as tmp:
-        tmp.write_text(json.dumps(obj, indent=2, sort_keys=True, default=str) + "\n")
+        with os.fdopen(os.open(tmp, os.O_WRONLY | os.O_NOFOLLOW), "wb") as f:
+            yield f
+
+
+def write_json(path: Path, obj: Any) -> None:
+    write_text(path, json.dumps(obj, indent=2, sort_keys=True, default=str) + "\n")
 
 
 def write_text(path: Path, text: str) -> None:
-    with atomic_path(path) as tmp:
-        tmp.write_text(text)
+    with atomic_file(path) as f:
+        f.write(text.encode())
 
 
 def write_parquet(path: Path, df: pd.DataFrame) -> None:
-    with atomic_path(path) as tmp:
-        df.to_parquet(tmp, index=False)
+    with atomic_file(path) as f:
+        df.to_parquet(f, index=False)
 
 
 def save_figure(fig, path: str | Path, **savefig_kwargs) -> None:

@@ -56,6 +56,12 @@ METRIC_COLUMNS = (
     # step the mean completion length, token entropy, KL(pi_old || pi_ref), tokens generated
     "pass_at_1", "pass_at_k", "response_length", "entropy", "kl_ref", "tokens",
 )
+# Diagnostics that are NaN by definition where nothing is selected (no successful or no
+# failed candidate in the batch; the group fractions of single samples). Every other
+# number a row carries must be finite, and these never infinite: the runner ends a run
+# that records one otherwise as diverged.
+UNDEFINED_WHEN_EMPTY = ("all_fail_frac", "zero_var_frac", "q_success", "q_fail",
+                        "absA_success", "absA_fail")
 # SPEC 6: a group whose scores' population std is below this has zero variance
 # (zero_var_frac); DAPO's dynamic sampling replaces such groups.
 ZERO_VAR_STD = 1e-6
@@ -74,6 +80,9 @@ LABEL_COLUMNS = ("task.name", "algo.name", "experiment")
 # existed is hashed only when set away from its default, so those runs keep their hashes.
 NOT_IDENTITY = {"identity": False}
 IF_SET = {"identity": "if_set"}
+
+# The largest seed: the `seed` column of metrics.parquet is a 64-bit signed integer.
+MAX_SEED = 2**63 - 1
 
 SEED_DIR = re.compile(r"seed=(\d+)")
 

@@ -121,6 +121,15 @@ class Plan:
     fixed_tuned: list[str]  # space keys left out because the command line fixes them
     base_hash: str  # run identity of the untuned base config (task, optimizer, matching, ...)
     objective: dict  # {"objective": ..., "final_window": ...}
+    lock_path: Path | None = None  # held by the one sweep that runs this study
+
+    @staticmethod
+    def lock_for(storage: str, name: str, output_root: Path) -> Path:
+        """`<name>.lock` beside a SQLite database, else under output_root/.optuna/ (sweeps
+        sharing another storage must then share output_root for the lock to hold)."""
+        if storage.startswith("sqlite:///"):
+            return Path(storage.removeprefix("sqlite:///")).parent / f"{name}.lock"
+        return output_root.absolute() / ".optuna" / f"{name}.lock"
 
     @property
     def setup(self) -> dict:

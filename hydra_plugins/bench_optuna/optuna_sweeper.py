@@ -144,7 +144,8 @@ class OptunaSweeper(BenchSweeper):
         return Plan(name, overrides, task, algo, cfg["task"].get("episodes"),
                     list(range(first, first + self.opts["seeds"])), space, source, storage,
                     best, dict(cfg["algo"]), fixed, specs[0].config_hash,
-                    {"objective": self.opts["objective"], "final_window": self.opts["final_window"]})
+                    {"objective": self.opts["objective"], "final_window": self.opts["final_window"]},
+                    Plan.lock_for(storage, name, root))
 
     def _budget(self, plan: Plan) -> str:
         n, s, e = self.opts["n_trials"], len(plan.seeds), plan.episodes
@@ -203,6 +204,7 @@ class OptunaSweeper(BenchSweeper):
         from optuna.trial import TrialState
 
         optuna.logging.set_verbosity(optuna.logging.WARNING)  # our own lines say what happened
+        self._own(plan)
         if plan.storage.startswith("sqlite:///"):
             Path(plan.storage.removeprefix("sqlite:///")).parent.mkdir(parents=True, exist_ok=True)
         held = len(optuna.create_study(study_name=plan.name, storage=plan.storage,
@@ -234,6 +236,22 @@ class OptunaSweeper(BenchSweeper):
             batch = [study.ask() for _ in range(min(self.opts["n_jobs"], todo))]
             self._run_batch(plan, study, batch)
         return self._write_best(plan, study)
+
+    def _own(self, plan: Plan) -> None:
+        """Take the study for this sweep (until the process ends) or exit 1 naming the
+        sweep that has it: two sweeps on one study would mark each other's live trials
+        interrupted and tell finished trials twice. Held, every RUNNING trial is a dead
+        sweep's."""
+        from bench import rundir
+
+        fd, holder = rundir.hold(plan.lock_path)
+        if holder is not None:
+            print(f"error: study {plan.name} ({plan.storage}) is being run by another sweep, "
+                  f"{rundir.describe(holder)} (lock {plan.lock_path}); wait for it to finish, or "
+                  f"set hydra.sweeper.study_key=<new key> for a study of its own",
+                  file=sys.stderr, flush=True)
+            sys.exit(1)
+        self._held = [*getattr(self, "_held", []), fd]  # open while this process sweeps
 
     @staticmethod
     def _counted(study) -> int:

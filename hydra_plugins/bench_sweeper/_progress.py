@@ -184,9 +184,14 @@ class SweepProgress:
         self._last: tuple | None = None  # the counts last printed, and when
         self._last_at = 0.0
 
-    def _report(self, final: bool = False, not_run: dict | None = None) -> None:
+    def _report(self, final: bool = False, not_run: dict | None = None,
+                failed: list | None = None) -> None:
         c = count(self.run_dirs, self._before, self.force, time.time())
         c.not_run = dict(not_run or {})
+        # Failed before their files could say so (a folder this user cannot write).
+        for d in map(Path, failed or ()):
+            now = _read(d)
+            c.failed += now != "unreadable" and _fingerprint(now) == self._before.get(d)
         now = time.monotonic()
         repeat = now - self._last_at >= REPEAT_AFTER * max(self.every_s, MIN_POLL_S)
         if c.key() != self._last or repeat or final:
@@ -219,11 +224,12 @@ class SweepProgress:
             self.finish()
         return None
 
-    def finish(self, not_run: dict | None = None) -> None:
+    def finish(self, not_run: dict | None = None, failed: list | None = None) -> None:
         """The last line, once the launcher has returned. `not_run` (status -> n) names the
-        runs the jobs returned untouched (held by another process, refused): their files
-        did not change, so the count alone would call them waiting."""
+        runs the jobs returned untouched (held by another process, refused), `failed` the
+        folders of runs the jobs returned as failed: a failed run whose files did not
+        change could not write them, and the count alone would call it waiting."""
         try:
-            self._report(final=True, not_run=not_run)
+            self._report(final=True, not_run=not_run, failed=failed)
         except Exception:
             pass  # a failed final read must not replace the launcher's own outcome

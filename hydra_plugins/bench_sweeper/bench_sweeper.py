@@ -150,7 +150,8 @@ class BenchSweeper(BasicSweeper):
             returns = super().sweep(arguments)
         runs = [r for batch in returns for job in batch
                 for r in (job.return_value or {}).get("runs", [])]
-        progress.finish(Counter(r["status"] for r in runs if r["status"] in ("held", "refused")))
+        progress.finish(Counter(r["status"] for r in runs if r["status"] in ("held", "refused")),
+                        failed=[r["run_dir"] for r in runs if r["status"] == "failed"])
         failed = [r for r in runs if r["status"] != "completed"]
         # held (another process is training it) and refused (a damaged or foreign file)
         # are not failures of a training run, but not done either: named apart.
