@@ -32,6 +32,9 @@ DEFAULT_OUT = "outputs/results.parquet"  # where analysis/plot.py looks by defau
 GROUP = ["task.name", "algo.name", "config_hash"]
 # The columns every reader of the table needs (read_results refuses a table without them).
 REQUIRED = GROUP + ["seed", "step", "error"]
+# The columns that say whose rows a run's table holds: without one its rows would join
+# no line (or the wrong one), so a run's table lacking any is not that run's result.
+IDENTITY = GROUP + ["seed"]
 
 # Over many runs (a network file system, thousands of tables) collect says how far it got
 # on stderr (stdout is the report scripts parse): a line every PROGRESS_EVERY_S, and at
@@ -211,6 +214,9 @@ def inconsistencies(run: RunInfo, df: pd.DataFrame) -> list[str]:
         if n:
             problems.append(f"{n} partial row{'s' * (n > 1)} in a completed run")
     summary = run.summary or {}
+    lacking = sorted(set(IDENTITY) - set(df.columns))
+    if lacking:
+        problems.append(f"metrics.parquet lacks {', '.join(lacking)}")
     where_ = schema.parse_run_dir(run.path)
     for col, where in (("seed", str(where_.seed)), ("config_hash", where_.config_hash)):
         if col not in df.columns:
