@@ -6,8 +6,10 @@ A run is a `<root>/<task>/<algo>/<config_hash>/seed=<n>/` directory. It is kept 
 its summary.json (written last by the runner) says "completed", its metrics.parquet reads
 cleanly and agrees with its config, its summary and its directory (no partial rows, the
 rows the config's length implies, its own seed and hash), and no other copy of the same
-(config_hash, seed) was kept before it. Everything else is reported with its reason; the
-exit status is 1 if anything was skipped, unless --allow-skips (then only the table of
+(config_hash, seed) was kept before it. Everything else is reported with its reason. A
+run that failed, was interrupted or is still running is left out and collect goes on
+(exit 0); a run whose files contradict each other (a damaged "completed" one, a second
+copy) stops it with exit 1 and nothing written, unless --allow-skips (then the table of
 the runs kept is written).
 """
 import argparse
@@ -26,6 +28,10 @@ from contract import io, schema
 from contract.schema import STALE_AFTER_S  # a running run silent this long lost its process
 
 DEFAULT_ROOT = "outputs"
+# Runs that are not (yet) a result: reported and left out of the table without stopping
+# collect. Anything else skipped (a damaged file, a table that disagrees with its summary,
+# a second copy) stops it unless --allow-skips.
+LEFT_OUT = ("failed", "running", "incomplete")
 DEFAULT_OUT = "outputs/results.parquet"  # where analysis/plot.py looks by default
 # One line of a figure, one configuration of a report row: (task, algorithm, config hash).
 # Seeds of different hashes are never pooled.
@@ -277,7 +283,9 @@ def load_runs(runs: list[RunInfo], root=None,
             skipped.append(run)
             continue
         if not run.metrics_path.is_file():
-            skipped.append(RunInfo(run.path, "incomplete", "incomplete (no metrics.parquet)"))
+            skipped.append(RunInfo(run.path, "corrupt", f"damaged: {schema.SUMMARY} says completed, "
+                                                        f"{schema.METRICS} is missing; re-run it with "
+                                                        "force=true"))
             continue
         try:
             df = read_metrics(run.metrics_path)
@@ -405,11 +413,13 @@ def main(argv=None) -> int:
         print(f"error: no completed run found under {root} ({len(skipped)} skipped)", file=sys.stderr)
         return 1 if skipped else 2  # runs that failed or were refused, or nothing to collect
     kept = len(runs) - len(skipped)
-    if skipped and not args.allow_skips:
-        # A table quietly missing runs reads as a result; say so and let the caller choose.
-        print(f"error: {len(skipped)} run(s) skipped (listed above), {kept} consistent; nothing "
-              f"written to {args.out}. Finish or repair them, or pass --allow-skips to collect "
-              f"the {kept} alone", file=sys.stderr)
+    blocking = [r for r in skipped if r.status not in LEFT_OUT]
+    if blocking and not args.allow_skips:
+        # A run that says completed but whose files disagree is damage, not progress: a
+        # table without it would read as a result. Say so and let the caller choose.
+        print(f"error: {len(blocking)} run(s) damaged or inconsistent (listed above), {kept} "
+              f"consistent; nothing written to {args.out}. Repair or remove them, or pass "
+              f"--allow-skips to collect the {kept} alone", file=sys.stderr)
         return 1
     if args.merge_into:
         df, replaced = merge(pd.read_parquet(args.merge_into), df)
@@ -418,6 +428,11 @@ def main(argv=None) -> int:
             print(f"replaced {len(replaced)} run(s) already in {args.merge_into}: "
                   + ", ".join(f"{h} seed={s}" for h, s in replaced))
     write_atomic(df, args.out)
+    left = [r for r in skipped if r.status in LEFT_OUT]
+    if left:
+        failed = sum(r.status == "failed" for r in left)
+        print(f"left out {len(left)} run(s) not completed ({failed} failed, {len(left) - failed} "
+              f"unfinished; listed above): re-run them to add them")
     print(f"collected {kept} runs ({len(df)} rows), skipped {len(skipped)} -> {args.out}")
     return 0
 

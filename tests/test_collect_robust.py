@@ -62,7 +62,7 @@ def test_failed_interrupted_and_running_runs_are_left_out_not_blocking(tmp_path,
     assert sorted(out["seed"].unique()) == [0, 1]
     assert "failed: FloatingPointError: loss is nan" in text and "seed=3" in text and "seed=4" in text
     assert "collected 2 runs (6 rows), skipped 3" in text
-    assert "left out 3 (1 failed, 2 unfinished)" in text
+    assert "left out 3 run(s) not completed (1 failed, 2 unfinished" in text
 
 
 @pytest.mark.parametrize("damage", ["no_metrics", "garbage_metrics", "partial_row"])
