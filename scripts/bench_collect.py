@@ -24,7 +24,8 @@ import numpy as np
 import pandas as pd
 
 REPO = Path(__file__).resolve().parents[1]
-sys.path.insert(0, str(REPO))
+if __name__ == "__main__":  # run as a script: this checkout's packages
+    sys.path.insert(0, str(REPO))
 
 from bench.identity import config_hash, flatten  # noqa: E402
 from contract import schema  # noqa: E402

@@ -86,3 +86,28 @@ def test_a_completed_run_whose_files_disagree_still_blocks(tmp_path, capsys, dam
         assert "says completed" in text and "force=true" in text
     rc, text, out = main(root, tmp_path, "--allow-skips", capsys=capsys)
     assert rc == 0 and out["seed"].unique().tolist() == [0]
+
+
+# ------------------------------------------------------------ symlinked folders
+
+def test_collect_and_the_run_finder_follow_the_same_symlinked_folders(tmp_path, capsys):
+    """output_root/demo a link to scratch (the sweep writes through it), a link back up
+    the tree (a loop) and a second link to the same scratch: every run once."""
+    from contract import schema
+
+    root, scratch = tmp_path / "outputs", tmp_path / "scratch"
+    d0, d1 = runs(scratch, seeds=(0, 1))
+    runs(root, seeds=(0,), lr=2e-3)  # a run of the tree's own
+    (root / "demo").rename(root / "own")
+    (root / "demo").symlink_to(scratch / "demo", target_is_directory=True)
+    (scratch / "demo" / "loop").symlink_to(root, target_is_directory=True)
+    (root / "again").symlink_to(scratch, target_is_directory=True)
+    h = d0.parent.name
+    assert schema.find_run(root, h, 1) == root / "demo" / "tpo" / h / "seed=1"
+    found = [p.relative_to(root).as_posix() for p in schema.run_dirs(root)]
+    assert sorted(found) == found and len(found) == 3, found
+    assert f"demo/tpo/{h}/seed=0" in found and f"demo/tpo/{h}/seed=1" in found
+    rc, text, out = main(root, tmp_path, capsys=capsys)
+    assert rc == 0, text
+    assert "collected 3 runs (9 rows), skipped 0" in text
+    assert out.groupby(["config_hash", "seed"]).ngroups == 3
