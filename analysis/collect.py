@@ -38,6 +38,9 @@ DEFAULT_OUT = "outputs/results.parquet"  # where analysis/plot.py looks by defau
 GROUP = ["task.name", "algo.name", "config_hash"]
 # The columns every reader of the table needs (read_results refuses a table without them).
 REQUIRED = GROUP + ["seed", "step", "error"]
+# summary.json's and the table's fingerprint of the source a run's algorithm and task (and
+# plugins) came from; None for a run recorded without one (unknown, so it conflicts with none).
+CODE = "code_fingerprint"
 # The columns that say whose rows a run's table holds: without one its rows would join
 # no line (or the wrong one), so a run's table lacking any is not that run's result.
 IDENTITY = GROUP + ["seed"]
@@ -123,7 +126,7 @@ def read_summary(path: Path) -> dict:
         raise DamagedSummary(f"invalid JSON ({e})") from None
     if not isinstance(info, dict):
         raise DamagedSummary(f"not a JSON object (a {type(info).__name__})")
-    for key in ("status", "reason", "error_kind", "git_commit", "config_hash"):
+    for key in ("status", "reason", "error_kind", "git_commit", "config_hash", CODE):
         if info.get(key) is not None and not isinstance(info[key], str):
             raise DamagedSummary(f"{key!r} is {info[key]!r}, not a string")
     for key in ("heartbeat", "started_at"):
@@ -315,9 +318,47 @@ def load_runs(runs: list[RunInfo], root=None,
             continue
         kept[key] = run.path
         commit, commits = _commits(run.summary or {})
-        out.append(df.assign(git_commit=commit, git_commits=commits))
+        out.append(df.assign(git_commit=commit, git_commits=commits,
+                             **{CODE: (run.summary or {}).get(CODE)}))
     df = pd.concat(out, ignore_index=True) if out else pd.DataFrame()
     return df, skipped
+
+
+def mixed_code(df: pd.DataFrame) -> dict[tuple, dict[str, list]]:
+    """Lines (GROUP keys) whose seeds ran under more than one known code fingerprint:
+    {key: {fingerprint: [seeds]}}. A seed without one (unknown) conflicts with none."""
+    if CODE not in df.columns or df[CODE].isna().all():
+        return {}
+    known = df[df[CODE].notna()].drop_duplicates([*GROUP, "seed", CODE])
+    out = {}
+    for key, g in known.groupby(GROUP, sort=True):
+        if g[CODE].nunique() > 1:
+            out[key] = {fp: sorted(s["seed"].tolist()) for fp, s in g.groupby(CODE, sort=True)}
+    return out
+
+
+def split_code(df: pd.DataFrame, mixed: dict) -> pd.DataFrame:
+    """Each mixed line split into one line per code fingerprint, labelled in its algo.name
+    ("tpo [code 1a2b3c4d]"); seeds without a fingerprint keep the plain name."""
+    rows = df.set_index(GROUP).index.isin(list(mixed)) & df[CODE].notna()
+    algo = df["algo.name"].astype(object)
+    algo[rows] = [f"{a} [code {str(fp)[:8]}]" for a, fp in zip(algo[rows], df.loc[rows, CODE])]
+    return df.assign(**{"algo.name": algo.astype(df["algo.name"].dtype)})
+
+
+def check_code(df: pd.DataFrame, split: bool = False) -> pd.DataFrame | None:
+    """The table with no line pooling seeds of different code: with `split`, such lines
+    split (split_code); without, None after one line per mixed line on stderr."""
+    mixed = mixed_code(df)
+    if not mixed or split:
+        return split_code(df, mixed) if mixed else df
+    for (task, algo, h), fps in mixed.items():
+        ran = "; ".join(f"{fp[:12]}: seed{'s' * (len(s) > 1)} {', '.join(map(str, s))}"
+                        for fp, s in fps.items())
+        print(f"error: {algo} on {task} (config {h}) pools seeds of {len(fps)} code versions "
+              f"({ran}); re-run the older seeds, or pass --split-code to draw each as its own "
+              f"line", file=sys.stderr)
+    return None
 
 
 def write_atomic(df: pd.DataFrame, out) -> None:
@@ -342,11 +383,14 @@ def merge(existing: pd.DataFrame, new: pd.DataFrame) -> tuple[pd.DataFrame, list
     return merged, replaced
 
 
-def read_results(path, what: str = "nothing to work on", say=None) -> pd.DataFrame | int:
+def read_results(path, what: str = "nothing to work on", say=None,
+                 split_code: bool = False) -> pd.DataFrame | int:
     """The collected table, as plot and the paper report read it, or the exit status after
     a one-line error on stderr: 2 for nothing to work on (no file, no rows, not this
-    table's columns), 1 for a file that cannot be read. what: the consequence of an empty
-    table, in the reader's words; say: told the row count before the (long) read."""
+    table's columns), 1 for a file that cannot be read or a line pooling seeds of
+    different code (check_code; split_code splits such lines instead). what: the
+    consequence of an empty table, in the reader's words; say: told the row count before
+    the (long) read."""
     path = Path(path)
     make = "make it with `python analysis/collect.py` (or name another with --results)"
     if not path.is_file():
@@ -372,7 +416,8 @@ def read_results(path, what: str = "nothing to work on", say=None) -> pd.DataFra
     if legacy:
         print(f"note: {path}: {len(legacy)} config hash{'es' * (len(legacy) != 1)} from before the "
               f"hash left the preset names re-keyed as read (bench.migrate)", file=sys.stderr)
-    return df
+    df = check_code(df, split_code)
+    return 1 if df is None else df
 
 
 def main(argv=None) -> int:
@@ -386,6 +431,9 @@ def main(argv=None) -> int:
     parser.add_argument("--merge-into", metavar="TABLE",
                         help="merge the runs into this existing table instead of writing --out "
                              "(a run already there is replaced by its copy from ROOT)")
+    parser.add_argument("--split-code", action="store_true",
+                        help="keep seeds of one config run under different code as separate "
+                             "lines (labelled by code fingerprint) instead of refusing them")
     parser.add_argument("--progress", action="store_true",
                         help=f"say how many run directories were read on stderr however fast "
                              f"(by default only past {PROGRESS_AFTER_S:g} s or {PROGRESS_MANY} runs)")
@@ -427,6 +475,10 @@ def main(argv=None) -> int:
         if replaced:
             print(f"replaced {len(replaced)} run(s) already in {args.merge_into}: "
                   + ", ".join(f"{h} seed={s}" for h, s in replaced))
+    df = check_code(df, args.split_code)
+    if df is None:
+        print(f"error: nothing written to {args.out}", file=sys.stderr)
+        return 1
     write_atomic(df, args.out)
     left = [r for r in skipped if r.status in LEFT_OUT]
     if left:

@@ -221,6 +221,8 @@ def main(argv=None) -> int:
     parser.add_argument("--figure", nargs="+", metavar="NAME",
                         help="draw these paper figures (see --list; 'all' for every one)")
     parser.add_argument("--list", action="store_true", help="name the paper figures and exit")
+    parser.add_argument("--split-code", action="store_true",
+                        help="draw seeds of one config run under different code as separate lines")
     args = parser.parse_args(argv)
 
     if args.list:
@@ -236,7 +238,7 @@ def main(argv=None) -> int:
               file=sys.stderr)
         return 2
 
-    df = read_results(args.results, "nothing to draw")
+    df = read_results(args.results, "nothing to draw", split_code=args.split_code)
     if isinstance(df, int):  # missing, empty or not the collected table: nothing drawn
         return df
     refused = incomplete_groups(df)

@@ -24,6 +24,12 @@ def runs(root, seeds=(0, 1), lr=1e-3, episodes=3, **summary):
             for s in seeds]
 
 
+def demo_hash(lr=1e-3, episodes=3):
+    from bench.identity import config_hash
+
+    return config_hash(demo_config(episodes, lr))
+
+
 def main(root, tmp_path, *flags, capsys):
     out = tmp_path / "results.parquet"
     rc = collect.main([str(root), "--out", str(out), *flags])
@@ -111,3 +117,76 @@ def test_collect_and_the_run_finder_follow_the_same_symlinked_folders(tmp_path, 
     assert rc == 0, text
     assert "collected 3 runs (9 rows), skipped 0" in text
     assert out.groupby(["config_hash", "seed"]).ngroups == 3
+
+
+# ------------------------------------------------------------ code fingerprints
+
+OLD, NEW = "a1" * 16, "b2" * 16
+
+
+def mixed_tree(root):
+    """Seeds 0 and 1 under one code, seed 2 under another, seed 3 recorded without one."""
+    runs(root, seeds=(0, 1), code_fingerprint=OLD)
+    runs(root, seeds=(2,), code_fingerprint=NEW)
+    runs(root, seeds=(3,))
+    runs(root, seeds=(0,), lr=2e-3, code_fingerprint=NEW)  # another config: not mixed
+
+
+def test_a_run_without_a_code_fingerprint_conflicts_with_none(tmp_path, capsys):
+    root = tmp_path / "outputs"
+    runs(root, seeds=(0, 1), code_fingerprint=OLD)
+    runs(root, seeds=(2,))
+    rc, text, out = main(root, tmp_path, capsys=capsys)
+    assert rc == 0, text
+    fps = out.groupby("seed")["code_fingerprint"].first()
+    assert fps.loc[0] == OLD and fps.loc[1] == OLD and pd.isna(fps.loc[2])
+
+
+def test_collect_refuses_a_line_pooling_two_code_versions(tmp_path, capsys):
+    root = tmp_path / "outputs"
+    mixed_tree(root)
+    rc, text, out = main(root, tmp_path, capsys=capsys)
+    assert rc == 1 and out is None, text
+    [line] = [ln for ln in text.splitlines() if "code versions" in ln]
+    h = demo_hash()
+    assert line.startswith(f"error: tpo on demo (config {h})"), line
+    assert f"{OLD[:12]}: seeds 0, 1" in line and f"{NEW[:12]}: seed 2" in line, line
+    assert "--split-code" in line and "2 code versions" in line
+
+
+def test_split_code_draws_each_code_version_as_its_own_line(tmp_path, capsys):
+    from analysis import plot
+
+    root = tmp_path / "outputs"
+    mixed_tree(root)
+    rc, text, out = main(root, tmp_path, "--split-code", capsys=capsys)
+    assert rc == 0, text
+    lines = out.groupby(collect.GROUP)["seed"].unique().map(sorted)
+    h, other = (out.loc[out["optim.lr"] == lr, "config_hash"].iloc[0] for lr in (1e-3, 2e-3))
+    assert {(algo, c): seeds for (_, algo, c), seeds in lines.items()} == {
+        (f"tpo [code {OLD[:8]}]", h): [0, 1], (f"tpo [code {NEW[:8]}]", h): [2],
+        ("tpo", h): [3], ("tpo", other): [0]}, lines
+    # plot refuses the unsplit table the same way, and splits it when asked
+    table = tmp_path / "mixed.parquet"
+    mixed = pd.concat([out.drop(columns="algo.name"), out["algo.name"].str.replace(r" \[code .*\]", "", regex=True)],
+                      axis=1)
+    mixed.to_parquet(table)
+    assert plot.main(["--results", str(table), "--out", str(tmp_path / "plots")]) == 1
+    err = capsys.readouterr().err
+    assert "2 code versions" in err and OLD[:12] in err and NEW[:12] in err
+    assert not (tmp_path / "plots").exists()
+    assert plot.main(["--results", str(table), "--out", str(tmp_path / "plots"), "--split-code"]) == 0
+    assert (tmp_path / "plots" / "demo.png").is_file()
+
+
+def test_a_code_fingerprint_is_provenance_not_a_legend_key(tmp_path, capsys):
+    from analysis.labels import legend_labels
+
+    root = tmp_path / "outputs"
+    runs(root, seeds=(0,), code_fingerprint=OLD)
+    runs(root, seeds=(0,), lr=2e-3, code_fingerprint=NEW)
+    rc, text, out = main(root, tmp_path, capsys=capsys)
+    assert rc == 0, text
+    labels = sorted(legend_labels(out).values())
+    assert labels == ["tpo (optim.lr=0.001, lr_effective=0.001, n=1)",
+                      "tpo (optim.lr=0.002, lr_effective=0.002, n=1)"], labels
