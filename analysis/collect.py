@@ -13,6 +13,7 @@ copy) stops it with exit 1 and nothing written, unless --allow-skips (then the t
 the runs kept is written).
 """
 import argparse
+import functools
 import json
 import sys
 import time
@@ -361,6 +362,20 @@ def check_code(df: pd.DataFrame, split: bool = False) -> pd.DataFrame | None:
     return None
 
 
+def os_errors_in_one_line(main):
+    """main(argv) with an OSError (a full disk, a read-only or vanished folder) said in one
+    line on stderr and exit 1 instead of a traceback; every file goes through the atomic
+    writer, so none is left half-written."""
+    @functools.wraps(main)
+    def guarded(argv=None) -> int:
+        try:
+            return main(argv)
+        except OSError as e:
+            print(f"error: {type(e).__name__}: {e}; no file left half-written", file=sys.stderr)
+            return 1
+    return guarded
+
+
 def write_atomic(df: pd.DataFrame, out) -> None:
     """Through the project's one atomic writer: readers never see half a file."""
     io.write_parquet(Path(out), df)
@@ -420,6 +435,7 @@ def read_results(path, what: str = "nothing to work on", say=None,
     return 1 if df is None else df
 
 
+@os_errors_in_one_line
 def main(argv=None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("root", nargs="?", default=DEFAULT_ROOT, help="output root (default: outputs/)")
@@ -479,7 +495,11 @@ def main(argv=None) -> int:
     if df is None:
         print(f"error: nothing written to {args.out}", file=sys.stderr)
         return 1
-    write_atomic(df, args.out)
+    try:
+        write_atomic(df, args.out)
+    except OSError as e:
+        print(f"error: cannot write {args.out}: {e}; nothing written", file=sys.stderr)
+        return 1
     left = [r for r in skipped if r.status in LEFT_OUT]
     if left:
         failed = sum(r.status == "failed" for r in left)

@@ -20,7 +20,7 @@ import numpy as np
 import pandas as pd
 
 from analysis import leaderboard
-from analysis.collect import GROUP, last_step, read_results
+from analysis.collect import GROUP, last_step, os_errors_in_one_line, read_results
 from analysis.labels import compact_labels, label_text, legend_labels, se_text, title_items
 from analysis.paper import figures
 from analysis.style import (COLUMN_IN, LINESTYLES, LOG_FLOOR, TITLE_PT, color_for, legend_below,
@@ -213,6 +213,7 @@ def plot_results(df: pd.DataFrame, out_dir, yscale: str = "auto") -> list[Path]:
     return paths
 
 
+@os_errors_in_one_line
 def main(argv=None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--results", default="outputs/results.parquet", help="table from analysis/collect.py")

@@ -190,3 +190,51 @@ def test_a_code_fingerprint_is_provenance_not_a_legend_key(tmp_path, capsys):
     labels = sorted(legend_labels(out).values())
     assert labels == ["tpo (optim.lr=0.001, lr_effective=0.001, n=1)",
                       "tpo (optim.lr=0.002, lr_effective=0.002, n=1)"], labels
+
+
+# ------------------------------------------------------------ a full disk under --out
+
+def enospc(*args, **kwargs):
+    raise OSError(28, "No space left on device")
+
+
+def test_a_full_disk_under_collect_out_is_one_line(tmp_path, capsys, monkeypatch):
+    root = tmp_path / "outputs"
+    runs(root)
+
+    def half_then_full(self, path, *args, **kwargs):
+        Path(path).write_bytes(b"PAR1 half a table")
+        enospc()
+
+    monkeypatch.setattr(pd.DataFrame, "to_parquet", half_then_full)
+    out = tmp_path / "tables" / "results.parquet"
+    rc = collect.main([str(root), "--out", str(out)])
+    err = capsys.readouterr().err
+    assert rc == 1 and "Traceback" not in err
+    [line] = err.splitlines()
+    assert line.startswith(f"error: cannot write {out}") and "No space left on device" in line, line
+    assert list(out.parent.iterdir()) == []  # no table, no temp file
+
+
+def test_a_full_disk_under_plot_out_is_one_line(tmp_path, capsys, monkeypatch):
+    from matplotlib.figure import Figure
+
+    from analysis import plot
+
+    root = tmp_path / "outputs"
+    runs(root)
+    table = tmp_path / "results.parquet"
+    assert collect.main([str(root), "--out", str(table)]) == 0
+
+    def half_then_full(self, fname, *args, **kwargs):
+        Path(fname).write_bytes(b"\x89PNG half a figure")
+        enospc()
+
+    monkeypatch.setattr(Figure, "savefig", half_then_full)
+    capsys.readouterr()
+    rc = plot.main(["--results", str(table), "--out", str(tmp_path / "plots")])
+    err = capsys.readouterr().err
+    assert rc == 1 and "Traceback" not in err
+    [line] = err.splitlines()
+    assert line.startswith("error: OSError:") and "No space left on device" in line, line
+    assert [p for p in (tmp_path / "plots").rglob("*") if p.is_file()] == []
