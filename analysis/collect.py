@@ -362,6 +362,43 @@ def check_code(df: pd.DataFrame, split: bool = False) -> pd.DataFrame | None:
     return None
 
 
+def newer_runs(table, root=None) -> list[Path]:
+    """Completed run directories under root (default: the table's folder) that finished
+    after the table was written: results it cannot hold. Judged by summary.json's
+    finished_at where it has one (a checkout or a copy gives every file a new mtime)."""
+    table = Path(table)
+    try:
+        made = table.stat().st_mtime
+    except OSError:
+        return []
+    out = []
+    for d in schema.run_dirs(table.parent if root is None else root):
+        try:
+            changed = (d / schema.SUMMARY).stat().st_mtime
+            if changed <= made:
+                continue
+            info = read_summary(d / schema.SUMMARY)
+            finished = _number(info, "finished_at")
+        except (OSError, DamagedSummary):
+            continue
+        if info.get("status") == schema.COMPLETED and (finished or changed) > made:
+            out.append(d)
+    return out
+
+
+def warn_if_stale(table, root=None) -> int:
+    """One line on stderr when completed runs under root are newer than the table (a
+    figure drawn from it would leave them out); returns how many."""
+    root = Path(table).parent if root is None else Path(root)
+    newer = newer_runs(table, root)
+    if newer:
+        many = len(newer) > 1
+        print(f"warning: {len(newer)} completed run{'s' * many} under {root} finished after {table} "
+              f"was written and {'are' if many else 'is'} not in it; re-collect first: "
+              f"python analysis/collect.py {root} --out {table}", file=sys.stderr)
+    return len(newer)
+
+
 def os_errors_in_one_line(main):
     """main(argv) with an OSError (a full disk, a read-only or vanished folder) said in one
     line on stderr and exit 1 instead of a traceback; every file goes through the atomic

@@ -20,7 +20,7 @@ import numpy as np
 import pandas as pd
 
 from analysis import leaderboard
-from analysis.collect import GROUP, last_step, os_errors_in_one_line, read_results
+from analysis.collect import GROUP, last_step, os_errors_in_one_line, read_results, warn_if_stale
 from analysis.labels import compact_labels, label_text, legend_labels, se_text, title_items
 from analysis.paper import figures
 from analysis.style import (COLUMN_IN, LINESTYLES, LOG_FLOOR, TITLE_PT, color_for, legend_below,
@@ -239,6 +239,7 @@ def main(argv=None) -> int:
               file=sys.stderr)
         return 2
 
+    warn_if_stale(args.results)
     df = read_results(args.results, "nothing to draw", split_code=args.split_code)
     if isinstance(df, int):  # missing, empty or not the collected table: nothing drawn
         return df

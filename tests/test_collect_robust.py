@@ -238,3 +238,38 @@ def test_a_full_disk_under_plot_out_is_one_line(tmp_path, capsys, monkeypatch):
     [line] = err.splitlines()
     assert line.startswith("error: OSError:") and "No space left on device" in line, line
     assert [p for p in (tmp_path / "plots").rglob("*") if p.is_file()] == []
+
+
+# ------------------------------------------------------------ a stale table
+
+def test_plot_warns_when_runs_finished_after_its_table(tmp_path, capsys):
+    """The stale-table fault: a sweep adds a run after the last collect; plot alone would
+    draw the old table."""
+    import os
+
+    from analysis import plot
+
+    root = tmp_path / "outputs"
+    runs(root, seeds=(0, 1))
+    table = root / "results.parquet"
+    assert collect.main([str(root), "--out", str(table)]) == 0
+    made = table.stat().st_mtime
+    plots = ["--results", str(table), "--out", str(tmp_path / "plots")]
+
+    def stderr_of_plot():
+        capsys.readouterr()
+        assert plot.main(plots) == 0
+        return capsys.readouterr().err
+
+    assert "warning" not in stderr_of_plot()
+    late = runs(root, seeds=(2,), finished_at=made + 60)[0]
+    early = runs(root, seeds=(3,), finished_at=made - 60)[0]  # a copy of an older run
+    failed = write_run(root, demo_config(), 4, [0.9] * 3, status="failed", finished_at=made + 60)
+    for d in (late, early, failed):
+        os.utime(d / "summary.json", (made + 30, made + 30))
+    [line] = [ln for ln in stderr_of_plot().splitlines() if "warning" in ln]
+    assert line.startswith(f"warning: 1 completed run under {root} finished after {table}"), line
+    assert line.endswith(f"python analysis/collect.py {root} --out {table}")
+    assert collect.main([str(root), "--out", str(table)]) == 0  # re-collected: quiet again
+    os.utime(table, (made + 90, made + 90))  # (as written after the late run's finish)
+    assert "warning" not in stderr_of_plot()
