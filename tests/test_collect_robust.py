@@ -273,3 +273,52 @@ def test_plot_warns_when_runs_finished_after_its_table(tmp_path, capsys):
     assert collect.main([str(root), "--out", str(table)]) == 0  # re-collected: quiet again
     os.utime(table, (made + 90, made + 90))  # (as written after the late run's finish)
     assert "warning" not in stderr_of_plot()
+
+
+# ------------------------------------------------------------ migrate over damaged runs
+
+def legacy_run(root, seed):
+    """A run recorded under the hash with the preset names in (bench.migrate re-keys it)."""
+    from bench.identity import legacy_hash
+
+    config = demo_config()
+    d = write_run(root, config, seed, [0.9, 0.5, 0.2])
+    old = d.parent.parent / legacy_hash(config) / d.name
+    old.parent.mkdir(exist_ok=True)
+    d.rename(old)
+    df = pd.read_parquet(old / "metrics.parquet").assign(config_hash=legacy_hash(config))
+    df.to_parquet(old / "metrics.parquet", index=False)
+    info = json.loads((old / "summary.json").read_text())
+    (old / "summary.json").write_text(json.dumps({**info, "config_hash": legacy_hash(config)}))
+    return old
+
+
+def test_migrate_names_and_skips_damaged_runs_and_moves_the_rest(tmp_path, capsys):
+    import datetime
+
+    import torch
+
+    from bench import migrate
+
+    root = tmp_path / "outputs"
+    runs = {seed: legacy_run(root, seed) for seed in range(5)}
+    torch.save({"version": 1, "when": datetime.date(2020, 1, 1)}, runs[0] / "checkpoint.pt")
+    (runs[1] / "checkpoint.pt").write_bytes(b"\x80garbage, not a checkpoint" * 4)
+    (runs[2] / "summary.json").write_text("")
+    (runs[3] / "config.json").write_text("[1, 2]")
+    before = {s: (d / "metrics.parquet").read_bytes() for s, d in runs.items()}
+    for args in (["--dry-run"], []):
+        capsys.readouterr()
+        assert migrate.main([str(root), *args]) == 1
+        captured = capsys.readouterr()
+        assert "Traceback" not in captured.err and "weights_only" not in captured.err
+    left = [ln for ln in captured.err.splitlines() if ln.startswith("[left]")]
+    assert len(left) == 4, captured.err
+    for seed, what in ((0, "checkpoint.pt"), (1, "checkpoint.pt"), (2, "summary.json"),
+                       (3, "config.json")):
+        [line] = [ln for ln in left if f"seed={seed}:" in ln]
+        assert what in line, line
+        assert (runs[seed] / "metrics.parquet").read_bytes() == before[seed]  # untouched
+    assert not runs[4].exists()
+    assert (root / "demo" / "tpo" / demo_hash() / "seed=4" / "metrics.parquet").is_file()
+    assert "moved 1, already current 0, left 4" in captured.out
