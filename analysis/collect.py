@@ -22,9 +22,10 @@ from pathlib import Path
 
 import numpy as np
 import pandas as pd
+import pyarrow as pa
 import pyarrow.parquet as pq
 
-from bench.migrate import rekey_table
+from bench.migrate import config_columns, current_hash, rekey_table
 from contract import io, schema
 from contract.schema import STALE_AFTER_S  # a running run silent this long lost its process
 
@@ -176,25 +177,32 @@ def find_runs(root, stale_after: float = STALE_AFTER_S, progress: Progress | Non
     return [_classify(d, stale_after) for d in _tracked(list(schema.run_dirs(root)), progress)]
 
 
-def read_metrics(path: Path) -> pd.DataFrame:
-    """Read one metrics.parquet; raises ValueError (or pyarrow's error) if it is unusable."""
-    df = pd.read_parquet(path)
-    missing = {"step", "error"} - set(df.columns)
+def read_metrics(path: Path) -> pa.Table:
+    """Read one metrics.parquet; raises ValueError (or pyarrow's error) if it is unusable.
+    One thread: thousands of small files read faster without arrow's pool."""
+    with pq.ParquetFile(path, pre_buffer=False) as f:
+        table = f.read(use_threads=False)
+    missing = {"step", "error"} - set(table.column_names)
     if missing:
         raise ValueError(f"missing columns {sorted(missing)}")
-    if df.empty:
+    if table.num_rows == 0:
         raise ValueError("no rows")
-    return df
+    return table
 
 
-def _constant(df: pd.DataFrame, col: str):
+def _distinct(table: pa.Table, col: str) -> list:
+    """The distinct values of a column that are not missing (None, NaN), as Python values;
+    [] where the column is absent."""
+    if col not in table.column_names:
+        return []
+    return [v for v in table.column(col).unique().to_pylist()
+            if v is not None and not (isinstance(v, float) and v != v)]
+
+
+def _constant(table: pa.Table, col: str):
     """The one value of a per-run column; None where absent or missing."""
-    if col not in df.columns:
-        return None
-    values = df[col].dropna().unique()
-    if len(values) != 1:
-        return None
-    return values[0].item() if isinstance(values[0], np.generic) else values[0]
+    values = _distinct(table, col)
+    return values[0] if len(values) == 1 else None
 
 
 def expected_steps(episodes: int, eval_every: int | None) -> list[int]:
@@ -216,22 +224,22 @@ def _steps(steps: list) -> str:
     return ", ".join(str(s) for s in shown)
 
 
-def inconsistencies(run: RunInfo, df: pd.DataFrame) -> list[str]:
+def inconsistencies(run: RunInfo, df: pa.Table) -> list[str]:
     """Why a table that summary.json calls completed cannot be that run's result."""
     problems = []
-    if "partial" in df.columns:
-        n = int(df["partial"].fillna(False).astype(bool).sum())
+    if "partial" in df.column_names:
+        n = sum(1 for v in df.column("partial").to_pylist() if v is not None and v == v and v)
         if n:
             problems.append(f"{n} partial row{'s' * (n > 1)} in a completed run")
     summary = run.summary or {}
-    lacking = sorted(set(IDENTITY) - set(df.columns))
+    lacking = sorted(set(IDENTITY) - set(df.column_names))
     if lacking:
         problems.append(f"metrics.parquet lacks {', '.join(lacking)}")
     where_ = schema.parse_run_dir(run.path)
     for col, where in (("seed", str(where_.seed)), ("config_hash", where_.config_hash)):
-        if col not in df.columns:
+        if col not in df.column_names:
             continue
-        values = df[col].dropna().unique()
+        values = _distinct(df, col)
         if len(values) != 1:
             problems.append(f"metrics.parquet holds {len(values)} values of {col}")
             continue
@@ -244,7 +252,7 @@ def inconsistencies(run: RunInfo, df: pd.DataFrame) -> list[str]:
     episodes, eval_every = _constant(df, "task.episodes"), _constant(df, "task.eval_every")
     if isinstance(episodes, (int, float)) and episodes == int(episodes):
         every = int(eval_every) if isinstance(eval_every, (int, float)) and eval_every > 0 else None
-        want, have = expected_steps(int(episodes), every), df["step"].tolist()
+        want, have = expected_steps(int(episodes), every), df.column("step").to_pylist()
         if have != want:
             config = f"task.episodes={int(episodes)}" + (
                 f", task.eval_every={every}: one row per evaluation plus the first" if every else "")
@@ -253,8 +261,8 @@ def inconsistencies(run: RunInfo, df: pd.DataFrame) -> list[str]:
                 problems.append(f"{len(have)} rows, {span}; the config expects {len(want)} ({config})")
             else:
                 problems.append(f"steps {_steps(have)}; the config expects {_steps(want)} ({config})")
-    if summary.get("rows") is not None and summary["rows"] != len(df):
-        problems.append(f"summary.json says {summary['rows']} rows, metrics.parquet has {len(df)}")
+    if summary.get("rows") is not None and summary["rows"] != df.num_rows:
+        problems.append(f"summary.json says {summary['rows']} rows, metrics.parquet has {df.num_rows}")
     return problems
 
 
@@ -265,7 +273,7 @@ def _commits(summary: dict) -> tuple[str | None, str | None]:
     return commit, ";".join(c or "unknown" for c in summary.get("git_commits") or []) or commit
 
 
-def _is_canonical(run: RunInfo, df: pd.DataFrame, root) -> bool:
+def _is_canonical(run: RunInfo, df: pa.Table, root) -> bool:
     """Whether the directory is where the runner writes this run (not a copy elsewhere)."""
     if root is None:
         return False
@@ -282,6 +290,7 @@ def collect(root, stale_after: float = STALE_AFTER_S) -> tuple[pd.DataFrame, lis
 def load_runs(runs: list[RunInfo], root=None,
               progress: Progress | None = None) -> tuple[pd.DataFrame, list[RunInfo]]:
     frames, skipped = [], []
+    current: dict[str, str | None] = {}  # (hash, config values) -> its current hash
     for run in _tracked(runs, progress):
         if run.status != "completed":
             skipped.append(run)
@@ -300,7 +309,7 @@ def load_runs(runs: list[RunInfo], root=None,
         if problems:
             skipped.append(RunInfo(run.path, "inconsistent", "inconsistent: " + "; ".join(problems)))
             continue
-        frames.append((run, rekey_table(df)[0]))  # a run recorded before the hash lost the names
+        frames.append((run, _rekeyed(df, current)))  # a run recorded before the hash lost the names
     # One (config_hash, seed) is one run however many copies lie under the root (a backup
     # copied into it, a directory moved and copied back): the copy where the runner
     # writes it wins, else the shallowest, else the first by path.
@@ -319,10 +328,42 @@ def load_runs(runs: list[RunInfo], root=None,
             continue
         kept[key] = run.path
         commit, commits = _commits(run.summary or {})
-        out.append(df.assign(git_commit=commit, git_commits=commits,
-                             **{CODE: (run.summary or {}).get(CODE)}))
-    df = pd.concat(out, ignore_index=True) if out else pd.DataFrame()
-    return df, skipped
+        provenance = {"git_commit": commit, "git_commits": commits, CODE: (run.summary or {}).get(CODE)}
+        for col, value in provenance.items():
+            df = df.append_column(col, pa.array([value] * df.num_rows))
+        out.append(df)
+    return _to_pandas(out), skipped
+
+
+def _rekeyed(df: pa.Table, current: dict) -> pa.Table:
+    """The run's table under its current config hash (bench.migrate.current_hash), worked
+    out once per hash and config (the cache `current`)."""
+    if "config_hash" not in df.column_names:
+        return df
+    cols = config_columns(df.column_names)
+    row = {c: df.column(c)[0].as_py() for c in cols}
+    h = df.column("config_hash")[0].as_py()
+    key = repr((h, sorted(row.items())))
+    if key not in current:
+        current[key] = current_hash(h, row) if isinstance(h, str) else None
+    new = current[key]
+    if new is None:
+        return df
+    i = df.column_names.index("config_hash")
+    return df.set_column(i, "config_hash", pa.array([new] * df.num_rows, df.schema.field(i).type))
+
+
+def _to_pandas(tables: list[pa.Table]) -> pd.DataFrame:
+    """The runs' rows in order as one DataFrame: runs of one schema (one algorithm and
+    task, mostly) converted together, so the cost is per row, not per run."""
+    if not tables:
+        return pd.DataFrame()
+    blocks, start = [], 0
+    for i in range(1, len(tables) + 1):
+        if i == len(tables) or not tables[i].schema.equals(tables[start].schema, check_metadata=True):
+            blocks.append(pa.concat_tables(tables[start:i]).to_pandas())
+            start = i
+    return pd.concat(blocks, ignore_index=True) if len(blocks) > 1 else blocks[0]
 
 
 def mixed_code(df: pd.DataFrame) -> dict[tuple, dict[str, list]]:

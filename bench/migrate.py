@@ -25,7 +25,6 @@ import numpy as np
 import pandas as pd
 
 from algorithms import ALGORITHMS
-from bench import rundir
 from bench.identity import config_hash, legacy_hash
 from contract import io, schema
 from contract.registry import UnknownName
@@ -80,22 +79,49 @@ def config_of_row(row: dict[str, Any], float32: bool = False) -> dict[str, Any]:
     return out
 
 
+def config_columns(columns) -> list[str]:
+    """The columns of a table that hold a run's config (config_of_row reads them)."""
+    return [c for c in columns if c.partition(".")[0] in SECTIONS or c in TOP_LEVEL]
+
+
+def current_hash(h: str, row: dict[str, Any]) -> str | None:
+    """The current hash of a run recorded under `h`, where `h` is the legacy hash of the
+    config rebuilt from its row's config columns; None where `h` is current or unknown.
+    A row whose values as stored already hash to `h` is current without typing them (no
+    task or algorithm is imported for it)."""
+    raw = {}
+    for col, value in row.items():
+        value = value.item() if isinstance(value, np.generic) else value
+        if value is None or (isinstance(value, float) and value != value):
+            continue
+        head, _, rest = col.partition(".")
+        if head in SECTIONS and rest:
+            raw.setdefault(head, {})[rest] = value
+        elif col in TOP_LEVEL:
+            raw[col] = value
+    if config_hash(raw) == h:
+        return None
+    for float32 in (False, True):
+        config = config_of_row(row, float32)
+        if config_hash(config) == h:
+            return None
+        if legacy_hash(config) == h:
+            return config_hash(config)
+    return None
+
+
 def rekey_table(df: pd.DataFrame) -> tuple[pd.DataFrame, dict[str, str]]:
     """The table with every run under its current hash, and {legacy: current}. A hash is
     re-keyed only where the config rebuilt from the row's own columns has it as its legacy
     hash, so nothing is re-keyed by guess; current hashes and unknown ones stay."""
     if df.empty or "config_hash" not in df.columns:
         return df, {}
-    cols = [c for c in df.columns if c.partition(".")[0] in SECTIONS or c in TOP_LEVEL]
+    cols = config_columns(df.columns)
     mapping: dict[str, str] = {}
     for h, row in df.drop_duplicates("config_hash").set_index("config_hash")[cols].iterrows():
-        for float32 in (False, True):
-            config = config_of_row(row.to_dict(), float32)
-            if config_hash(config) == h:
-                break
-            if legacy_hash(config) == h:
-                mapping[str(h)] = config_hash(config)
-                break
+        new = current_hash(h, row.to_dict())
+        if new is not None:
+            mapping[str(h)] = new
     if mapping:
         df = df.assign(config_hash=df["config_hash"].replace(mapping))
     return df, mapping
@@ -181,6 +207,8 @@ def migrate_run(path: Path) -> tuple[str, str]:
     elsewhere = schema.find_run(path.parents[3], new, where.seed)
     if target.exists() or elsewhere is not None:
         return "left", f"{target if target.exists() else elsewhere} already holds this run"
+    from bench import rundir  # only here: its checkpoint module needs torch
+
     rd = rundir.RunDir(path)
     holder = rd.acquire()
     if holder is not None:

@@ -5,7 +5,8 @@
 Builds RUNS completed run directories shaped like the runner's (config.json, summary.json,
 metrics.parquet of STEPS rows of the demo task under TPO), spread over CONFIGS config
 hashes (learning rates differ), in a temporary folder; then runs collect on them in a
-child process and prints one table row: runs, rows, wall seconds, peak RSS of the child.
+child process and prints one table row: runs, rows, wall and CPU (user + system) seconds
+and the peak RSS of the child (CPU time is the figure to compare on a shared machine).
 --collect names another collect.py (another checkout's, to compare).
 """
 from __future__ import annotations
@@ -22,6 +23,8 @@ from pathlib import Path
 
 import numpy as np
 import pandas as pd
+import pyarrow as pa
+import pyarrow.parquet as pq
 
 REPO = Path(__file__).resolve().parents[1]
 if __name__ == "__main__":  # run as a script: this checkout's packages
@@ -54,7 +57,7 @@ def write_run(root: Path, config: dict, seed: int, error, status: str = schema.C
     df = pd.DataFrame({**metrics, "config_hash": h, "seed": seed, **flatten(config),
                        "batch_size_effective": 4, "lr_effective": config["optim"]["lr"],
                        "group_size_effective": 8, "experiment": None, "partial": False})
-    df.to_parquet(d / schema.METRICS, index=False)
+    pq.write_table(pa.Table.from_pandas(df, preserve_index=False), d / schema.METRICS)
     (d / schema.CONFIG).write_text(json.dumps({**config, "seed": seed}))
     (d / schema.SUMMARY).write_text(json.dumps({
         "status": status, "config_hash": h, "seed": seed, "rows": steps, "reason": None,
@@ -100,13 +103,16 @@ def main(argv=None) -> int:
                               cwd=args.collect.resolve().parents[1], env=env,
                               capture_output=True, text=True)
         wall = time.perf_counter() - t0
-        rss_mb = resource.getrusage(resource.RUSAGE_CHILDREN).ru_maxrss / 1024
+        usage = resource.getrusage(resource.RUSAGE_CHILDREN)
+        rss_mb, cpu = usage.ru_maxrss / 1024, usage.ru_utime + usage.ru_stime
         if proc.returncode != 0:
             print(proc.stdout[-2000:], proc.stderr[-2000:], file=sys.stderr)
             return proc.returncode
         n = len(pd.read_parquet(out))
-    print(f"{'runs':>6} {'configs':>7} {'rows':>7} {'build s':>8} {'collect s':>10} {'peak RSS MB':>12}")
-    print(f"{args.runs:>6} {args.configs:>7} {rows:>7} {built:>8.1f} {wall:>10.1f} {rss_mb:>12.0f}")
+    print(f"{'runs':>6} {'configs':>7} {'rows':>7} {'build s':>8} {'collect s':>10} "
+          f"{'collect CPU s':>14} {'peak RSS MB':>12}")
+    print(f"{args.runs:>6} {args.configs:>7} {rows:>7} {built:>8.1f} {wall:>10.1f} {cpu:>14.1f} "
+          f"{rss_mb:>12.0f}")
     return 0 if n == rows else 1
 
 

@@ -322,3 +322,34 @@ def test_migrate_names_and_skips_damaged_runs_and_moves_the_rest(tmp_path, capsy
     assert not runs[4].exists()
     assert (root / "demo" / "tpo" / demo_hash() / "seed=4" / "metrics.parquet").is_file()
     assert "moved 1, already current 0, left 4" in captured.out
+
+
+# ------------------------------------------------------------ the table, cell for cell
+
+EXPECTED = REPO / "tests" / "fixtures" / "collect_expected.parquet"
+
+
+def equivalence_tree(root):
+    """Runs of two configs, one recorded under its legacy hash, one with a column the
+    others lack and NaN metrics, provenance of both kinds, and a backup copy."""
+    import shutil
+
+    a = runs(root, seeds=(0, 1), code_fingerprint=OLD)
+    runs(root, seeds=(0, 2), lr=2e-3, git_commits=None)
+    legacy_run(root, 5)
+    [odd] = runs(root, seeds=(3,), episodes=4)
+    df = pd.read_parquet(odd / "metrics.parquet")
+    df.assign(gate_mean=[0.5, np.nan, 0.25, 0.125], loss=np.nan).to_parquet(odd / "metrics.parquet", index=False)
+    shutil.copytree(a[0], root / "backup" / a[0].relative_to(root))
+
+
+def test_collect_gives_the_table_it_always_gave(tmp_path):
+    """collect's table of a handful of runs equals the one the per-run reader (the
+    parent of the batched reader) wrote: tests/fixtures/collect_expected.parquet."""
+    root = tmp_path / "outputs"
+    equivalence_tree(root)
+    df, skipped = collect.collect(root)
+    assert [r.status for r in skipped] == ["duplicate"]
+    assert df["code_fingerprint"].tolist() == [OLD] * 6 + [None] * 13
+    expected = pd.read_parquet(EXPECTED)
+    pd.testing.assert_frame_equal(df.drop(columns="code_fingerprint"), expected, check_exact=True)
