@@ -23,6 +23,7 @@ from pathlib import Path
 import numpy as np
 import pandas as pd
 import pyarrow as pa
+import pyarrow.ipc  # noqa: F401 (pa.ipc)
 import pyarrow.parquet as pq
 
 from bench.migrate import config_columns, current_hash, rekey_table
@@ -291,6 +292,7 @@ def load_runs(runs: list[RunInfo], root=None,
               progress: Progress | None = None) -> tuple[pd.DataFrame, list[RunInfo]]:
     frames, skipped = [], []
     current: dict[str, str | None] = {}  # (hash, config values) -> its current hash
+    schemas: list[pa.Schema] = []  # each distinct table schema once (_pack)
     for run in _tracked(runs, progress):
         if run.status != "completed":
             skipped.append(run)
@@ -309,17 +311,22 @@ def load_runs(runs: list[RunInfo], root=None,
         if problems:
             skipped.append(RunInfo(run.path, "inconsistent", "inconsistent: " + "; ".join(problems)))
             continue
-        frames.append((run, _rekeyed(df, current)))  # a run recorded before the hash lost the names
+        df = _rekeyed(df, current)  # a run recorded before the hash lost the names
+        key = (_constant(df, "config_hash"), _constant(df, "seed"))
+        if None in key:
+            key = (run.path.parent.name, run.path.name)
+        commit, commits = _commits(run.summary or {})
+        provenance = {"git_commit": commit, "git_commits": commits, CODE: (run.summary or {}).get(CODE)}
+        for col, value in provenance.items():
+            df = df.append_column(col, pa.array([value] * df.num_rows))
+        frames.append((run, _is_canonical(run, df, root), key, _pack(df, schemas)))
     # One (config_hash, seed) is one run however many copies lie under the root (a backup
     # copied into it, a directory moved and copied back): the copy where the runner
     # writes it wins, else the shallowest, else the first by path.
     kept: dict[tuple, Path] = {}
     out = []
-    for run, df in sorted(frames, key=lambda f: (not _is_canonical(*f, root), len(f[0].path.parts),
-                                                 str(f[0].path))):
-        key = (_constant(df, "config_hash"), _constant(df, "seed"))
-        if None in key:
-            key = (run.path.parent.name, run.path.name)
+    for run, _, key, packed in sorted(frames, key=lambda f: (not f[1], len(f[0].path.parts),
+                                                             str(f[0].path))):
         if key in kept:
             first = kept[key]
             shown = first.relative_to(root) if root is not None else first
@@ -327,12 +334,8 @@ def load_runs(runs: list[RunInfo], root=None,
                                                           f"{key[0]}, seed {key[1]}): counted once"))
             continue
         kept[key] = run.path
-        commit, commits = _commits(run.summary or {})
-        provenance = {"git_commit": commit, "git_commits": commits, CODE: (run.summary or {}).get(CODE)}
-        for col, value in provenance.items():
-            df = df.append_column(col, pa.array([value] * df.num_rows))
-        out.append(df)
-    return _to_pandas(out), skipped
+        out.append(packed)
+    return _to_pandas(out, schemas), skipped
 
 
 def _rekeyed(df: pa.Table, current: dict) -> pa.Table:
@@ -353,15 +356,35 @@ def _rekeyed(df: pa.Table, current: dict) -> pa.Table:
     return df.set_column(i, "config_hash", pa.array([new] * df.num_rows, df.schema.field(i).type))
 
 
-def _to_pandas(tables: list[pa.Table]) -> pd.DataFrame:
-    """The runs' rows in order as one DataFrame: runs of one schema (one algorithm and
-    task, mostly) converted together, so the cost is per row, not per run."""
-    if not tables:
+BLOCK_RUNS = 256  # runs converted to pandas at a time: few conversions, small transients
+
+
+def _pack(df: pa.Table, schemas: list[pa.Schema]) -> tuple[int, list[pa.Buffer]]:
+    """A run's rows as serialized record batches and the index of their schema in
+    `schemas` (each distinct one kept once): a few kilobytes a run where a table object
+    costs tens, so memory grows with rows, not runs."""
+    for i in range(len(schemas) - 1, -1, -1):  # few schemas; the last one most likely
+        if schemas[i].equals(df.schema, check_metadata=True):
+            break
+    else:
+        schemas.append(df.schema)
+        i = len(schemas) - 1
+    return i, [batch.serialize() for batch in df.combine_chunks().to_batches()]
+
+
+def _to_pandas(packed: list[tuple[int, list[pa.Buffer]]], schemas: list[pa.Schema]) -> pd.DataFrame:
+    """The runs' rows in order as one DataFrame: up to BLOCK_RUNS consecutive runs of one
+    schema converted together, so the cost is per row, not per run."""
+    per_block = BLOCK_RUNS
+    if not packed:
         return pd.DataFrame()
     blocks, start = [], 0
-    for i in range(1, len(tables) + 1):
-        if i == len(tables) or not tables[i].schema.equals(tables[start].schema, check_metadata=True):
-            blocks.append(pa.concat_tables(tables[start:i]).to_pandas())
+    for i in range(1, len(packed) + 1):
+        if i == len(packed) or packed[i][0] != packed[start][0] or i - start == per_block:
+            schema_ = schemas[packed[start][0]]
+            batches = [pa.ipc.read_record_batch(buf, schema_) for _, bufs in packed[start:i]
+                       for buf in bufs]
+            blocks.append(pa.Table.from_batches(batches, schema_).to_pandas())
             start = i
     return pd.concat(blocks, ignore_index=True) if len(blocks) > 1 else blocks[0]
 

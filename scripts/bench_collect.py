@@ -89,12 +89,16 @@ def main(argv=None) -> int:
     p.add_argument("--configs", type=int, default=500)
     p.add_argument("--steps", type=int, default=3)
     p.add_argument("--collect", type=Path, default=REPO / "analysis" / "collect.py")
-    p.add_argument("--keep", type=Path, help="build the runs here and keep them")
+    p.add_argument("--keep", type=Path, help="build the runs here and keep them (an existing "
+                   "folder, built with the same --runs/--configs/--steps, is timed as it is)")
     args = p.parse_args(argv)
     with tempfile.TemporaryDirectory() as tmp:
         root = args.keep or Path(tmp) / "outputs"
         t0 = time.perf_counter()
-        rows = build(root, args.runs, args.configs, args.steps)
+        if root.exists():  # a --keep folder built before: timed as it is
+            rows = args.runs * args.steps
+        else:
+            rows = build(root, args.runs, args.configs, args.steps)
         built = time.perf_counter() - t0
         out = Path(tmp) / "results.parquet"
         env = {**os.environ, "PYTHONPATH": str(args.collect.resolve().parents[1])}

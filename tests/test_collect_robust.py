@@ -343,9 +343,11 @@ def equivalence_tree(root):
     shutil.copytree(a[0], root / "backup" / a[0].relative_to(root))
 
 
-def test_collect_gives_the_table_it_always_gave(tmp_path):
+@pytest.mark.parametrize("block_runs", [256, 2])
+def test_collect_gives_the_table_it_always_gave(tmp_path, monkeypatch, block_runs):
     """collect's table of a handful of runs equals the one the per-run reader (the
     parent of the batched reader) wrote: tests/fixtures/collect_expected.parquet."""
+    monkeypatch.setattr(collect, "BLOCK_RUNS", block_runs)  # also across conversion blocks
     root = tmp_path / "outputs"
     equivalence_tree(root)
     df, skipped = collect.collect(root)
