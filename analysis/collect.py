@@ -6,11 +6,14 @@ A run is a `<root>/<task>/<algo>/<config_hash>/seed=<n>/` directory. It is kept 
 its summary.json (written last by the runner) says "completed", its metrics.parquet reads
 cleanly and agrees with its config, its summary and its directory (no partial rows, the
 rows the config's length implies, its own seed and hash), and no other copy of the same
-(config_hash, seed) was kept before it. Everything else is reported with its reason; the
-exit status is 1 if anything was skipped, unless --allow-skips (then only the table of
+(config_hash, seed) was kept before it. Everything else is reported with its reason. A
+run that failed, was interrupted or is still running is left out and collect goes on
+(exit 0); a run whose files contradict each other (a damaged "completed" one, a second
+copy) stops it with exit 1 and nothing written, unless --allow-skips (then the table of
 the runs kept is written).
 """
 import argparse
+import functools
 import json
 import sys
 import time
@@ -19,19 +22,31 @@ from pathlib import Path
 
 import numpy as np
 import pandas as pd
+import pyarrow as pa
+import pyarrow.ipc  # noqa: F401 (pa.ipc)
 import pyarrow.parquet as pq
 
-from bench.migrate import rekey_table
+from bench.migrate import config_columns, current_hash, rekey_table
 from contract import io, schema
 from contract.schema import STALE_AFTER_S  # a running run silent this long lost its process
 
 DEFAULT_ROOT = "outputs"
+# Runs that are not (yet) a result: reported and left out of the table without stopping
+# collect. Anything else skipped (a damaged file, a table that disagrees with its summary,
+# a second copy) stops it unless --allow-skips.
+LEFT_OUT = ("failed", "running", "incomplete")
 DEFAULT_OUT = "outputs/results.parquet"  # where analysis/plot.py looks by default
 # One line of a figure, one configuration of a report row: (task, algorithm, config hash).
 # Seeds of different hashes are never pooled.
 GROUP = ["task.name", "algo.name", "config_hash"]
 # The columns every reader of the table needs (read_results refuses a table without them).
 REQUIRED = GROUP + ["seed", "step", "error"]
+# summary.json's and the table's fingerprint of the source a run's algorithm and task (and
+# plugins) came from; None for a run recorded without one (unknown, so it conflicts with none).
+CODE = "code_fingerprint"
+# The columns that say whose rows a run's table holds: without one its rows would join
+# no line (or the wrong one), so a run's table lacking any is not that run's result.
+IDENTITY = GROUP + ["seed"]
 
 # Over many runs (a network file system, thousands of tables) collect says how far it got
 # on stderr (stdout is the report scripts parse): a line every PROGRESS_EVERY_S, and at
@@ -114,7 +129,7 @@ def read_summary(path: Path) -> dict:
         raise DamagedSummary(f"invalid JSON ({e})") from None
     if not isinstance(info, dict):
         raise DamagedSummary(f"not a JSON object (a {type(info).__name__})")
-    for key in ("status", "reason", "error_kind", "git_commit", "config_hash"):
+    for key in ("status", "reason", "error_kind", "git_commit", "config_hash", CODE):
         if info.get(key) is not None and not isinstance(info[key], str):
             raise DamagedSummary(f"{key!r} is {info[key]!r}, not a string")
     for key in ("heartbeat", "started_at"):
@@ -163,25 +178,32 @@ def find_runs(root, stale_after: float = STALE_AFTER_S, progress: Progress | Non
     return [_classify(d, stale_after) for d in _tracked(list(schema.run_dirs(root)), progress)]
 
 
-def read_metrics(path: Path) -> pd.DataFrame:
-    """Read one metrics.parquet; raises ValueError (or pyarrow's error) if it is unusable."""
-    df = pd.read_parquet(path)
-    missing = {"step", "error"} - set(df.columns)
+def read_metrics(path: Path) -> pa.Table:
+    """Read one metrics.parquet; raises ValueError (or pyarrow's error) if it is unusable.
+    One thread: thousands of small files read faster without arrow's pool."""
+    with pq.ParquetFile(path, pre_buffer=False) as f:
+        table = f.read(use_threads=False)
+    missing = {"step", "error"} - set(table.column_names)
     if missing:
         raise ValueError(f"missing columns {sorted(missing)}")
-    if df.empty:
+    if table.num_rows == 0:
         raise ValueError("no rows")
-    return df
+    return table
 
 
-def _constant(df: pd.DataFrame, col: str):
+def _distinct(table: pa.Table, col: str) -> list:
+    """The distinct values of a column that are not missing (None, NaN), as Python values;
+    [] where the column is absent."""
+    if col not in table.column_names:
+        return []
+    # a Python pass: cheaper than a compute kernel's dispatch on a run's few rows
+    return list(dict.fromkeys(v for v in table.column(col).to_pylist() if v is not None and v == v))
+
+
+def _constant(table: pa.Table, col: str):
     """The one value of a per-run column; None where absent or missing."""
-    if col not in df.columns:
-        return None
-    values = df[col].dropna().unique()
-    if len(values) != 1:
-        return None
-    return values[0].item() if isinstance(values[0], np.generic) else values[0]
+    values = _distinct(table, col)
+    return values[0] if len(values) == 1 else None
 
 
 def expected_steps(episodes: int, eval_every: int | None) -> list[int]:
@@ -203,19 +225,22 @@ def _steps(steps: list) -> str:
     return ", ".join(str(s) for s in shown)
 
 
-def inconsistencies(run: RunInfo, df: pd.DataFrame) -> list[str]:
+def inconsistencies(run: RunInfo, df: pa.Table) -> list[str]:
     """Why a table that summary.json calls completed cannot be that run's result."""
     problems = []
-    if "partial" in df.columns:
-        n = int(df["partial"].fillna(False).astype(bool).sum())
+    if "partial" in df.column_names:
+        n = sum(1 for v in df.column("partial").to_pylist() if v is not None and v == v and v)
         if n:
             problems.append(f"{n} partial row{'s' * (n > 1)} in a completed run")
     summary = run.summary or {}
+    lacking = sorted(set(IDENTITY) - set(df.column_names))
+    if lacking:
+        problems.append(f"metrics.parquet lacks {', '.join(lacking)}")
     where_ = schema.parse_run_dir(run.path)
     for col, where in (("seed", str(where_.seed)), ("config_hash", where_.config_hash)):
-        if col not in df.columns:
+        if col not in df.column_names:
             continue
-        values = df[col].dropna().unique()
+        values = _distinct(df, col)
         if len(values) != 1:
             problems.append(f"metrics.parquet holds {len(values)} values of {col}")
             continue
@@ -228,7 +253,7 @@ def inconsistencies(run: RunInfo, df: pd.DataFrame) -> list[str]:
     episodes, eval_every = _constant(df, "task.episodes"), _constant(df, "task.eval_every")
     if isinstance(episodes, (int, float)) and episodes == int(episodes):
         every = int(eval_every) if isinstance(eval_every, (int, float)) and eval_every > 0 else None
-        want, have = expected_steps(int(episodes), every), df["step"].tolist()
+        want, have = expected_steps(int(episodes), every), df.column("step").to_pylist()
         if have != want:
             config = f"task.episodes={int(episodes)}" + (
                 f", task.eval_every={every}: one row per evaluation plus the first" if every else "")
@@ -237,8 +262,8 @@ def inconsistencies(run: RunInfo, df: pd.DataFrame) -> list[str]:
                 problems.append(f"{len(have)} rows, {span}; the config expects {len(want)} ({config})")
             else:
                 problems.append(f"steps {_steps(have)}; the config expects {_steps(want)} ({config})")
-    if summary.get("rows") is not None and summary["rows"] != len(df):
-        problems.append(f"summary.json says {summary['rows']} rows, metrics.parquet has {len(df)}")
+    if summary.get("rows") is not None and summary["rows"] != df.num_rows:
+        problems.append(f"summary.json says {summary['rows']} rows, metrics.parquet has {df.num_rows}")
     return problems
 
 
@@ -249,7 +274,7 @@ def _commits(summary: dict) -> tuple[str | None, str | None]:
     return commit, ";".join(c or "unknown" for c in summary.get("git_commits") or []) or commit
 
 
-def _is_canonical(run: RunInfo, df: pd.DataFrame, root) -> bool:
+def _is_canonical(run: RunInfo, df: pa.Table, root) -> bool:
     """Whether the directory is where the runner writes this run (not a copy elsewhere)."""
     if root is None:
         return False
@@ -266,12 +291,16 @@ def collect(root, stale_after: float = STALE_AFTER_S) -> tuple[pd.DataFrame, lis
 def load_runs(runs: list[RunInfo], root=None,
               progress: Progress | None = None) -> tuple[pd.DataFrame, list[RunInfo]]:
     frames, skipped = [], []
+    current: dict[str, str | None] = {}  # (hash, config values) -> its current hash
+    schemas: list[pa.Schema] = []  # each distinct table schema once (_pack)
     for run in _tracked(runs, progress):
         if run.status != "completed":
             skipped.append(run)
             continue
         if not run.metrics_path.is_file():
-            skipped.append(RunInfo(run.path, "incomplete", "incomplete (no metrics.parquet)"))
+            skipped.append(RunInfo(run.path, "corrupt", f"damaged: {schema.SUMMARY} says completed, "
+                                                        f"{schema.METRICS} is missing; re-run it with "
+                                                        "force=true"))
             continue
         try:
             df = read_metrics(run.metrics_path)
@@ -282,17 +311,22 @@ def load_runs(runs: list[RunInfo], root=None,
         if problems:
             skipped.append(RunInfo(run.path, "inconsistent", "inconsistent: " + "; ".join(problems)))
             continue
-        frames.append((run, rekey_table(df)[0]))  # a run recorded before the hash lost the names
+        df = _rekeyed(df, current)  # a run recorded before the hash lost the names
+        key = (_constant(df, "config_hash"), _constant(df, "seed"))
+        if None in key:
+            key = (run.path.parent.name, run.path.name)
+        commit, commits = _commits(run.summary or {})
+        provenance = {"git_commit": commit, "git_commits": commits, CODE: (run.summary or {}).get(CODE)}
+        for col, value in provenance.items():
+            df = df.append_column(col, pa.array([value] * df.num_rows))
+        frames.append((run, _is_canonical(run, df, root), key, _pack(df, schemas)))
     # One (config_hash, seed) is one run however many copies lie under the root (a backup
     # copied into it, a directory moved and copied back): the copy where the runner
     # writes it wins, else the shallowest, else the first by path.
     kept: dict[tuple, Path] = {}
     out = []
-    for run, df in sorted(frames, key=lambda f: (not _is_canonical(*f, root), len(f[0].path.parts),
-                                                 str(f[0].path))):
-        key = (_constant(df, "config_hash"), _constant(df, "seed"))
-        if None in key:
-            key = (run.path.parent.name, run.path.name)
+    for run, _, key, packed in sorted(frames, key=lambda f: (not f[1], len(f[0].path.parts),
+                                                             str(f[0].path))):
         if key in kept:
             first = kept[key]
             shown = first.relative_to(root) if root is not None else first
@@ -300,10 +334,147 @@ def load_runs(runs: list[RunInfo], root=None,
                                                           f"{key[0]}, seed {key[1]}): counted once"))
             continue
         kept[key] = run.path
-        commit, commits = _commits(run.summary or {})
-        out.append(df.assign(git_commit=commit, git_commits=commits))
-    df = pd.concat(out, ignore_index=True) if out else pd.DataFrame()
-    return df, skipped
+        out.append(packed)
+    return _to_pandas(out, schemas), skipped
+
+
+def _rekeyed(df: pa.Table, current: dict) -> pa.Table:
+    """The run's table under its current config hash (bench.migrate.current_hash), worked
+    out once per hash and config (the cache `current`)."""
+    if "config_hash" not in df.column_names:
+        return df
+    cols = config_columns(df.column_names)
+    row = {c: df.column(c)[0].as_py() for c in cols}
+    h = df.column("config_hash")[0].as_py()
+    key = repr((h, sorted(row.items())))
+    if key not in current:
+        current[key] = current_hash(h, row) if isinstance(h, str) else None
+    new = current[key]
+    if new is None:
+        return df
+    i = df.column_names.index("config_hash")
+    return df.set_column(i, "config_hash", pa.array([new] * df.num_rows, df.schema.field(i).type))
+
+
+BLOCK_RUNS = 256  # runs converted to pandas at a time: few conversions, small transients
+
+
+def _pack(df: pa.Table, schemas: list[pa.Schema]) -> tuple[int, list[pa.Buffer]]:
+    """A run's rows as serialized record batches and the index of their schema in
+    `schemas` (each distinct one kept once): a few kilobytes a run where a table object
+    costs tens, so memory grows with rows, not runs."""
+    for i in range(len(schemas) - 1, -1, -1):  # few schemas; the last one most likely
+        if schemas[i].equals(df.schema, check_metadata=True):
+            break
+    else:
+        schemas.append(df.schema)
+        i = len(schemas) - 1
+    return i, [batch.serialize() for batch in df.combine_chunks().to_batches()]
+
+
+def _to_pandas(packed: list[tuple[int, list[pa.Buffer]]], schemas: list[pa.Schema]) -> pd.DataFrame:
+    """The runs' rows in order as one DataFrame: up to BLOCK_RUNS consecutive runs of one
+    schema converted together, so the cost is per row, not per run."""
+    per_block = BLOCK_RUNS
+    if not packed:
+        return pd.DataFrame()
+    blocks, start = [], 0
+    for i in range(1, len(packed) + 1):
+        if i == len(packed) or packed[i][0] != packed[start][0] or i - start == per_block:
+            schema_ = schemas[packed[start][0]]
+            batches = [pa.ipc.read_record_batch(buf, schema_) for _, bufs in packed[start:i]
+                       for buf in bufs]
+            blocks.append(pa.Table.from_batches(batches, schema_).to_pandas())
+            start = i
+    return pd.concat(blocks, ignore_index=True) if len(blocks) > 1 else blocks[0]
+
+
+def mixed_code(df: pd.DataFrame) -> dict[tuple, dict[str, list]]:
+    """Lines (GROUP keys) whose seeds ran under more than one known code fingerprint:
+    {key: {fingerprint: [seeds]}}. A seed without one (unknown) conflicts with none."""
+    if CODE not in df.columns or df[CODE].isna().all():
+        return {}
+    known = df[df[CODE].notna()].drop_duplicates([*GROUP, "seed", CODE])
+    out = {}
+    for key, g in known.groupby(GROUP, sort=True):
+        if g[CODE].nunique() > 1:
+            out[key] = {fp: sorted(s["seed"].tolist()) for fp, s in g.groupby(CODE, sort=True)}
+    return out
+
+
+def split_code(df: pd.DataFrame, mixed: dict) -> pd.DataFrame:
+    """Each mixed line split into one line per code fingerprint, labelled in its algo.name
+    ("tpo [code 1a2b3c4d]"); seeds without a fingerprint keep the plain name."""
+    rows = df.set_index(GROUP).index.isin(list(mixed)) & df[CODE].notna()
+    algo = df["algo.name"].astype(object)
+    algo[rows] = [f"{a} [code {str(fp)[:8]}]" for a, fp in zip(algo[rows], df.loc[rows, CODE])]
+    return df.assign(**{"algo.name": algo.astype(df["algo.name"].dtype)})
+
+
+def check_code(df: pd.DataFrame, split: bool = False) -> pd.DataFrame | None:
+    """The table with no line pooling seeds of different code: with `split`, such lines
+    split (split_code); without, None after one line per mixed line on stderr."""
+    mixed = mixed_code(df)
+    if not mixed or split:
+        return split_code(df, mixed) if mixed else df
+    for (task, algo, h), fps in mixed.items():
+        ran = "; ".join(f"{fp[:12]}: seed{'s' * (len(s) > 1)} {', '.join(map(str, s))}"
+                        for fp, s in fps.items())
+        print(f"error: {algo} on {task} (config {h}) pools seeds of {len(fps)} code versions "
+              f"({ran}); re-run the older seeds, or pass --split-code to draw each as its own "
+              f"line", file=sys.stderr)
+    return None
+
+
+def newer_runs(table, root=None) -> list[Path]:
+    """Completed run directories under root (default: the table's folder) that finished
+    after the table was written: results it cannot hold. Judged by summary.json's
+    finished_at where it has one (a checkout or a copy gives every file a new mtime)."""
+    table = Path(table)
+    try:
+        made = table.stat().st_mtime
+    except OSError:
+        return []
+    out = []
+    for d in schema.run_dirs(table.parent if root is None else root):
+        try:
+            changed = (d / schema.SUMMARY).stat().st_mtime
+            if changed <= made:
+                continue
+            info = read_summary(d / schema.SUMMARY)
+            finished = _number(info, "finished_at")
+        except (OSError, DamagedSummary):
+            continue
+        if info.get("status") == schema.COMPLETED and (finished or changed) > made:
+            out.append(d)
+    return out
+
+
+def warn_if_stale(table, root=None) -> int:
+    """One line on stderr when completed runs under root are newer than the table (a
+    figure drawn from it would leave them out); returns how many."""
+    root = Path(table).parent if root is None else Path(root)
+    newer = newer_runs(table, root)
+    if newer:
+        many = len(newer) > 1
+        print(f"warning: {len(newer)} completed run{'s' * many} under {root} finished after {table} "
+              f"was written and {'are' if many else 'is'} not in it; re-collect first: "
+              f"python analysis/collect.py {root} --out {table}", file=sys.stderr)
+    return len(newer)
+
+
+def os_errors_in_one_line(main):
+    """main(argv) with an OSError (a full disk, a read-only or vanished folder) said in one
+    line on stderr and exit 1 instead of a traceback; every file goes through the atomic
+    writer, so none is left half-written."""
+    @functools.wraps(main)
+    def guarded(argv=None) -> int:
+        try:
+            return main(argv)
+        except OSError as e:
+            print(f"error: {type(e).__name__}: {e}; no file left half-written", file=sys.stderr)
+            return 1
+    return guarded
 
 
 def write_atomic(df: pd.DataFrame, out) -> None:
@@ -329,11 +500,12 @@ def merge(existing: pd.DataFrame, new: pd.DataFrame) -> tuple[pd.DataFrame, list
 
 
 def read_results(path, what: str = "nothing to work on", say=None,
-                 legacy_runs: set | None = None) -> pd.DataFrame | int:
+                 legacy_runs: set | None = None, split_code: bool = False) -> pd.DataFrame | int:
     """The collected table, as plot and the paper report read it, or the exit status after
     a one-line error on stderr: 2 for nothing to work on (no file, no rows, not this
-    table's columns), 1 for a file that cannot be read. what: the consequence of an empty
-    table, in the reader's words; say: told the row count before the (long) read;
+    table's columns), 1 for a file that cannot be read or a line pooling seeds of
+    different code (check_code; split_code splits such lines instead). what: the
+    consequence of an empty table; say: told the row count before the (long) read;
     legacy_runs: a set given here gets the (hash, seed) of each run the table holds under
     a legacy hash (re-keyed as read), for provenance."""
     path = Path(path)
@@ -365,9 +537,11 @@ def read_results(path, what: str = "nothing to work on", say=None,
     if legacy:
         print(f"note: {path}: {len(legacy)} config hash{'es' * (len(legacy) != 1)} from before the "
               f"hash left the preset names re-keyed as read (bench.migrate)", file=sys.stderr)
-    return df
+    df = check_code(df, split_code)
+    return 1 if df is None else df
 
 
+@os_errors_in_one_line
 def main(argv=None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("root", nargs="?", default=DEFAULT_ROOT, help="output root (default: outputs/)")
@@ -379,6 +553,9 @@ def main(argv=None) -> int:
     parser.add_argument("--merge-into", metavar="TABLE",
                         help="merge the runs into this existing table instead of writing --out "
                              "(a run already there is replaced by its copy from ROOT)")
+    parser.add_argument("--split-code", action="store_true",
+                        help="keep seeds of one config run under different code as separate "
+                             "lines (labelled by code fingerprint) instead of refusing them")
     parser.add_argument("--progress", action="store_true",
                         help=f"say how many run directories were read on stderr however fast "
                              f"(by default only past {PROGRESS_AFTER_S:g} s or {PROGRESS_MANY} runs)")
@@ -406,11 +583,13 @@ def main(argv=None) -> int:
         print(f"error: no completed run found under {root} ({len(skipped)} skipped)", file=sys.stderr)
         return 1 if skipped else 2  # runs that failed or were refused, or nothing to collect
     kept = len(runs) - len(skipped)
-    if skipped and not args.allow_skips:
-        # A table quietly missing runs reads as a result; say so and let the caller choose.
-        print(f"error: {len(skipped)} run(s) skipped (listed above), {kept} consistent; nothing "
-              f"written to {args.out}. Finish or repair them, or pass --allow-skips to collect "
-              f"the {kept} alone", file=sys.stderr)
+    blocking = [r for r in skipped if r.status not in LEFT_OUT]
+    if blocking and not args.allow_skips:
+        # A run that says completed but whose files disagree is damage, not progress: a
+        # table without it would read as a result. Say so and let the caller choose.
+        print(f"error: {len(blocking)} run(s) damaged or inconsistent (listed above), {kept} "
+              f"consistent; nothing written to {args.out}. Repair or remove them, or pass "
+              f"--allow-skips to collect the {kept} alone", file=sys.stderr)
         return 1
     if args.merge_into:
         df, replaced = merge(pd.read_parquet(args.merge_into), df)
@@ -418,7 +597,20 @@ def main(argv=None) -> int:
         if replaced:
             print(f"replaced {len(replaced)} run(s) already in {args.merge_into}: "
                   + ", ".join(f"{h} seed={s}" for h, s in replaced))
-    write_atomic(df, args.out)
+    df = check_code(df, args.split_code)
+    if df is None:
+        print(f"error: nothing written to {args.out}", file=sys.stderr)
+        return 1
+    try:
+        write_atomic(df, args.out)
+    except OSError as e:
+        print(f"error: cannot write {args.out}: {e}; nothing written", file=sys.stderr)
+        return 1
+    left = [r for r in skipped if r.status in LEFT_OUT]
+    if left:
+        failed = sum(r.status == "failed" for r in left)
+        print(f"left out {len(left)} run(s) not completed ({failed} failed, {len(left) - failed} "
+              f"unfinished; listed above): re-run them to add them")
     print(f"collected {kept} runs ({len(df)} rows), skipped {len(skipped)} -> {args.out}")
     return 0
 

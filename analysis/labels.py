@@ -18,7 +18,7 @@ from contract import schema
 # Per-step metrics and row keys are never legend keys, even where they happen to be
 # constant; nor is provenance: two lines differing only by commit are one configuration.
 NOT_LEGEND = {*schema.METRIC_COLUMNS, *schema.ROW_KEYS, "task.name", "algo.name", "git_commit",
-              "git_commits"}
+              "git_commits", "code_fingerprint"}
 PER_ALGORITHM = ("match", "batch_size_effective", "lr_effective")
 
 # Legend and title names of config keys, in the paper's letters where it has one.

@@ -20,7 +20,7 @@ import numpy as np
 import pandas as pd
 
 from analysis import leaderboard
-from analysis.collect import GROUP, last_step, read_results
+from analysis.collect import GROUP, last_step, os_errors_in_one_line, read_results, warn_if_stale
 from analysis.labels import compact_labels, label_text, legend_labels, se_text, title_items
 from analysis.paper import figures
 from analysis.style import (COLUMN_IN, LINESTYLES, LOG_FLOOR, TITLE_PT, color_for, legend_below,
@@ -213,6 +213,7 @@ def plot_results(df: pd.DataFrame, out_dir, yscale: str = "auto") -> list[Path]:
     return paths
 
 
+@os_errors_in_one_line
 def main(argv=None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--results", default="outputs/results.parquet", help="table from analysis/collect.py")
@@ -221,6 +222,8 @@ def main(argv=None) -> int:
     parser.add_argument("--figure", nargs="+", metavar="NAME",
                         help="draw these paper figures (see --list; 'all' for every one)")
     parser.add_argument("--list", action="store_true", help="name the paper figures and exit")
+    parser.add_argument("--split-code", action="store_true",
+                        help="draw seeds of one config run under different code as separate lines")
     args = parser.parse_args(argv)
 
     if args.list:
@@ -236,7 +239,8 @@ def main(argv=None) -> int:
               file=sys.stderr)
         return 2
 
-    df = read_results(args.results, "nothing to draw")
+    warn_if_stale(args.results)
+    df = read_results(args.results, "nothing to draw", split_code=args.split_code)
     if isinstance(df, int):  # missing, empty or not the collected table: nothing drawn
         return df
     refused = incomplete_groups(df)

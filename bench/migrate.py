@@ -25,7 +25,6 @@ import numpy as np
 import pandas as pd
 
 from algorithms import ALGORITHMS
-from bench import rundir
 from bench.identity import config_hash, legacy_hash
 from contract import io, schema
 from contract.registry import UnknownName
@@ -80,22 +79,49 @@ def config_of_row(row: dict[str, Any], float32: bool = False) -> dict[str, Any]:
     return out
 
 
+def config_columns(columns) -> list[str]:
+    """The columns of a table that hold a run's config (config_of_row reads them)."""
+    return [c for c in columns if c.partition(".")[0] in SECTIONS or c in TOP_LEVEL]
+
+
+def current_hash(h: str, row: dict[str, Any]) -> str | None:
+    """The current hash of a run recorded under `h`, where `h` is the legacy hash of the
+    config rebuilt from its row's config columns; None where `h` is current or unknown.
+    A row whose values as stored already hash to `h` is current without typing them (no
+    task or algorithm is imported for it)."""
+    raw = {}
+    for col, value in row.items():
+        value = value.item() if isinstance(value, np.generic) else value
+        if value is None or (isinstance(value, float) and value != value):
+            continue
+        head, _, rest = col.partition(".")
+        if head in SECTIONS and rest:
+            raw.setdefault(head, {})[rest] = value
+        elif col in TOP_LEVEL:
+            raw[col] = value
+    if config_hash(raw) == h:
+        return None
+    for float32 in (False, True):
+        config = config_of_row(row, float32)
+        if config_hash(config) == h:
+            return None
+        if legacy_hash(config) == h:
+            return config_hash(config)
+    return None
+
+
 def rekey_table(df: pd.DataFrame) -> tuple[pd.DataFrame, dict[str, str]]:
     """The table with every run under its current hash, and {legacy: current}. A hash is
     re-keyed only where the config rebuilt from the row's own columns has it as its legacy
     hash, so nothing is re-keyed by guess; current hashes and unknown ones stay."""
     if df.empty or "config_hash" not in df.columns:
         return df, {}
-    cols = [c for c in df.columns if c.partition(".")[0] in SECTIONS or c in TOP_LEVEL]
+    cols = config_columns(df.columns)
     mapping: dict[str, str] = {}
     for h, row in df.drop_duplicates("config_hash").set_index("config_hash")[cols].iterrows():
-        for float32 in (False, True):
-            config = config_of_row(row.to_dict(), float32)
-            if config_hash(config) == h:
-                break
-            if legacy_hash(config) == h:
-                mapping[str(h)] = config_hash(config)
-                break
+        new = current_hash(h, row.to_dict())
+        if new is not None:
+            mapping[str(h)] = new
     if mapping:
         df = df.assign(config_hash=df["config_hash"].replace(mapping))
     return df, mapping
@@ -103,28 +129,65 @@ def rekey_table(df: pd.DataFrame) -> tuple[pd.DataFrame, dict[str, str]]:
 
 # ---------------------------------------------------------------- run directories
 
+class Unreadable(ValueError):
+    """A file of the run that migrate would rewrite cannot be read; the message says which."""
+
+
+def _read(path: Path) -> tuple[pd.DataFrame | None, dict | None, dict | None]:
+    """(metrics, checkpoint state, summary) of a run, each None where absent; Unreadable
+    for a damaged one, so nothing is rewritten in a run that cannot be rewritten whole."""
+    metrics = state = summary = None
+    if (path / schema.METRICS).exists():
+        try:
+            metrics = pd.read_parquet(path / schema.METRICS)
+        except Exception as e:  # pyarrow raises several types for a torn or foreign file
+            raise Unreadable(f"{schema.METRICS} unreadable ({type(e).__name__})") from None
+    if (path / schema.CHECKPOINT).exists():
+        from bench import checkpoint  # only here: reading a table needs no torch
+
+        try:
+            state = checkpoint.load(path)
+        except checkpoint.CheckpointError:
+            raise Unreadable(f"{schema.CHECKPOINT} is damaged or not a tpo-bench checkpoint; "
+                             f"remove it (the run restarts from step 0) and migrate again") from None
+    if (path / schema.SUMMARY).exists():
+        try:
+            summary = io.read_json_object(path / schema.SUMMARY)
+        except (OSError, io.DamagedFile) as e:
+            raise Unreadable(f"{schema.SUMMARY}: {e}") from None
+    return metrics, state, summary
+
+
 def _rewrite(path: Path, old: str, new: str) -> None:
     """The hash inside a run: the table's column, the checkpoint's identity, then the
-    two JSON records (summary last: it is what collect reads first)."""
-    if (path / schema.METRICS).exists():
-        df = pd.read_parquet(path / schema.METRICS)
-        if "config_hash" in df.columns:
-            io.write_parquet(path / schema.METRICS, df.assign(config_hash=new))
-    ckpt = path / schema.CHECKPOINT
-    if ckpt.exists():
-        import torch  # only here: reading a table needs no torch
+    two JSON records (summary last: it is what collect reads first). Every file is read
+    before the first is written (Unreadable: none is)."""
+    df, state, summary = _read(path)
+    if df is not None and "config_hash" in df.columns:
+        io.write_parquet(path / schema.METRICS, df.assign(config_hash=new))
+    if state is not None and isinstance(state.get("identity"), dict):
+        import torch
 
-        state = torch.load(ckpt, map_location="cpu", weights_only=True)
-        if isinstance(state.get("identity"), dict):
-            state["identity"]["config_hash"] = new
-            with io.atomic_path(ckpt) as tmp:
-                torch.save(state, tmp)
-    summary = io.read_json_object(path / schema.SUMMARY) if (path / schema.SUMMARY).exists() else None
+        state["identity"]["config_hash"] = new
+        with io.atomic_path(path / schema.CHECKPOINT) as tmp:
+            torch.save(state, tmp)
     if summary is not None:
         run_dir = str(summary.get("run_dir", ""))
         io.write_json(path / schema.SUMMARY, {
             **summary, "config_hash": new, "legacy_config_hash": old,
             "run_dir": run_dir.replace(f"/{old}/", f"/{new}/") if run_dir else run_dir})
+
+
+def check_run(path: Path) -> tuple[str, str]:
+    """What migrate_run would do to one run directory, doing nothing."""
+    try:
+        config = io.read_json_object(path / schema.CONFIG)
+        _read(path)
+    except (OSError, io.DamagedFile, Unreadable) as e:
+        return "left", f"{e}" if isinstance(e, Unreadable) else f"no readable {schema.CONFIG} ({e})"
+    if schema.parse_run_dir(path).config_hash == config_hash(config):
+        return "current", ""
+    return "moved", f"would move to hash {config_hash(config)}"
 
 
 def migrate_run(path: Path) -> tuple[str, str]:
@@ -144,12 +207,17 @@ def migrate_run(path: Path) -> tuple[str, str]:
     elsewhere = schema.find_run(path.parents[3], new, where.seed)
     if target.exists() or elsewhere is not None:
         return "left", f"{target if target.exists() else elsewhere} already holds this run"
+    from bench import rundir  # only here: its checkpoint module needs torch
+
     rd = rundir.RunDir(path)
     holder = rd.acquire()
     if holder is not None:
         return "left", f"held by {rundir.describe(holder)}"
     try:
-        _rewrite(path, where.config_hash, new)
+        try:
+            _rewrite(path, where.config_hash, new)
+        except Unreadable as e:
+            return "left", str(e)
         target.parent.mkdir(parents=True, exist_ok=True)
         path.rename(target)  # under the lock: a runner cannot start on it mid-move
     finally:
@@ -171,12 +239,10 @@ def main(argv: list[str] | None = None) -> int:
     counts = {"moved": 0, "current": 0, "left": 0}
     for root in args.roots:
         for path in schema.run_dirs(root):
-            if args.dry_run:
-                config = io.read_json_object(path / schema.CONFIG) if (path / schema.CONFIG).exists() else {}
-                what = "current" if schema.parse_run_dir(path).config_hash == config_hash(config) else "moved"
-                detail = f"would move to hash {config_hash(config)}" if what == "moved" else ""
-            else:
-                what, detail = migrate_run(path)
+            try:
+                what, detail = check_run(path) if args.dry_run else migrate_run(path)
+            except OSError as e:  # unreadable folder, a full disk: this run, not the rest
+                what, detail = "left", f"{type(e).__name__}: {e}"
             counts[what] += 1
             if what != "current":
                 print(f"[{what}] {path}: {detail}", file=sys.stderr if what == "left" else sys.stdout)

@@ -16,6 +16,7 @@ under two preset names is one run (`find_run` finds it under either).
 from __future__ import annotations
 
 import json
+import os
 import re
 from dataclasses import dataclass
 from pathlib import Path
@@ -116,17 +117,56 @@ def parse_run_dir(path: str | Path) -> RunPath | None:
     return RunPath(up[2].name, up[1].name, up[0].name, int(m.group(1)), p)
 
 
+def _walk(root: str | Path, depth: int | None = None) -> Iterator[Path]:
+    """Every folder under root (not root itself) down to `depth` levels, not descending into
+    run directories. Symlinked folders are followed, each real folder entered once (a link
+    back up the tree cannot loop), the tree's own folders before those reached by a link:
+    the run directory a sweep finds through a link, collect finds too."""
+    seen: set[tuple[int, int]] = set()
+
+    def first_visit(path: Path) -> bool:
+        st = path.stat()
+        if (st.st_dev, st.st_ino) in seen:
+            return False
+        seen.add((st.st_dev, st.st_ino))
+        return True
+
+    own: list[tuple[Path, int]] = [(Path(root), 0)]
+    linked: list[tuple[Path, int]] = []
+    while own or linked:
+        folder, level = own.pop() if own else linked.pop(0)
+        try:
+            if not first_visit(folder):
+                continue
+            entries = sorted(os.scandir(folder), key=lambda e: e.name, reverse=True)
+        except OSError:  # gone meanwhile, unreadable, a dangling link
+            continue
+        for entry in entries:
+            path, run = Path(entry.path), SEED_DIR.fullmatch(entry.name)
+            try:
+                if not entry.is_dir() or (run and not first_visit(path)):
+                    continue
+                link = entry.is_symlink()
+            except OSError:
+                continue
+            yield path
+            if (depth is None or level + 1 < depth) and not run:
+                (linked if link else own).append((path, level + 1))
+
+
 def run_dirs(root: str | Path) -> Iterator[Path]:
-    """Every run directory under root (sorted), however deep the root sits above them."""
-    return iter(sorted(p for p in Path(root).rglob("seed=*")
-                       if p.is_dir() and SEED_DIR.fullmatch(p.name)))
+    """Every run directory under root (sorted), however deep the root sits above them,
+    symlinked folders included (each real folder once)."""
+    return iter(sorted(p for p in _walk(root) if SEED_DIR.fullmatch(p.name)))
 
 
 def find_run(output_root: str | Path, config_hash: str, seed: int) -> Path | None:
     """The directory of (hash, seed) under output_root whatever names it was run under;
     None if there is none. With several (two names started it at once), the one whose
-    summary says completed, else the first."""
-    found = sorted(Path(output_root).glob(f"*/*/{config_hash}/{seed_dir(seed)}"))
+    summary says completed, else the first. Walks as run_dirs does (links followed)."""
+    found = sorted(p for d in _walk(output_root, depth=2)
+                   if len(d.relative_to(output_root).parts) == 2
+                   for p in [d / config_hash / seed_dir(seed)] if p.is_dir())
     done = [p for p in found if _says_completed(p / SUMMARY)]
     return (done or found or [None])[0]
 

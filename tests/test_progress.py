@@ -223,7 +223,7 @@ def _fake_run(root: Path, seed: int, status: str = "completed") -> None:
     d = root / "demo" / "tpo" / "abcdef0123" / f"seed={seed}"
     d.mkdir(parents=True)
     pd.DataFrame({"step": [0, 1], "error": [0.5, 0.4], "config_hash": "abcdef0123",
-                  "seed": seed}).to_parquet(d / "metrics.parquet", index=False)
+                  "seed": seed, "task.name": "demo", "algo.name": "tpo"}).to_parquet(d / "metrics.parquet", index=False)
     (d / "summary.json").write_text(json.dumps({"status": status, "reason": None}))
 
 
