@@ -49,6 +49,7 @@ import torch
 
 from bench import debug, dynamic, interrupts, rundir
 from bench.build import RunSpec
+from bench.optim import step_seeds
 from bench.runner import (EpisodeRow, Seat, _claim, _close, _flat_params, _open, _record, _start,
                           failure, read_rows, train_episode)
 from contract import schema
@@ -78,9 +79,9 @@ def train_episodes(task, algo, request: Request, policies: list, opts: list,
             opt.zero_grad(set_to_none=True)
         # d(sum)/d(loss_s) = 1 exactly, and no loss reaches another seed's parameters.
         torch.stack([out.loss for out in outs]).sum().backward()
-        for book, out, policy, opt in zip(books, outs, policies, opts):
+        for book, out, policy in zip(books, outs, policies):
             book.after_backward(epoch, task, policy, out.loss, out.metrics)
-            opt.step()
+        step_seeds(opts)  # one update for all seeds (bench.optim)
     return read_rows([book.finish(algo.epochs, ro, first, policy)
                       for book, ro, first, policy in zip(books, ros, firsts, policies)])
 

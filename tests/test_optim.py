@@ -211,3 +211,75 @@ def test_build_optimizer():
         build_optimizer("sgd", [p], lr=LR)
     msg = str(err.value)
     assert "sgd" in msg and "muon_nadam" in msg and "adam" in msg
+
+
+# ---- one update for a seed batch ------------------------------------------------
+
+@pytest.fixture
+def one_thread():
+    """Bitwise claims are for one thread (an intra-op split of a reduction rounds otherwise)."""
+    before = torch.get_num_threads()
+    torch.set_num_threads(1)
+    yield
+    torch.set_num_threads(before)
+
+
+SEED_SHAPES = {**SHAPES, "tok_embed_v2": (2, 64), "head_v2": (64, 2)}  # the V = 2 tables: tiny bmm
+
+
+def _seed_opts(name, seeds=3, shapes=SEED_SHAPES):
+    """`seeds` optimizers, each on its own float32 parameters (seed-dependent values)."""
+    out = []
+    for s in range(seeds):
+        g = torch.Generator().manual_seed(s)
+        params = [(n, torch.nn.Parameter(torch.randn(*shape, generator=g))) for n, shape in shapes.items()]
+        out.append((dict(params), build_optimizer(name, params if name == "muon_nadam"
+                                                  else [p for _, p in params], lr=LR)))
+    return out
+
+
+def _seed_grads(step, seeds):
+    """Per seed, per step, a different gradient for each parameter."""
+    gens = [torch.Generator().manual_seed(1000 * step + s) for s in range(seeds)]
+    return [{n: torch.randn(*shape, generator=g) for n, shape in SEED_SHAPES.items()} for g in gens]
+
+
+@pytest.mark.parametrize("name", ["muon_nadam", "adam", "adamw_like"])
+def test_one_update_for_all_seeds_equals_each_seeds_own(name, one_thread):
+    """step_seeds over S optimizers leaves each seed's parameters and state bit for bit
+    where its own step() does, over several steps (one thread: the claim's setting)."""
+    from bench.optim import step_seeds
+    build = "adam" if name == "adamw_like" else name
+    own, batch = _seed_opts(build), _seed_opts(build)
+    if name == "adamw_like":  # AdamW's decoupled decay through the same foreach path
+        for _, o in own + batch:
+            o.param_groups[0].update(weight_decay=0.01, decoupled_weight_decay=True)
+    for step in range(4):
+        for (pa, oa), (pb, _), g in zip(own, batch, _seed_grads(step, len(own))):
+            for n in SEED_SHAPES:
+                pa[n].grad, pb[n].grad = g[n].clone(), g[n].clone()
+            oa.step()
+        step_seeds([o for _, o in batch])
+    for (pa, oa), (pb, ob) in zip(own, batch):
+        for n in SEED_SHAPES:
+            assert torch.equal(pa[n], pb[n]), n
+            sa, sb = oa.state[pa[n]], ob.state[pb[n]]
+            assert sa.keys() == sb.keys()
+            assert all(torch.equal(torch.as_tensor(sa[k]), torch.as_tensor(sb[k])) for k in sa), n
+    # the seeds really differ: a swap between them would show
+    assert not torch.equal(own[0][0]["ffn_wide"], own[1][0]["ffn_wide"])
+
+
+def test_muon_on_a_stack_equals_each_matrix_at_the_larger_shapes(one_thread):
+    """newton_schulz on [G, m, n] against each matrix alone: bitwise where the matmuls take
+    BLAS (the larger shapes); the tiny ones (below 400 multiply-adds, torch's own bmm
+    loop, e.g. the (2, 32) q/k/v biases) agree to float32 rounding."""
+    g = torch.Generator().manual_seed(0)
+    for shape in [(64, 256), (256, 64), (16, 64), (2, 32)]:
+        ms = [torch.randn(*shape, generator=g) for _ in range(3)]
+        stacked = newton_schulz(torch.stack(ms)).unbind()
+        for m, o in zip(ms, stacked):
+            if shape == (2, 32):
+                torch.testing.assert_close(o, newton_schulz(m), rtol=1e-5, atol=1e-6)
+            else:
+                assert torch.equal(o, newton_schulz(m)), shape
