@@ -15,6 +15,8 @@ seed-episodes per second of bench.batched.train_episodes over S policies, as a
 `batch_seeds=true` job trains them, for reverse_h10 TPO and GRPO and the mechanism
 study's shared config, with peak device memory; then the mechanism study's cost on this
 device, priced job by job from its presets as `+pack=gpu` launches them (see `estimate`).
+`--ops --seeds 1 8 32 [--batch-size 8]` counts instead of timing: the ops each batched
+episode dispatches (OpCount), per episode and per seed-episode, for the same cases.
 """
 from __future__ import annotations
 
@@ -31,6 +33,7 @@ from pathlib import Path
 
 import pandas as pd
 import torch
+from torch.utils._python_dispatch import TorchDispatchMode
 
 from bench.optim import build_optimizer
 from contract.rng import Streams
@@ -285,6 +288,83 @@ def time_seeds(overrides: tuple[str, ...], seeds: int, episodes: int, warmup: in
     return row
 
 
+class OpCount(TorchDispatchMode):
+    """Counts the aten ops an episode dispatches below autograd: every op that runs a
+    kernel (a launch on a GPU), views (metadata only) left out, and the reads of a
+    device value into Python (`_local_scalar_dense`: .item(), float(), int(); each a
+    host sync on a GPU). A foreach op counts once, as its fused kernel launches once
+    per chunk of tensors on a GPU (on the CPU it loops inside)."""
+
+    def __init__(self):
+        super().__init__()
+        self.ops = self.reads = 0
+
+    def __torch_dispatch__(self, func, types, args=(), kwargs=None):
+        if not func.is_view:
+            self.ops += 1
+            self.reads += func.overloadpacket is torch.ops.aten._local_scalar_dense
+        return func(*args, **(kwargs or {}))
+
+
+def count_ops(overrides: tuple[str, ...], seeds: int, episodes: int = 2, warmup: int = 1) -> dict:
+    """Ops per episode of bench.batched.train_episodes over `seeds` policies (S = 1 is the
+    single run's own train_episode), the mean of `episodes` after `warmup`."""
+    from bench import batched
+
+    spec = build(compose(*overrides), explicit_keys(overrides))
+    t = spec.task
+    policies, opts, streams = seed_policies(spec, seeds)
+    for _ in range(warmup):
+        batched.train_episodes(t, spec.algo, spec.request, policies, opts, streams)
+    with OpCount() as count:
+        for _ in range(episodes):
+            batched.train_episodes(t, spec.algo, spec.request, policies, opts, streams)
+    return {"algo": spec.algo_name, "task": t.name, "seeds": seeds, "batch_size": t.batch_size,
+            "k": spec.request.k, "epochs": spec.algo.epochs,
+            "ops_per_episode": count.ops / episodes, "ops_per_seed_episode": count.ops / episodes / seeds,
+            "host_reads_per_episode": count.reads / episodes}
+
+
+def ops_cases(batch_size: int | None) -> list[tuple[str, tuple[str, ...]]]:
+    """reverse_h10 TPO and GRPO and the mechanism study's shared config (its tpo and grpo)."""
+    centre: dict[str, tuple[str, ...]] = {}
+    for j in study_jobs(CENTRE):
+        centre.setdefault(j.algo, j.overrides)
+    extra = (f"task.batch_size={batch_size}",) if batch_size else ()
+    cases = [("reverse_h10", ("task=reverse_h10", f"algo={a}", *extra)) for a in ("tpo", "grpo")]
+    return cases + [(CENTRE, (*centre[a], *extra)) for a in ("tpo", "grpo")]
+
+
+def ops_table(df: pd.DataFrame) -> str:
+    """The ops table as Markdown: per case, ops per batched episode and per seed-episode
+    at each S, and S's batched episode against the single run's (S = 1)."""
+    lines = ["| case | algo | B | S | ops / episode | ops / seed-episode | x single run | host reads / episode |",
+             "|---|---|---|---|---|---|---|---|"]
+    for (case, algo), g in df.groupby(["case", "algo"], sort=False):
+        single = g.loc[g["seeds"] == 1, "ops_per_episode"]
+        for _, r in g.iterrows():
+            ratio = f"{r['ops_per_episode'] / single.iloc[0]:.2f}" if len(single) else ""
+            lines.append(f"| {case} | {algo} | {r['batch_size']} | {r['seeds']} | "
+                         f"{r['ops_per_episode']:,.0f} | {r['ops_per_seed_episode']:,.0f} | {ratio} | "
+                         f"{r['host_reads_per_episode']:g} |")
+    return "\n".join(lines)
+
+
+def ops_mode(args) -> int:
+    """`--ops`: leaf device ops per episode at each --seeds S, one thread, a CSV."""
+    torch.set_num_threads(1)
+    rows = [{"case": case, **count_ops(overrides, S, args.episodes, args.warmup)}
+            for case, overrides in ops_cases(args.batch_size) for S in args.seeds]
+    df = pd.DataFrame(rows)
+    df["torch"] = torch.__version__
+    print(ops_table(df))
+    out = Path(args.out or "outputs/speed/ops.csv")
+    out.parent.mkdir(parents=True, exist_ok=True)
+    df.to_csv(out, index=False)
+    print(f"wrote {out}")
+    return 0
+
+
 def sweep_jobs(*overrides: str) -> list[list[str]]:
     """Each job's overrides in `python -m bench -m OVERRIDES`, expanded as the sweeper
     expands them: the preset's hydra.sweeper.params, then the command line."""
@@ -471,7 +551,13 @@ def main(argv=None) -> int:
     p.add_argument("--out", default=None,
                    help="CSV (default outputs/speed/speed.csv; with --seeds seeds_<device>.csv "
                         "and, beside it, the estimate's per-job table)")
+    p.add_argument("--ops", action="store_true",
+                   help="with --seeds: count the ops per episode instead of timing (one thread)")
     args = p.parse_args(argv)
+    if args.ops:
+        if not args.seeds:
+            p.error("--ops goes with --seeds (e.g. --ops --seeds 1 8 32 --batch-size 8)")
+        return ops_mode(args)
     if args.seeds:
         return seeds_mode(args)
     if args.device != "cpu" or args.batch_size:
