@@ -50,20 +50,25 @@ def partition(named_params):
     return muon, nadam
 
 
-def newton_schulz(m, steps=5, eps=1e-8):
-    """Approximately orthogonalise a matrix, or each of a stack [G, m, n] at once
-    (SPEC 3.1, optax 0.2.8 defaults)."""
+def orthogonalise(x, steps=5):
+    """Newton-Schulz on a normalised stack x [G, m, n], m <= n (SPEC 3.1, optax 0.2.8
+    defaults). Each step is X <- a X + (b A + c A A) X with A = X X^T, as two fused
+    baddbmm calls (slice by slice: a stack's slices equal each matrix alone)."""
     a, b, c = NS_COEFFS
-    # Normalising first puts every singular value below 1, where the iteration converges.
-    x = m / (torch.linalg.matrix_norm(m, keepdim=True) + eps)
-    # Iterating on the short side keeps A = X X^T small.
-    tall = x.shape[-2] > x.shape[-1]
-    if tall:
-        x = x.mT
     for _ in range(steps):
-        A = x @ x.mT
-        x = a * x + (b * A + c * A @ A) @ x
-    return x.mT if tall else x
+        A = torch.bmm(x, x.mT)
+        x = torch.baddbmm(x, torch.baddbmm(A, A, A, beta=b, alpha=c), x, beta=a)
+    return x
+
+
+def newton_schulz(m, steps=5, eps=1e-8):
+    """Approximately orthogonalise one 2-D matrix (SPEC 3.1)."""
+    # Normalising first puts every singular value below 1, where the iteration converges.
+    x = m / (torch.linalg.matrix_norm(m) + eps)
+    # Iterating on the short side keeps A = X X^T small.
+    tall = x.shape[0] > x.shape[1]
+    o = orthogonalise((x.T if tall else x).unsqueeze(0), steps)[0]
+    return o.T if tall else o
 
 
 class MuonNAdam(torch.optim.Optimizer):
@@ -115,9 +120,9 @@ def _buckets(entries, key):
 @torch.no_grad()
 def update(entries):
     """One MuonNAdam step of (param, state, group) entries, from any number of optimizers:
-    the parameters that share a step count and hyperparameters (and, for Muon, a shape)
-    are updated together, NAdam by foreach ops, Muon's Newton-Schulz as one batched
-    matmul chain over their stack. Each parameter's arithmetic is the same whichever
+    the parameters that share a step count and hyperparameters are updated together,
+    NAdam by foreach ops, Muon by foreach ops and one Newton-Schulz chain per working
+    shape (a tall matrix transposed). Each parameter's arithmetic is the same whichever
     entries share its bucket (foreach and bmm act slice by slice), so a seed batch's
     update equals each seed's own (tests/test_optim.py)."""
     for p, state, group in entries:
@@ -131,7 +136,7 @@ def update(entries):
         state["step"] += 1
     hyper = lambda e: (e[2]["use_muon"], e[1]["step"], e[2]["lr"], e[2]["momentum"],  # noqa: E731
                        e[2]["betas"], e[2]["eps"], e[2]["ns_steps"])
-    for bucket in _buckets(entries, lambda e: (*hyper(e), tuple(e[0].shape) if e[2]["use_muon"] else ())):
+    for bucket in _buckets(entries, hyper):
         (_muon_step if bucket[0][2]["use_muon"] else _nadam_step)(bucket)
 
 
@@ -145,8 +150,20 @@ def _muon_step(bucket):
     # SPEC 3.1: optax's Nesterov look-ahead, each term with its own bias correction.
     m_hat = torch._foreach_add(torch._foreach_mul(m, beta / (1 - beta ** (t + 1))),
                                torch._foreach_mul(g, (1 - beta) / (1 - beta**t)))
-    o = newton_schulz(torch.stack(m_hat), steps=group["ns_steps"])
-    torch._foreach_add_(p, list(o.unbind(0)), alpha=-group["lr"] * muon_scale(p[0]))
+    # Normalising first puts every singular value below 1, where the iteration converges.
+    norms = torch._foreach_norm(m_hat)
+    torch._foreach_add_(norms, 1e-8)
+    x = torch._foreach_div(m_hat, norms)
+    # Iterating on the short side keeps A = X X^T small: a tall matrix goes transposed.
+    short = [xi.mT if xi.shape[0] > xi.shape[1] else xi for xi in x]
+    o: list = [None] * len(p)
+    for idx in _buckets(range(len(p)), lambda i: tuple(short[i].shape)):
+        for i, oi in zip(idx, orthogonalise(torch.stack([short[i] for i in idx]),
+                                            group["ns_steps"]).unbind(0)):
+            o[i] = oi.mT if x[i].shape[0] > x[i].shape[1] else oi
+    for idx in _buckets(range(len(p)), lambda i: muon_scale(p[i])):
+        torch._foreach_add_([p[i] for i in idx], [o[i] for i in idx],
+                            alpha=-group["lr"] * muon_scale(p[idx[0]]))
 
 
 def _nadam_step(bucket):
