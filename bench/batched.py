@@ -41,6 +41,7 @@ checkpoints at that boundary or none; each seed is reported as it recorded itsel
 """
 from __future__ import annotations
 
+import dataclasses
 import time
 from dataclasses import dataclass
 from typing import Any
@@ -50,10 +51,10 @@ import torch
 from bench import debug, dynamic, interrupts, rundir
 from bench.build import RunSpec
 from bench.optim import step_seeds
-from bench.runner import (EpisodeRow, Seat, _claim, _close, _flat_params, _open, _record, _start,
-                          failure, read_rows, train_episode)
+from bench.runner import (EpisodeRow, Seat, _claim, _close, _flat_params, _kept, _open, _record,
+                          _start, failure, read_rows, train_episode)
 from contract import schema
-from contract.batch import Request
+from contract.batch import Batch, Request
 
 
 def train_episodes(task, algo, request: Request, policies: list, opts: list,
@@ -72,18 +73,63 @@ def train_episodes(task, algo, request: Request, policies: list, opts: list,
                 ros[s], lambda policy=policy, st=st: task.rollout(policy, request, st.extra()),
                 algo.dynamic_sampling)
     books = [EpisodeRow(_flat_params(p), dict(extra)) for p, extra in zip(policies, extras)]
+    batches = [ro.batch for ro in ros]
     for epoch in range(algo.epochs):
-        logps = task.logprobs_seeds(policies, [ro.batch for ro in ros])
-        outs = [algo.loss(ro.batch, lp) for ro, lp in zip(ros, logps)]
+        logps = task.logprobs_seeds(policies, batches)
+        losses, metrics = seed_losses(algo, batches, logps)
         for opt in opts:
             opt.zero_grad(set_to_none=True)
         # d(sum)/d(loss_s) = 1 exactly, and no loss reaches another seed's parameters.
-        torch.stack([out.loss for out in outs]).sum().backward()
-        for book, out, policy in zip(books, outs, policies):
-            book.after_backward(epoch, task, policy, out.loss, out.metrics)
+        losses.sum().backward()
+        kept = _kept(losses).unbind()
+        for s, (book, policy) in enumerate(zip(books, policies)):
+            book.after_backward(epoch, task, policy, kept[s], {k: v[s] for k, v in metrics.items()})
         step_seeds(opts)  # one update for all seeds (bench.optim)
     return read_rows([book.finish(algo.epochs, ro, first, policy)
                       for book, ro, first, policy in zip(books, ros, firsts, policies)])
+
+
+def seed_losses(algo, batches: list[Batch], logps: list[torch.Tensor]):
+    """Each seed's `algo.loss` as one computation over a leading seed axis: the losses
+    [S] and each metric [S] (kept: detached, float64). torch.func.vmap over the
+    algorithm's own loss, so each algorithm stays one function of one batch, readable
+    next to its equation, and needs no seed-axis variant; its batching rules run every
+    op once for all seeds. Seeds whose batches differ in shape (dynamic sampling keeps
+    what it finds) are evaluated one by one, as is an algorithm vmap cannot trace."""
+    first = batches[0]
+    fields = {k: v for k, v in _tensor_fields(first).items() if v is not None}
+    same = all({k: v.shape for k, v in _tensor_fields(b).items() if v is not None} ==
+               {k: v.shape for k, v in fields.items()} for b in batches) and \
+        len({lp.shape for lp in logps}) == 1
+    if same and type(algo) not in _NOT_VMAPPABLE:
+        stacked = {k: torch.stack([getattr(b, k) for b in batches]) for k in fields}
+        names: list[str] = []
+
+        def one(tensors, logp):
+            out = algo.loss(dataclasses.replace(first, **tensors, obs=None), logp)
+            names[:] = list(out.metrics)
+            return out.loss, [torch.as_tensor(v, dtype=logp.dtype, device=logp.device)
+                              for v in out.metrics.values()]
+        try:
+            loss, values = torch.func.vmap(one)(stacked, torch.stack(logps))
+        except RuntimeError as e:  # a data-dependent op in the loss: it stays per seed
+            if "vmap" not in str(e):
+                raise
+            _NOT_VMAPPABLE.add(type(algo))
+        else:
+            return loss, {k: _kept(v) for k, v in zip(names, values)}
+    outs = [algo.loss(b, lp) for b, lp in zip(batches, logps)]
+    keys = list(outs[0].metrics)
+    return torch.stack([o.loss for o in outs]), {
+        k: torch.stack([torch.as_tensor(_kept(o.metrics[k]), dtype=torch.float64) for o in outs])
+        for k in keys}
+
+
+_NOT_VMAPPABLE: set[type] = set()
+
+
+def _tensor_fields(batch: Batch) -> dict[str, torch.Tensor | None]:
+    return {f.name: getattr(batch, f.name) for f in dataclasses.fields(batch) if f.name != "obs"}
 
 
 # ---------------------------------------------------------------- the job

@@ -290,7 +290,7 @@ def time_seeds(overrides: tuple[str, ...], seeds: int, episodes: int, warmup: in
 
 class OpCount(TorchDispatchMode):
     """Counts the aten ops an episode dispatches below autograd: every op that runs a
-    kernel (a launch on a GPU), views (metadata only) left out, and the reads of a
+    kernel (a launch on a GPU), views (metadata only, _unsafe_view too) left out, and the reads of a
     device value into Python (`_local_scalar_dense`: .item(), float(), int(); each a
     host sync on a GPU). A foreach op counts once, as its fused kernel launches once
     per chunk of tensors on a GPU (on the CPU it loops inside)."""
@@ -300,7 +300,7 @@ class OpCount(TorchDispatchMode):
         self.ops = self.reads = 0
 
     def __torch_dispatch__(self, func, types, args=(), kwargs=None):
-        if not func.is_view:
+        if not func.is_view and func.overloadpacket is not torch.ops.aten._unsafe_view:
             self.ops += 1
             self.reads += func.overloadpacket is torch.ops.aten._local_scalar_dense
         return func(*args, **(kwargs or {}))
