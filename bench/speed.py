@@ -17,6 +17,7 @@ study's shared config, with peak device memory; then the mechanism study's cost 
 device, priced job by job from its presets as `+pack=gpu` launches them (see `estimate`).
 `--ops --seeds 1 8 32 [--batch-size 8]` counts instead of timing: the ops each batched
 episode dispatches (OpCount), per episode and per seed-episode, for the same cases.
+`--vs-loop --seeds 8` times the batched path against the per-seed loop, paired rounds.
 """
 from __future__ import annotations
 
@@ -365,6 +366,58 @@ def ops_mode(args) -> int:
     return 0
 
 
+def vs_loop(overrides: tuple[str, ...], seeds: int, rounds: int, warmup: int = 1) -> list[dict]:
+    """Paired, alternating timings of one episode for `seeds` seeds: the per-seed loop
+    (train_episode seed after seed, as batch_seeds=false) and the batched path
+    (bench.batched.train_episodes), each round timing both, in alternating order."""
+    from bench import batched
+
+    spec = build(compose(*overrides), explicit_keys(overrides))
+    t = spec.task
+    loop, batch = seed_policies(spec, seeds), seed_policies(spec, seeds)
+
+    def run_loop():
+        for p, o, st in zip(*loop):
+            train_episode(t, spec.algo, spec.request, p, o, st)
+
+    def run_batched():
+        batched.train_episodes(t, spec.algo, spec.request, *batch)
+
+    for _ in range(warmup):
+        run_loop(), run_batched()
+    rows = []
+    for r in range(rounds):
+        times = {}
+        for name, fn in (("loop", run_loop), ("batched", run_batched))[::1 if r % 2 == 0 else -1]:
+            t0 = time.perf_counter()
+            fn()
+            times[name] = time.perf_counter() - t0
+        rows.append({"algo": spec.algo_name, "task": t.name, "seeds": seeds, "batch_size": t.batch_size,
+                     "round": r, "loop_s": times["loop"], "batched_s": times["batched"],
+                     "speedup": times["loop"] / times["batched"]})
+    return rows
+
+
+def vs_loop_mode(args) -> int:
+    """`--vs-loop`: the batched path against the per-seed loop, paired and alternating."""
+    threads = (args.threads or [1])[0]
+    torch.set_num_threads(threads)
+    extra = (f"task.batch_size={args.batch_size}",) if args.batch_size else ()
+    rows = [row for algo in ("tpo", "grpo") for S in args.seeds
+            for row in vs_loop(("task=reverse_h10", f"algo={algo}", *extra), S, args.episodes)]
+    df = pd.DataFrame(rows)
+    df["threads"], df["torch"] = threads, torch.__version__
+    summary = df.groupby(["algo", "seeds", "batch_size"], sort=False)["speedup"].agg(["median", "min", "max", "size"])
+    print(f"batched / loop speed-up (loop seconds over batched seconds, {threads} thread(s), "
+          "paired alternating rounds):")
+    print(summary.reset_index().to_string(index=False, float_format=lambda v: f"{v:.2f}"))
+    out = Path(args.out or "outputs/speed/vs_loop.csv")
+    out.parent.mkdir(parents=True, exist_ok=True)
+    df.to_csv(out, index=False)
+    print(f"wrote {out}")
+    return 0
+
+
 def sweep_jobs(*overrides: str) -> list[list[str]]:
     """Each job's overrides in `python -m bench -m OVERRIDES`, expanded as the sweeper
     expands them: the preset's hydra.sweeper.params, then the command line."""
@@ -553,7 +606,14 @@ def main(argv=None) -> int:
                         "and, beside it, the estimate's per-job table)")
     p.add_argument("--ops", action="store_true",
                    help="with --seeds: count the ops per episode instead of timing (one thread)")
+    p.add_argument("--vs-loop", action="store_true",
+                   help="with --seeds: the batched path against the per-seed loop, paired "
+                        "(--episodes rounds)")
     args = p.parse_args(argv)
+    if args.vs_loop:
+        if not args.seeds:
+            p.error("--vs-loop goes with --seeds (e.g. --vs-loop --seeds 8 --episodes 6)")
+        return vs_loop_mode(args)
     if args.ops:
         if not args.seeds:
             p.error("--ops goes with --seeds (e.g. --ops --seeds 1 8 32 --batch-size 8)")
