@@ -58,10 +58,11 @@ from contract.batch import Batch, Request
 
 
 def train_episodes(task, algo, request: Request, policies: list, opts: list,
-                   streams: list) -> list[dict[str, float]]:
+                   streams: list, compile: bool = False) -> list[dict[str, float]]:
     """bench.runner.train_episode for S seeds at once: one row per seed, each the row its
     single run would give (the same bookkeeping, runner.EpisodeRow), all S rows read from
-    the device at once."""
+    the device at once. `compile`: each epoch's forward and loss run captured
+    (`captured`), where the batch has its full, fixed shape."""
     if len(policies) == 1:  # one seed left to train (the others skipped or failed): its own path
         return [train_episode(task, algo, request, policies[0], opts[0], streams[0])]
     ros = task.rollout_seeds(policies, request, streams)
@@ -74,9 +75,12 @@ def train_episodes(task, algo, request: Request, policies: list, opts: list,
                 algo.dynamic_sampling)
     books = [EpisodeRow(_flat_params(p), dict(extra)) for p, extra in zip(policies, extras)]
     batches = [ro.batch for ro in ros]
+    forward = captured(task, algo, policies) if compile and not getattr(algo, "dynamic_sampling", 0) else None
     for epoch in range(algo.epochs):
-        logps = task.logprobs_seeds(policies, batches)
-        losses, metrics = seed_losses(algo, batches, logps)
+        if forward is not None:
+            losses, metrics = forward(batches)
+        else:
+            losses, metrics = seed_losses(algo, batches, task.logprobs_seeds(policies, batches))
         for opt in opts:
             opt.zero_grad(set_to_none=True)
         # d(sum)/d(loss_s) = 1 exactly, and no loss reaches another seed's parameters.
@@ -127,6 +131,30 @@ def seed_losses(algo, batches: list[Batch], logps: list[torch.Tensor]):
 
 _NOT_VMAPPABLE: set[type] = set()
 
+# torch.compile's backend for `captured` (a test may take "aot_eager": the same capture,
+# no code generation).
+COMPILE_BACKEND = "inductor"
+_CAPTURED: dict = {}
+
+
+def captured(task, algo, policies: list):
+    """The epoch's log-prob forward and loss (logprobs_seeds + seed_losses) as one
+    torch.compile'd function of the batches, mode "reduce-overhead" on CUDA (a CUDA graph
+    replayed each epoch); its backward is compiled with it (AOTAutograd). Shapes are
+    fixed per config (dynamic=False): a batch that dynamic sampling topped up runs eager
+    (train_episodes asks for this only without top-ups). Backward's accumulation and the
+    optimizer step stay eager. Cached per (task, algo, seed set)."""
+    key = (id(task), id(algo), tuple(id(p) for p in policies))
+    if key not in _CAPTURED:
+        cuda = next(policies[0].parameters()).device.type == "cuda"
+
+        def forward(batches):
+            return seed_losses(algo, batches, task.logprobs_seeds(policies, batches))
+        _CAPTURED.clear()  # one seed set at a time: a seed leaving the batch recaptures
+        _CAPTURED[key] = torch.compile(forward, backend=COMPILE_BACKEND, dynamic=False,
+                                       mode="reduce-overhead" if cuda and COMPILE_BACKEND == "inductor" else None)
+    return _CAPTURED[key]
+
 
 def _tensor_fields(batch: Batch) -> dict[str, torch.Tensor | None]:
     return {f.name: getattr(batch, f.name) for f in dataclasses.fields(batch) if f.name != "obs"}
@@ -134,10 +162,11 @@ def _tensor_fields(batch: Batch) -> dict[str, torch.Tensor | None]:
 
 # ---------------------------------------------------------------- the job
 
-def run(specs: list[RunSpec]) -> list[dict[str, Any]]:
+def run(specs: list[RunSpec], compile: bool = False) -> list[dict[str, Any]]:
     """bench.runner.run for a job's seeds, trained together; one summary per spec, in
     order. Completed seeds are skipped and seeds another process holds are left to it,
-    each as a single run would be; the rest train as one batch."""
+    each as a single run would be; the rest train as one batch (`compile`: captured
+    epochs, train_episodes)."""
     rds = [rundir.RunDir(s.run_dir, pause_s=s.debug.get("checkpoint_pause", 0.0)) for s in specs]
     answers: dict[int, dict[str, Any]] = {}
     try:
@@ -150,7 +179,7 @@ def run(specs: list[RunSpec]) -> list[dict[str, Any]]:
                 answers[i] = answer
         if claimed:
             with interrupts.Boundary() as boundary:
-                _attempt(claimed, boundary, answers)
+                _attempt(claimed, boundary, answers, compile)
     except interrupts.Interrupted as e:  # each seed as it recorded itself (a sweep reports them)
         e.answers = [answers.get(i) or {"run_dir": str(s.run_dir), "status": schema.INTERRUPTED,
                                         "reason": e.signame} for i, s in enumerate(specs)]
@@ -177,7 +206,8 @@ class _Seats:
         seat.rd.release()
 
 
-def _attempt(claimed: list, boundary: interrupts.Boundary, answers: dict[int, dict[str, Any]]) -> None:
+def _attempt(claimed: list, boundary: interrupts.Boundary, answers: dict[int, dict[str, Any]],
+             compile: bool = False) -> None:
     """bench.runner._attempt for the claimed seeds: each opened (or refused) and closed on
     its own, trained together; their summaries go into `answers`, even when interrupted."""
     seats = _Seats({}, answers)
@@ -189,7 +219,7 @@ def _attempt(claimed: list, boundary: interrupts.Boundary, answers: dict[int, di
             seats.live[i] = seat
     verdict: tuple[str, str | None, str | None] = (schema.COMPLETED, None, None)
     try:
-        _train(seats, boundary)
+        _train(seats, boundary, compile)
     except Exception as e:  # not one seed's (the batched episode, an evaluation): each records it
         verdict = failure(e)
     except BaseException as e:  # interrupted: every seat still open is resumable
@@ -200,7 +230,7 @@ def _attempt(claimed: list, boundary: interrupts.Boundary, answers: dict[int, di
             seats.end(i, *verdict)
 
 
-def _train(seats: _Seats, boundary: interrupts.Boundary) -> None:
+def _train(seats: _Seats, boundary: interrupts.Boundary, compile: bool = False) -> None:
     """bench.runner._train over seats in lockstep; a seat that fails alone leaves the
     batch with its verdict (`_Seats.end`)."""
     for i, seat in list(seats.live.items()):
@@ -227,7 +257,8 @@ def _train(seats: _Seats, boundary: interrupts.Boundary) -> None:
                 seat.t0 = time.perf_counter()
         # An error here is not one seed's: the seeds waiting to join would meet it too.
         rows = train_episodes(task, algo, request, [s.policy for s in active.values()],
-                              [s.opt for s in active.values()], [s.streams for s in active.values()])
+                              [s.opt for s in active.values()], [s.streams for s in active.values()],
+                              compile)
         checkpointed, asked = False, boundary.pending  # once: every seat checkpoints or none
         for (i, seat), row in zip(active.items(), rows):
             try:
