@@ -291,10 +291,11 @@ def time_seeds(overrides: tuple[str, ...], seeds: int, episodes: int, warmup: in
 
 class OpCount(TorchDispatchMode):
     """Counts the aten ops an episode dispatches below autograd: every op that runs a
-    kernel (a launch on a GPU), views (metadata only, _unsafe_view too) left out, and the reads of a
-    device value into Python (`_local_scalar_dense`: .item(), float(), int(); each a
-    host sync on a GPU). A foreach op counts once, as its fused kernel launches once
-    per chunk of tensors on a GPU (on the CPU it loops inside)."""
+    kernel (a launch on a GPU), views (metadata only, _unsafe_view too) left out, and the
+    values read one by one into Python (`_local_scalar_dense`: .item(), float(), int();
+    each a host sync on a GPU; the rows' one batched read, a .tolist(), is not a
+    dispatched op). A foreach op counts once, as its fused kernel launches once per chunk
+    of tensors on a GPU (on the CPU it loops inside)."""
 
     def __init__(self):
         super().__init__()
@@ -323,7 +324,7 @@ def count_ops(overrides: tuple[str, ...], seeds: int, episodes: int = 2, warmup:
     return {"algo": spec.algo_name, "task": t.name, "seeds": seeds, "batch_size": t.batch_size,
             "k": spec.request.k, "epochs": spec.algo.epochs,
             "ops_per_episode": count.ops / episodes, "ops_per_seed_episode": count.ops / episodes / seeds,
-            "host_reads_per_episode": count.reads / episodes}
+            "item_reads_per_episode": count.reads / episodes}
 
 
 def ops_cases(batch_size: int | None) -> list[tuple[str, tuple[str, ...]]]:
@@ -339,7 +340,7 @@ def ops_cases(batch_size: int | None) -> list[tuple[str, tuple[str, ...]]]:
 def ops_table(df: pd.DataFrame) -> str:
     """The ops table as Markdown: per case, ops per batched episode and per seed-episode
     at each S, and S's batched episode against the single run's (S = 1)."""
-    lines = ["| case | algo | B | S | ops / episode | ops / seed-episode | x single run | host reads / episode |",
+    lines = ["| case | algo | B | S | ops / episode | ops / seed-episode | x single run | item reads / episode |",
              "|---|---|---|---|---|---|---|---|"]
     for (case, algo), g in df.groupby(["case", "algo"], sort=False):
         single = g.loc[g["seeds"] == 1, "ops_per_episode"]
@@ -347,7 +348,7 @@ def ops_table(df: pd.DataFrame) -> str:
             ratio = f"{r['ops_per_episode'] / single.iloc[0]:.2f}" if len(single) else ""
             lines.append(f"| {case} | {algo} | {r['batch_size']} | {r['seeds']} | "
                          f"{r['ops_per_episode']:,.0f} | {r['ops_per_seed_episode']:,.0f} | {ratio} | "
-                         f"{r['host_reads_per_episode']:g} |")
+                         f"{r['item_reads_per_episode']:g} |")
     return "\n".join(lines)
 
 
