@@ -1,4 +1,4 @@
-"""Seed-batched jobs (issue 22 item 1): `batch_seeds=true` trains a job's `seeds_per_job`
+"""Seed-batched jobs: `batch_seeds=true` trains a job's `seeds_per_job`
 seeds as one computation instead of one after the other.
 
 What is shared and what is not:
@@ -6,14 +6,16 @@ What is shared and what is not:
   checkpoint, resume, skip-when-completed, summary and metrics; its three random streams,
   its policy module and its optimizer (so checkpoints and the optimizer code are the
   single run's);
-- batched: the model arithmetic, and reading the metrics. The task's `rollout_seeds` and
-  `logprobs_seeds` run the S policies as one stacked computation and draw each seed's
-  samples from its own generators, in a single run's order. The algorithm is untouched:
-  each seed's loss is `algo.loss` on its own batch; the S losses are summed and
-  backpropagated once (a seed's parameters get only its own loss's gradient, through
-  torch.stack into its module's .grad), and each seed's optimizer steps. The rows keep
-  the single run's bookkeeping (runner.EpisodeRow) and are read from the device once per
-  episode for all seeds (runner.read_rows).
+- batched: the model arithmetic, the loss, the optimizer update and reading the
+  metrics. The task's `rollout_seeds` and `logprobs_seeds` run the S policies as one
+  stacked computation and draw each seed's samples from its own generators, in a single
+  run's order. The loss is `algo.loss` vmapped over the seed axis (`seed_losses`); the S
+  losses are summed and backpropagated once (a seed's parameters get only its own loss's
+  gradient, through torch.stack into its module's .grad), and one optimizer update
+  steps every seed's parameters (bench.optim.step_seeds). The rows keep the single run's
+  bookkeeping (runner.EpisodeRow) and are read from the device once per episode for all
+  seeds (runner.read_rows). `compile=true` captures each epoch's forward and loss
+  (`captured`).
 
 Which tasks: the sequence tasks (tasks.seq; sequence and token level, every algorithm;
 dynamic sampling's top-ups drawn per seed, unbatched) through tasks.stacked (a seed axis,

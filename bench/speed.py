@@ -1,4 +1,4 @@
-"""Speed benchmark (issue 6): `python -m bench.speed [--episodes N] [--threads T ...]`.
+"""Speed benchmark: `python -m bench.speed [--episodes N] [--threads T ...]`.
 
 Times each algorithm on its representative task after warm-up and prints a table:
 episodes/s, ms per phase (generation, old log-probs, training epochs, bookkeeping),
@@ -10,7 +10,7 @@ in the same process. `--cli` adds the marginal seconds per episode of the real
 `python -m bench` command (the difference of two run lengths, so start-up cancels);
 `--sweep` compares the basic and the joblib launcher on a small headline sweep.
 
-`--seeds 1 8 20 30 [--device cuda] [--batch-size B]` is the seed-batched mode (issue 22):
+`--seeds 1 8 20 30 [--device cuda] [--batch-size B]` is the seed-batched mode:
 seed-episodes per second of bench.batched.train_episodes over S policies, as a
 `batch_seeds=true` job trains them, for reverse_h10 TPO and GRPO and the mechanism
 study's shared config, with peak device memory; then the mechanism study's cost on this
@@ -228,12 +228,12 @@ def sweep_throughput(episodes: int = 20) -> list[dict]:
     return out
 
 
-# ---------------------------------------------------------------- seed-batched mode (issue 22)
+# ---------------------------------------------------------------- seed-batched mode
 
 STUDY = ("k_sweep", "epoch_sweep", "zero_variance_masking")  # the mechanism study (SPEC 4)
 # The study's shared config (reverse_h8, B 256, K 32, 4 epochs) is this preset's tpo and grpo.
 CENTRE = "zero_variance_masking"
-# Issue 22's goals on one H200: the headline's 20 seeds x 2000 episodes of reverse_h10
+# The goals on one H200: the headline's 20 seeds x 2000 episodes of reverse_h10
 # TPO in under 10 minutes, the whole mechanism study in under 2 GPU-hours.
 HEADLINE_SEEDS, HEADLINE_EPISODES, HEADLINE_GOAL_MIN = 20, 2000, 10.0
 STUDY_GOAL_H = 2.0
@@ -610,7 +610,12 @@ def main(argv=None) -> int:
     p.add_argument("--vs-loop", action="store_true",
                    help="with --seeds: the batched path against the per-seed loop, paired "
                         "(--episodes rounds)")
+    p.add_argument("--ops-table", metavar="CSV", default=None,
+                   help="print the Markdown ops table of a CSV that --ops wrote")
     args = p.parse_args(argv)
+    if args.ops_table:
+        print(ops_table(pd.read_csv(args.ops_table)))
+        return 0
     if args.vs_loop:
         if not args.seeds:
             p.error("--vs-loop goes with --seeds (e.g. --vs-loop --seeds 8 --episodes 6)")

@@ -1,4 +1,4 @@
-"""The Transformer of tasks/transformer.py over a leading seed axis (issue 22 item 1).
+"""The Transformer of tasks/transformer.py over a leading seed axis.
 
 S policies of one architecture run as one computation: their parameters stacked into
 [S, ...] tensors (`stack`), activations [S, b, t, d], every dense layer one bmm over the
