@@ -399,6 +399,18 @@ def vs_loop(overrides: tuple[str, ...], seeds: int, rounds: int, warmup: int = 1
     return rows
 
 
+def vs_loop_table(df: pd.DataFrame) -> str:
+    """The paired timings as Markdown: per (algo, S), the median seconds of each path and
+    the loop / batched ratio's median and range over the rounds."""
+    lines = ["| algo | S | B | rounds | loop s / episode | batched s / episode | speed-up: median (min-max) |",
+             "|---|---|---|---|---|---|---|"]
+    for (algo, S, B), g in df.groupby(["algo", "seeds", "batch_size"], sort=False):
+        lines.append(f"| {algo} | {S} | {B} | {len(g)} | {g['loop_s'].median():.2f} | "
+                     f"{g['batched_s'].median():.2f} | {g['speedup'].median():.2f}x "
+                     f"({g['speedup'].min():.2f}-{g['speedup'].max():.2f}) |")
+    return "\n".join(lines)
+
+
 def vs_loop_mode(args) -> int:
     """`--vs-loop`: the batched path against the per-seed loop, paired and alternating."""
     threads = (args.threads or [1])[0]
@@ -408,10 +420,9 @@ def vs_loop_mode(args) -> int:
             for row in vs_loop(("task=reverse_h10", f"algo={algo}", *extra), S, args.episodes)]
     df = pd.DataFrame(rows)
     df["threads"], df["torch"] = threads, torch.__version__
-    summary = df.groupby(["algo", "seeds", "batch_size"], sort=False)["speedup"].agg(["median", "min", "max", "size"])
-    print(f"batched / loop speed-up (loop seconds over batched seconds, {threads} thread(s), "
-          "paired alternating rounds):")
-    print(summary.reset_index().to_string(index=False, float_format=lambda v: f"{v:.2f}"))
+    print(f"batched vs the per-seed loop ({threads} thread(s), paired alternating rounds; "
+          "speed-up = loop seconds / batched seconds):")
+    print(vs_loop_table(df))
     out = Path(args.out or "outputs/speed/vs_loop.csv")
     out.parent.mkdir(parents=True, exist_ok=True)
     df.to_csv(out, index=False)
@@ -610,11 +621,12 @@ def main(argv=None) -> int:
     p.add_argument("--vs-loop", action="store_true",
                    help="with --seeds: the batched path against the per-seed loop, paired "
                         "(--episodes rounds)")
-    p.add_argument("--ops-table", metavar="CSV", default=None,
-                   help="print the Markdown ops table of a CSV that --ops wrote")
+    p.add_argument("--table", metavar="CSV", default=None,
+                   help="print the Markdown table of a CSV that --ops or --vs-loop wrote")
     args = p.parse_args(argv)
-    if args.ops_table:
-        print(ops_table(pd.read_csv(args.ops_table)))
+    if args.table:
+        df = pd.read_csv(args.table)
+        print(ops_table(df) if "ops_per_episode" in df else vs_loop_table(df))
         return 0
     if args.vs_loop:
         if not args.seeds:

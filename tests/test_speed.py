@@ -146,3 +146,13 @@ def test_a_seed_batch_costs_far_fewer_ops_than_its_seeds_alone(algo):
     one, four = count_ops(small, 1, 1, 1), count_ops(small, 4, 1, 1)
     assert four["ops_per_episode"] < 2 * one["ops_per_episode"], (one, four)
     assert one["item_reads_per_episode"] == four["item_reads_per_episode"] == 0
+
+
+@pytest.mark.parametrize("csv", ["ops.csv", "vs_loop.csv"])
+def test_the_performance_page_shows_the_committed_measurements(csv):
+    """docs/performance.md carries each table as `python -m bench.speed --table` prints it
+    from the committed CSV."""
+    from bench.speed import ops_table, vs_loop_table
+    df = pd.read_csv(REPO / "reproduction" / "perf" / csv)
+    table = ops_table(df) if csv == "ops.csv" else vs_loop_table(df)
+    assert table in (REPO / "docs" / "performance.md").read_text()
