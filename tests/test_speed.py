@@ -1,4 +1,4 @@
-"""The speed benchmark runs and reports what issue 6 asks (numbers live in the README)."""
+"""The speed benchmark runs and reports what it claims (its numbers live in docs/performance.md and the README)."""
 import subprocess
 import sys
 
