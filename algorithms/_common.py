@@ -51,10 +51,11 @@ def clamp_log_ratio(d: torch.Tensor) -> torch.Tensor:
     return d.clamp(-LOG_RATIO_CLAMP, LOG_RATIO_CLAMP)
 
 
-def mean_where(x: torch.Tensor, where: torch.Tensor) -> float:
-    """Mean of x over the selected entries; NaN when none (a diagnostic, not a loss)."""
-    n = int(where.sum())
-    return float(x[where].mean()) if n else math.nan
+def mean_where(x: torch.Tensor, where: torch.Tensor) -> torch.Tensor:
+    """Mean of x over the selected entries; NaN when none (a diagnostic, not a loss).
+    Left on the device, without a data-dependent shape: no host read, and vmappable."""
+    n = where.sum()
+    return torch.where(n > 0, (x.detach() * where).sum() / n, math.nan)
 
 
 def single_sample_advantage(batch: Batch) -> torch.Tensor:

@@ -61,5 +61,5 @@ class CISPO:
         kl = reverse_kl(d)
         if self.kl_coef:
             loss = loss + self.kl_coef * aggregate(kl, self.aggregation, weights, batch.mask)
-        return LossOut(loss, {"clip_frac": batch.step_mean((w != rho).float()).item(),
-                              "kl": batch.step_mean(kl).item(), **advantage_diagnostics(A, batch)})
+        return LossOut(loss, {"clip_frac": batch.step_mean((w != rho).float()).detach(),
+                              "kl": batch.step_mean(kl).detach(), **advantage_diagnostics(A, batch)})

@@ -106,5 +106,5 @@ class ClippedSurrogate:
         if self.kl_coef:
             loss = loss + self.kl_coef * aggregate(kl, self.aggregation, weights, mask, max_len)
         clipped = (rho < 1 - self.eps_low) | (rho > 1 + self.eps_high)
-        return LossOut(loss, {"clip_frac": batch.step_mean(clipped.float()).item(),
-                              "kl": batch.step_mean(kl).item(), **advantage_diagnostics(A, batch)})
+        return LossOut(loss, {"clip_frac": batch.step_mean(clipped.float()).detach(),
+                              "kl": batch.step_mean(kl).detach(), **advantage_diagnostics(A, batch)})

@@ -47,4 +47,4 @@ class DG:
         A = single_sample_advantage(batch)
         surprisal = -(batch.logp_old if self.surprisal == "behaviour" else logp.detach())
         w = dg_gate(A, surprisal, self.eta)
-        return LossOut(reinforce_sum(w * A, logp, batch), {"gate_mean": batch.step_mean(w).item()})
+        return LossOut(reinforce_sum(w * A, logp, batch), {"gate_mean": batch.step_mean(w).detach()})

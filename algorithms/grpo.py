@@ -69,8 +69,8 @@ class GRPO:
             loss = -per_group.mean()
         absA = A.abs()
         return LossOut(loss, {
-            "clip_frac": ((r - 1).abs() > self.clip_eps).float().mean().item(),
-            "kl": kl.mean().item(),
+            "clip_frac": ((r - 1).abs() > self.clip_eps).float().mean().detach(),
+            "kl": kl.mean().detach(),
             "absA_success": mean_where(absA, batch.success),
             "absA_fail": mean_where(absA, ~batch.success),
         })

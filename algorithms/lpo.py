@@ -89,7 +89,7 @@ class LPO:
         if self.clip_eps > 0:
             inside = (d >= math.log(1 - self.clip_eps)) & (d <= math.log(1 + self.clip_eps))
             d = torch.where(inside, d, d.detach())
-            metrics["clip_frac"] = 1.0 - batch.step_mean(inside.float()).item()
+            metrics["clip_frac"] = 1.0 - batch.step_mean(inside.float()).detach()
         log_p = torch.log_softmax(d.sum(-1) + base, -1)
         if self.projection == "forward":
             per_group = (w * (log_w - log_p)).sum(-1)

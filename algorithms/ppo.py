@@ -31,4 +31,4 @@ class PPO:
         surrogate = torch.minimum(r * A, r.clamp(1 - self.clip_eps, 1 + self.clip_eps) * A)
         clipped = (r - 1).abs() > self.clip_eps
         return LossOut(-(surrogate.sum(-1) * batch.candidate_weights()).sum(-1).mean(),
-                       {"clip_frac": batch.step_mean(clipped.float()).item()})
+                       {"clip_frac": batch.step_mean(clipped.float()).detach()})

@@ -72,7 +72,8 @@ def main(cfg: DictConfig) -> dict:
                            "reason": f"the sweep was stopped ({why}) before it started"} for s in group]
             continue
         try:
-            summaries += batched.run(group) if len(group) > 1 else [run(group[0])]
+            summaries += batched.run(group, compile=bool(resolved.get("compile"))) \
+                if len(group) > 1 else [run(group[0])]
         except interrupts.Interrupted as e:  # the run checkpointed and recorded itself as interrupted
             if not worker:
                 print(f"interrupted by {e.signame}: the same command resumes it", file=sys.stderr, flush=True)

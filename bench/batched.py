@@ -1,19 +1,21 @@
-"""Seed-batched jobs: `batch_seeds=true` trains a job's `seeds_per_job` seeds as one
-computation instead of one after the other. Per seed, exactly as a single run (bench.runner.Seat): run directory, lock, checkpoint,
-resume, summary, metrics, random streams, policy module and optimizer. Batched: the model
-arithmetic (the task's `rollout_seeds`/`logprobs_seeds` run the S policies stacked, each
-seed sampling from its own generators in a single run's order) and reading the metrics
-(once per episode for all seeds). Each seed's loss is `algo.loss` on its own batch; the S
-losses are summed and backpropagated once, so a seed's parameters get only its own
-gradient. Tasks: the sequence tasks (tasks.stacked), MNIST and the tabular bandits; a task
-without `rollout_seeds` (the LLM task) is refused at build time. On the CPU at one thread
-each seed equals its single run bit for bit (MNIST where B x width is a multiple of 4
-floats); more threads or a GPU differ in the last bits. Seeds may join at different steps;
-a seed that fails fails alone; a stop request is read once per step, so every seed
+"""Seed-batched jobs: `batch_seeds=true` trains a job's `seeds_per_job` seeds as one computation.
+
+Per seed, exactly as a single run (bench.runner.Seat): run directory, lock, checkpoint,
+resume, summary, metrics, random streams, policy module and optimizer state. Batched: the
+model arithmetic (the task's `rollout_seeds`/`logprobs_seeds` run the S policies stacked,
+each seed sampling from its own generators in a single run's order), the loss (`algo.loss`
+vmapped over the seed axis, `seed_losses`; shape-changing dynamic-sampling top-ups run per
+seed), one optimizer update for all seeds (bench.optim.step_seeds), and reading the metrics
+(once per episode). `compile=true` captures each epoch's forward and loss (`captured`).
+A task without `rollout_seeds` (the LLM task) is refused at build time. On the CPU at one
+thread each seed equals its single run bit for bit (tests/test_batched.py; MNIST where
+B x width is a multiple of 4 floats); more threads or a GPU differ in the last bits.
+A seed that fails fails alone; a stop request is read once per step, so every seed
 checkpoints at that boundary or none.
 """
 from __future__ import annotations
 
+import dataclasses
 import time
 from dataclasses import dataclass
 from typing import Any
@@ -22,17 +24,19 @@ import torch
 
 from bench import debug, dynamic, interrupts, rundir
 from bench.build import RunSpec
-from bench.runner import (EpisodeRow, Seat, _claim, _close, _flat_params, _open, _record, _start,
-                          failure, read_rows, train_episode)
+from bench.optim import step_seeds
+from bench.runner import (EpisodeRow, Seat, _claim, _close, _flat_params, _kept, _open, _record,
+                          _start, failure, read_rows, train_episode)
 from contract import schema
-from contract.batch import Request
+from contract.batch import Batch, Request
 
 
 def train_episodes(task, algo, request: Request, policies: list, opts: list,
-                   streams: list) -> list[dict[str, float]]:
+                   streams: list, compile: bool = False) -> list[dict[str, float]]:
     """bench.runner.train_episode for S seeds at once: one row per seed, each the row its
     single run would give (the same bookkeeping, runner.EpisodeRow), all S rows read from
-    the device at once."""
+    the device at once. `compile`: each epoch's forward and loss run captured
+    (`captured`), where the batch has its full, fixed shape."""
     if len(policies) == 1:  # one seed left to train (the others skipped or failed): its own path
         return [train_episode(task, algo, request, policies[0], opts[0], streams[0])]
     ros = task.rollout_seeds(policies, request, streams)
@@ -44,26 +48,99 @@ def train_episodes(task, algo, request: Request, policies: list, opts: list,
                 ros[s], lambda policy=policy, st=st: task.rollout(policy, request, st.extra()),
                 algo.dynamic_sampling)
     books = [EpisodeRow(_flat_params(p), dict(extra)) for p, extra in zip(policies, extras)]
+    batches = [ro.batch for ro in ros]
+    forward = captured(task, algo, policies) if compile and not getattr(algo, "dynamic_sampling", 0) else None
     for epoch in range(algo.epochs):
-        logps = task.logprobs_seeds(policies, [ro.batch for ro in ros])
-        outs = [algo.loss(ro.batch, lp) for ro, lp in zip(ros, logps)]
+        if forward is not None:
+            losses, metrics = forward(batches)
+        else:
+            losses, metrics = seed_losses(algo, batches, task.logprobs_seeds(policies, batches))
         for opt in opts:
             opt.zero_grad(set_to_none=True)
         # d(sum)/d(loss_s) = 1 exactly, and no loss reaches another seed's parameters.
-        torch.stack([out.loss for out in outs]).sum().backward()
-        for book, out, policy, opt in zip(books, outs, policies, opts):
-            book.after_backward(epoch, task, policy, out.loss, out.metrics)
-            opt.step()
+        losses.sum().backward()
+        kept = _kept(losses).unbind()
+        for s, (book, policy) in enumerate(zip(books, policies)):
+            book.after_backward(epoch, task, policy, kept[s], {k: v[s] for k, v in metrics.items()})
+        step_seeds(opts)  # one update for all seeds (bench.optim)
     return read_rows([book.finish(algo.epochs, ro, first, policy)
                       for book, ro, first, policy in zip(books, ros, firsts, policies)])
 
 
+def seed_losses(algo, batches: list[Batch], logps: list[torch.Tensor]):
+    """Each seed's `algo.loss` as one computation over a leading seed axis: the losses
+    [S] and each metric [S] (kept: detached, float64). torch.func.vmap over the
+    algorithm's own loss, so each algorithm stays one function of one batch, readable
+    next to its equation, and needs no seed-axis variant; its batching rules run every
+    op once for all seeds. Seeds whose batches differ in shape (dynamic sampling keeps
+    what it finds) are evaluated one by one, as is an algorithm vmap cannot trace."""
+    first = batches[0]
+    fields = {k: v for k, v in _tensor_fields(first).items() if v is not None}
+    same = all({k: v.shape for k, v in _tensor_fields(b).items() if v is not None} ==
+               {k: v.shape for k, v in fields.items()} for b in batches) and \
+        len({lp.shape for lp in logps}) == 1
+    if same and type(algo) not in _NOT_VMAPPABLE:
+        stacked = {k: torch.stack([getattr(b, k) for b in batches]) for k in fields}
+        names: list[str] = []
+
+        def one(tensors, logp):
+            out = algo.loss(dataclasses.replace(first, **tensors, obs=None), logp)
+            names[:] = list(out.metrics)
+            return out.loss, [torch.as_tensor(v, dtype=logp.dtype, device=logp.device)
+                              for v in out.metrics.values()]
+        try:
+            loss, values = torch.func.vmap(one)(stacked, torch.stack(logps))
+        except RuntimeError as e:  # a data-dependent op in the loss: it stays per seed
+            if "vmap" not in str(e):
+                raise
+            _NOT_VMAPPABLE.add(type(algo))
+        else:
+            return loss, {k: _kept(v) for k, v in zip(names, values)}
+    outs = [algo.loss(b, lp) for b, lp in zip(batches, logps)]
+    keys = list(outs[0].metrics)
+    return torch.stack([o.loss for o in outs]), {
+        k: torch.stack([torch.as_tensor(_kept(o.metrics[k]), dtype=torch.float64) for o in outs])
+        for k in keys}
+
+
+_NOT_VMAPPABLE: set[type] = set()
+
+# torch.compile's backend for `captured` (a test may take "aot_eager": the same capture,
+# no code generation).
+COMPILE_BACKEND = "inductor"
+_CAPTURED: dict = {}
+
+
+def captured(task, algo, policies: list):
+    """The epoch's log-prob forward and loss (logprobs_seeds + seed_losses) as one
+    torch.compile'd function of the batches, mode "reduce-overhead" on CUDA (a CUDA graph
+    replayed each epoch); its backward is compiled with it (AOTAutograd). Shapes are
+    fixed per config (dynamic=False): a batch that dynamic sampling topped up runs eager
+    (train_episodes asks for this only without top-ups). Backward's accumulation and the
+    optimizer step stay eager. Cached per (task, algo, seed set)."""
+    key = (id(task), id(algo), tuple(id(p) for p in policies))
+    if key not in _CAPTURED:
+        cuda = next(policies[0].parameters()).device.type == "cuda"
+
+        def forward(batches):
+            return seed_losses(algo, batches, task.logprobs_seeds(policies, batches))
+        _CAPTURED.clear()  # one seed set at a time: a seed leaving the batch recaptures
+        _CAPTURED[key] = torch.compile(forward, backend=COMPILE_BACKEND, dynamic=False,
+                                       mode="reduce-overhead" if cuda and COMPILE_BACKEND == "inductor" else None)
+    return _CAPTURED[key]
+
+
+def _tensor_fields(batch: Batch) -> dict[str, torch.Tensor | None]:
+    return {f.name: getattr(batch, f.name) for f in dataclasses.fields(batch) if f.name != "obs"}
+
+
 # ---------------------------------------------------------------- the job
 
-def run(specs: list[RunSpec]) -> list[dict[str, Any]]:
+def run(specs: list[RunSpec], compile: bool = False) -> list[dict[str, Any]]:
     """bench.runner.run for a job's seeds, trained together; one summary per spec, in
     order. Completed seeds are skipped and seeds another process holds are left to it,
-    each as a single run would be; the rest train as one batch."""
+    each as a single run would be; the rest train as one batch (`compile`: captured
+    epochs, train_episodes)."""
     rds = [rundir.RunDir(s.run_dir, pause_s=s.debug.get("checkpoint_pause", 0.0)) for s in specs]
     answers: dict[int, dict[str, Any]] = {}
     try:
@@ -76,7 +153,7 @@ def run(specs: list[RunSpec]) -> list[dict[str, Any]]:
                 answers[i] = answer
         if claimed:
             with interrupts.Boundary() as boundary:
-                _attempt(claimed, boundary, answers)
+                _attempt(claimed, boundary, answers, compile)
     except interrupts.Interrupted as e:  # each seed as it recorded itself (a sweep reports them)
         e.answers = [answers.get(i) or {"run_dir": str(s.run_dir), "status": schema.INTERRUPTED,
                                         "reason": e.signame} for i, s in enumerate(specs)]
@@ -103,7 +180,8 @@ class _Seats:
         seat.rd.release()
 
 
-def _attempt(claimed: list, boundary: interrupts.Boundary, answers: dict[int, dict[str, Any]]) -> None:
+def _attempt(claimed: list, boundary: interrupts.Boundary, answers: dict[int, dict[str, Any]],
+             compile: bool = False) -> None:
     """bench.runner._attempt for the claimed seeds: each opened (or refused) and closed on
     its own, trained together; their summaries go into `answers`, even when interrupted."""
     seats = _Seats({}, answers)
@@ -115,7 +193,7 @@ def _attempt(claimed: list, boundary: interrupts.Boundary, answers: dict[int, di
             seats.live[i] = seat
     verdict: tuple[str, str | None, str | None] = (schema.COMPLETED, None, None)
     try:
-        _train(seats, boundary)
+        _train(seats, boundary, compile)
     except Exception as e:  # not one seed's (the batched episode, an evaluation): each records it
         verdict = failure(e)
     except BaseException as e:  # interrupted: every seat still open is resumable
@@ -126,7 +204,7 @@ def _attempt(claimed: list, boundary: interrupts.Boundary, answers: dict[int, di
             seats.end(i, *verdict)
 
 
-def _train(seats: _Seats, boundary: interrupts.Boundary) -> None:
+def _train(seats: _Seats, boundary: interrupts.Boundary, compile: bool = False) -> None:
     """bench.runner._train over seats in lockstep; a seat that fails alone leaves the
     batch with its verdict (`_Seats.end`)."""
     for i, seat in list(seats.live.items()):
@@ -153,7 +231,8 @@ def _train(seats: _Seats, boundary: interrupts.Boundary) -> None:
                 seat.t0 = time.perf_counter()
         # An error here is not one seed's: the seeds waiting to join would meet it too.
         rows = train_episodes(task, algo, request, [s.policy for s in active.values()],
-                              [s.opt for s in active.values()], [s.streams for s in active.values()])
+                              [s.opt for s in active.values()], [s.streams for s in active.values()],
+                              compile)
         checkpointed, asked = False, boundary.pending  # once: every seat checkpoints or none
         for (i, seat), row in zip(active.items(), rows):
             try:

@@ -306,6 +306,8 @@ def _check_batch_seeds(cfg: dict[str, Any], task) -> None:
     batch = cfg.get("batch_seeds", False)
     if not isinstance(batch, bool):
         raise ConfigError(f"batch_seeds must be true or false, got {batch!r}")
+    if not isinstance(cfg.get("compile", False), bool):
+        raise ConfigError(f"compile must be true or false, got {cfg.get('compile')!r}")
     if batch and cfg.get("seeds_per_job", 1) != 1 and not (
             hasattr(task, "rollout_seeds") and hasattr(task, "logprobs_seeds")):
         raise ConfigError(f"batch_seeds=true trains a job's seeds_per_job seeds as one stacked "

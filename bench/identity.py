@@ -20,7 +20,7 @@ from typing import Any
 NON_IDENTITY_KEYS = frozenset({
     "seed", "device", "output_root", "threads", "log_every", "plugins", "force", "hydra",
     "checkpoint_every", "debug", "seeds_per_job", "batch_seeds", "seeds", "experiment", "dry_run",
-    "resume_across_commits", "progress_every_s", "on_code_change",
+    "resume_across_commits", "progress_every_s", "on_code_change", "compile",
 })
 # Keys inside a section that name a preset rather than say what runs.
 LABEL_KEYS = {"task": "name", "algo": "name"}

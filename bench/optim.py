@@ -10,6 +10,7 @@ q/k/v kernels (d_model, heads, head_dim), q/k/v biases (heads, head_dim)), so th
 reference's "ndim == 2 -> Muon, fan_in = shape[0]" rule applies literally.
 """
 
+import importlib
 import inspect
 import math
 
@@ -49,19 +50,25 @@ def partition(named_params):
     return muon, nadam
 
 
-def newton_schulz(m, steps=5, eps=1e-8):
-    """Approximately orthogonalise a 2-D matrix (SPEC 3.1, optax 0.2.8 defaults)."""
+def orthogonalise(x, steps=5):
+    """Newton-Schulz on a normalised stack x [G, m, n], m <= n (SPEC 3.1, optax 0.2.8
+    defaults). Each step is X <- a X + (b A + c A A) X with A = X X^T, as two fused
+    baddbmm calls (slice by slice: a stack's slices equal each matrix alone)."""
     a, b, c = NS_COEFFS
+    for _ in range(steps):
+        A = torch.bmm(x, x.mT)
+        x = torch.baddbmm(x, torch.baddbmm(A, A, A, beta=b, alpha=c), x, beta=a)
+    return x
+
+
+def newton_schulz(m, steps=5, eps=1e-8):
+    """Approximately orthogonalise one 2-D matrix (SPEC 3.1)."""
     # Normalising first puts every singular value below 1, where the iteration converges.
     x = m / (torch.linalg.matrix_norm(m) + eps)
     # Iterating on the short side keeps A = X X^T small.
     tall = x.shape[0] > x.shape[1]
-    if tall:
-        x = x.T
-    for _ in range(steps):
-        A = x @ x.T
-        x = a * x + (b * A + c * A @ A) @ x
-    return x.T if tall else x
+    o = orthogonalise((x.T if tall else x).unsqueeze(0), steps)[0]
+    return o.T if tall else o
 
 
 class MuonNAdam(torch.optim.Optimizer):
@@ -70,6 +77,8 @@ class MuonNAdam(torch.optim.Optimizer):
     `params` is an iterable of tensors or of (name, tensor) pairs (e.g.
     model.named_parameters()). It is split into two param groups, use_muon True/False.
     State and step counts persist across step() calls; there is no weight decay.
+    A step is `update` over this optimizer's parameters; `step_seeds` runs one `update`
+    over several optimizers' parameters (a seed batch), with the same numbers per seed.
     """
 
     def __init__(self, params, lr=1e-3, momentum=0.95, betas=(0.9, 0.999), eps=1e-8, ns_steps=5):
@@ -86,52 +95,94 @@ class MuonNAdam(torch.optim.Optimizer):
         defaults = dict(lr=lr, momentum=momentum, betas=betas, eps=eps, ns_steps=ns_steps)
         super().__init__(groups, defaults)
 
+    def entries(self):
+        """(param, its state, its group) for every parameter with a gradient."""
+        return [(p, self.state[p], g) for g in self.param_groups for p in g["params"]
+                if p.grad is not None]
+
     @torch.no_grad()
     def step(self, closure=None):
         loss = None
         if closure is not None:
             with torch.enable_grad():
                 loss = closure()
-        for group in self.param_groups:
-            for p in group["params"]:
-                if p.grad is None:
-                    continue
-                if group["use_muon"]:
-                    self._muon_step(p, group)
-                else:
-                    self._nadam_step(p, group)
+        update(self.entries())
         return loss
 
-    def _muon_step(self, p, group):
-        g, beta = p.grad, group["momentum"]
-        state = self.state[p]
-        if not state:
-            state["step"] = 0
-            state["momentum"] = torch.zeros_like(p)
-        state["step"] += 1
-        t, m = state["step"], state["momentum"]
-        m.mul_(beta).add_(g, alpha=1 - beta)
-        # SPEC 3.1: optax's Nesterov look-ahead, each term with its own bias correction.
-        m_hat = (beta / (1 - beta ** (t + 1))) * m + ((1 - beta) / (1 - beta**t)) * g
-        o = newton_schulz(m_hat, steps=group["ns_steps"])
-        p.add_(o, alpha=-group["lr"] * muon_scale(p))
 
-    def _nadam_step(self, p, group):
-        g = p.grad
-        b1, b2 = group["betas"]
-        state = self.state[p]
+def _buckets(entries, key):
+    out: dict = {}
+    for e in entries:
+        out.setdefault(key(e), []).append(e)
+    return out.values()
+
+
+@torch.no_grad()
+def update(entries):
+    """One MuonNAdam step of (param, state, group) entries, from any number of optimizers:
+    the parameters that share a step count and hyperparameters are updated together,
+    NAdam by foreach ops, Muon by foreach ops and one Newton-Schulz chain per working
+    shape (a tall matrix transposed). Each parameter's arithmetic is the same whichever
+    entries share its bucket (foreach and bmm act slice by slice), so a seed batch's
+    update equals each seed's own (tests/test_optim.py)."""
+    for p, state, group in entries:
         if not state:
             state["step"] = 0
-            state["exp_avg"] = torch.zeros_like(p)
-            state["exp_avg_sq"] = torch.zeros_like(p)
+            if group["use_muon"]:
+                state["momentum"] = torch.zeros_like(p)
+            else:
+                state["exp_avg"] = torch.zeros_like(p)
+                state["exp_avg_sq"] = torch.zeros_like(p)
         state["step"] += 1
-        t, m, v = state["step"], state["exp_avg"], state["exp_avg_sq"]
-        m.mul_(b1).add_(g, alpha=1 - b1)
-        v.mul_(b2).addcmul_(g, g, value=1 - b2)
-        # SPEC 3.1: the non-Muon branch is NAdam (optax's nesterov=True adam), not Adam.
-        m_hat = (b1 / (1 - b1 ** (t + 1))) * m + ((1 - b1) / (1 - b1**t)) * g
-        v_hat = v / (1 - b2**t)
-        p.addcdiv_(m_hat, v_hat.sqrt().add_(group["eps"]), value=-group["lr"])
+    hyper = lambda e: (e[2]["use_muon"], e[1]["step"], e[2]["lr"], e[2]["momentum"],  # noqa: E731
+                       e[2]["betas"], e[2]["eps"], e[2]["ns_steps"])
+    for bucket in _buckets(entries, hyper):
+        (_muon_step if bucket[0][2]["use_muon"] else _nadam_step)(bucket)
+
+
+def _muon_step(bucket):
+    p = [e[0] for e in bucket]
+    g, m = [x.grad for x in p], [e[1]["momentum"] for e in bucket]
+    t, group = bucket[0][1]["step"], bucket[0][2]
+    beta = group["momentum"]
+    torch._foreach_mul_(m, beta)
+    torch._foreach_add_(m, g, alpha=1 - beta)
+    # SPEC 3.1: optax's Nesterov look-ahead, each term with its own bias correction.
+    m_hat = torch._foreach_add(torch._foreach_mul(m, beta / (1 - beta ** (t + 1))),
+                               torch._foreach_mul(g, (1 - beta) / (1 - beta**t)))
+    # Normalising first puts every singular value below 1, where the iteration converges.
+    norms = torch._foreach_norm(m_hat)
+    torch._foreach_add_(norms, 1e-8)
+    x = torch._foreach_div(m_hat, norms)
+    # Iterating on the short side keeps A = X X^T small: a tall matrix goes transposed.
+    short = [xi.mT if xi.shape[0] > xi.shape[1] else xi for xi in x]
+    o: list = [None] * len(p)
+    for idx in _buckets(range(len(p)), lambda i: tuple(short[i].shape)):
+        for i, oi in zip(idx, orthogonalise(torch.stack([short[i] for i in idx]),
+                                            group["ns_steps"]).unbind(0)):
+            o[i] = oi.mT if x[i].shape[0] > x[i].shape[1] else oi
+    for idx in _buckets(range(len(p)), lambda i: muon_scale(p[i])):
+        torch._foreach_add_([p[i] for i in idx], [o[i] for i in idx],
+                            alpha=-group["lr"] * muon_scale(p[idx[0]]))
+
+
+def _nadam_step(bucket):
+    p = [e[0] for e in bucket]
+    g = [x.grad for x in p]
+    m, v = [e[1]["exp_avg"] for e in bucket], [e[1]["exp_avg_sq"] for e in bucket]
+    t, group = bucket[0][1]["step"], bucket[0][2]
+    b1, b2 = group["betas"]
+    torch._foreach_mul_(m, b1)
+    torch._foreach_add_(m, g, alpha=1 - b1)
+    torch._foreach_mul_(v, b2)
+    torch._foreach_addcmul_(v, g, g, value=1 - b2)
+    # SPEC 3.1: the non-Muon branch is NAdam (optax's nesterov=True adam), not Adam.
+    m_hat = torch._foreach_add(torch._foreach_mul(m, b1 / (1 - b1 ** (t + 1))),
+                               torch._foreach_mul(g, (1 - b1) / (1 - b1**t)))
+    denom = torch._foreach_div(v, 1 - b2**t)
+    torch._foreach_sqrt_(denom)
+    torch._foreach_add_(denom, group["eps"])
+    torch._foreach_addcdiv_(p, m_hat, denom, value=-group["lr"])
 
 
 class NormalisedStep(torch.optim.Optimizer):
@@ -152,13 +203,58 @@ class NormalisedStep(torch.optim.Optimizer):
 
 
 def _adam(params, lr):
-    # SPEC 3.2: plain Adam, no Nesterov, no weight decay.
-    return torch.optim.Adam(params, lr=lr, betas=(0.9, 0.999), eps=1e-8, weight_decay=0.0)
+    # SPEC 3.2: plain Adam, no Nesterov, no weight decay. foreach: one op per step for
+    # all parameters (on the CPU each parameter's numbers are the per-tensor loop's).
+    return torch.optim.Adam(params, lr=lr, betas=(0.9, 0.999), eps=1e-8, weight_decay=0.0,
+                            foreach=True)
 
 
 def _adamw(params, lr, weight_decay):
     # SPEC 7: the paper's LLM runs (verl) use AdamW; decoupled weight decay.
     return torch.optim.AdamW(params, lr=lr, betas=(0.9, 0.999), eps=1e-8, weight_decay=weight_decay)
+
+
+_ADAM_KEYS = ("lr", "betas", "eps", "weight_decay", "amsgrad", "maximize", "foreach",
+              "capturable", "differentiable", "fused", "decoupled_weight_decay")
+
+
+def _adam_seeds(opts) -> bool:
+    """torch's Adam/AdamW step for several optimizers as one foreach call over all their
+    parameters; False (nothing done) where their hyperparameters differ."""
+    groups = [g for o in opts for g in o.param_groups]
+    if any(tuple(g.get(k) for k in _ADAM_KEYS) != tuple(groups[0].get(k) for k in _ADAM_KEYS)
+           for g in groups):
+        return False
+    lists: tuple[list, ...] = ([], [], [], [], [], [])
+    has_complex = False
+    for o in opts:
+        for g in o.param_groups:
+            has_complex |= o._init_group(g, *lists)
+    g = groups[0]
+    adam_fn = importlib.import_module("torch.optim.adam").adam
+    adam_fn(*lists, amsgrad=g["amsgrad"], has_complex=has_complex, beta1=g["betas"][0],
+            beta2=g["betas"][1], lr=g["lr"], weight_decay=g["weight_decay"], eps=g["eps"],
+            maximize=g["maximize"], foreach=True, capturable=g["capturable"],
+            differentiable=g["differentiable"], fused=g["fused"],
+            decoupled_weight_decay=g.get("decoupled_weight_decay", False))
+    return True
+
+
+@torch.no_grad()
+def step_seeds(opts: list) -> None:
+    """One optimizer step for a seed batch (one optimizer per seed, same kind and
+    hyperparameters), as one update over all their parameters: MuonNAdam (`update`) and
+    Adam/AdamW (torch's foreach step). Each seed's parameters and state end as its own
+    step() leaves them. Other optimizers (NormalisedStep: one global norm per seed, a
+    one-tensor table) step seed by seed."""
+    kind = type(opts[0])
+    if len(opts) > 1 and all(type(o) is kind for o in opts):
+        if kind is MuonNAdam:
+            return update([e for o in opts for e in o.entries()])
+        if issubclass(kind, torch.optim.Adam) and _adam_seeds(opts):
+            return None
+    for o in opts:
+        o.step()
 
 
 def _muon_nadam(params, lr):

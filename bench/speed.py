@@ -1,16 +1,15 @@
 """Speed benchmark: `python -m bench.speed [--episodes N] [--threads T ...]`.
 
-Times each algorithm on its representative task after warm-up and prints episodes/s, ms
-per phase (generation, old log-probs, training epochs, bookkeeping) and achieved GFLOP/s
-against the machine's measured fp32 matmul rate, beside a plain eager TPO episode (full
-re-forward per token, every prompt recomputed per answer) as the yardstick measured in
-the same process. `--cli` adds the marginal seconds per episode of `python -m bench`;
-`--sweep` compares the basic and the joblib launcher on a small sweep.
+Times each algorithm on its representative task after warm-up: episodes/s, ms per phase
+and achieved GFLOP/s against the measured fp32 matmul rate, beside a plain eager TPO
+episode as the yardstick. `--cli` adds the marginal seconds of `python -m bench`;
+`--sweep` compares the basic and the joblib launcher.
 
-`--seeds 1 8 20 30 [--device cuda] [--batch-size B]` is the seed-batched mode:
-seed-episodes per second of bench.batched.train_episodes over S policies for reverse_h10
-TPO and GRPO and the mechanism study's config, with peak device memory, then the
-mechanism study's cost on this device as `+pack=gpu` launches it (see `estimate`).
+`--seeds 1 8 20 30 [--device cuda]`: seed-episodes per second of a `batch_seeds=true`
+job for reverse_h10 TPO and GRPO and the mechanism study's shared config, peak memory,
+and the study's cost on this device (see `estimate`). `--ops --seeds 1 8 32` counts the
+ops each batched episode dispatches (OpCount) instead of timing. `--vs-loop --seeds 8`
+times the batched path against the per-seed loop, in paired rounds.
 """
 from __future__ import annotations
 
@@ -27,6 +26,7 @@ from pathlib import Path
 
 import pandas as pd
 import torch
+from torch.utils._python_dispatch import TorchDispatchMode
 
 from bench.optim import build_optimizer
 from contract.rng import Streams
@@ -225,7 +225,7 @@ def sweep_throughput(episodes: int = 20) -> list[dict]:
 STUDY = ("k_sweep", "epoch_sweep", "zero_variance_masking")  # the mechanism study (SPEC 4)
 # The study's shared config (reverse_h8, B 256, K 32, 4 epochs) is this preset's tpo and grpo.
 CENTRE = "zero_variance_masking"
-# The GPU goals on one H200: the headline's 20 seeds x 2000 episodes of reverse_h10
+# The goals on one H200: the headline's 20 seeds x 2000 episodes of reverse_h10
 # TPO in under 10 minutes, the whole mechanism study in under 2 GPU-hours.
 HEADLINE_SEEDS, HEADLINE_EPISODES, HEADLINE_GOAL_MIN = 20, 2000, 10.0
 STUDY_GOAL_H = 2.0
@@ -279,6 +279,147 @@ def time_seeds(overrides: tuple[str, ...], seeds: int, episodes: int, warmup: in
     if cuda:
         row["peak_mem_gib"] = torch.cuda.max_memory_allocated(device) / 2**30
     return row
+
+
+class OpCount(TorchDispatchMode):
+    """Counts the aten ops an episode dispatches below autograd: every op that runs a
+    kernel (a launch on a GPU), views (metadata only, _unsafe_view too) left out, and the
+    values read one by one into Python (`_local_scalar_dense`: .item(), float(), int();
+    each a host sync on a GPU; the rows' one batched read, a .tolist(), is not a
+    dispatched op). A foreach op counts once, as its fused kernel launches once per chunk
+    of tensors on a GPU (on the CPU it loops inside)."""
+
+    def __init__(self):
+        super().__init__()
+        self.ops = self.reads = 0
+
+    def __torch_dispatch__(self, func, types, args=(), kwargs=None):
+        if not func.is_view and func.overloadpacket is not torch.ops.aten._unsafe_view:
+            self.ops += 1
+            self.reads += func.overloadpacket is torch.ops.aten._local_scalar_dense
+        return func(*args, **(kwargs or {}))
+
+
+def count_ops(overrides: tuple[str, ...], seeds: int, episodes: int = 2, warmup: int = 1) -> dict:
+    """Ops per episode of bench.batched.train_episodes over `seeds` policies (S = 1 is the
+    single run's own train_episode), the mean of `episodes` after `warmup`."""
+    from bench import batched
+
+    spec = build(compose(*overrides), explicit_keys(overrides))
+    t = spec.task
+    policies, opts, streams = seed_policies(spec, seeds)
+    for _ in range(warmup):
+        batched.train_episodes(t, spec.algo, spec.request, policies, opts, streams)
+    with OpCount() as count:
+        for _ in range(episodes):
+            batched.train_episodes(t, spec.algo, spec.request, policies, opts, streams)
+    return {"algo": spec.algo_name, "task": t.name, "seeds": seeds, "batch_size": t.batch_size,
+            "k": spec.request.k, "epochs": spec.algo.epochs,
+            "ops_per_episode": count.ops / episodes, "ops_per_seed_episode": count.ops / episodes / seeds,
+            "item_reads_per_episode": count.reads / episodes}
+
+
+def ops_cases(batch_size: int | None) -> list[tuple[str, tuple[str, ...]]]:
+    """reverse_h10 TPO and GRPO and the mechanism study's shared config (its tpo and grpo)."""
+    centre: dict[str, tuple[str, ...]] = {}
+    for j in study_jobs(CENTRE):
+        centre.setdefault(j.algo, j.overrides)
+    extra = (f"task.batch_size={batch_size}",) if batch_size else ()
+    cases = [("reverse_h10", ("task=reverse_h10", f"algo={a}", *extra)) for a in ("tpo", "grpo")]
+    return cases + [(CENTRE, (*centre[a], *extra)) for a in ("tpo", "grpo")]
+
+
+def ops_table(df: pd.DataFrame) -> str:
+    """The ops table as Markdown: per case, ops per batched episode and per seed-episode
+    at each S, and S's batched episode against the single run's (S = 1)."""
+    lines = ["| case | algo | B | S | ops / episode | ops / seed-episode | x single run | item reads / episode |",
+             "|---|---|---|---|---|---|---|---|"]
+    for (case, algo), g in df.groupby(["case", "algo"], sort=False):
+        single = g.loc[g["seeds"] == 1, "ops_per_episode"]
+        for _, r in g.iterrows():
+            ratio = f"{r['ops_per_episode'] / single.iloc[0]:.2f}" if len(single) else ""
+            lines.append(f"| {case} | {algo} | {r['batch_size']} | {r['seeds']} | "
+                         f"{r['ops_per_episode']:,.0f} | {r['ops_per_seed_episode']:,.0f} | {ratio} | "
+                         f"{r['item_reads_per_episode']:g} |")
+    return "\n".join(lines)
+
+
+def ops_mode(args) -> int:
+    """`--ops`: leaf device ops per episode at each --seeds S, one thread, a CSV."""
+    torch.set_num_threads(1)
+    rows = [{"case": case, **count_ops(overrides, S, args.episodes, args.warmup)}
+            for case, overrides in ops_cases(args.batch_size) for S in args.seeds]
+    df = pd.DataFrame(rows)
+    df["torch"] = torch.__version__
+    print(ops_table(df))
+    out = Path(args.out or "outputs/speed/ops.csv")
+    out.parent.mkdir(parents=True, exist_ok=True)
+    df.to_csv(out, index=False)
+    print(f"wrote {out}")
+    return 0
+
+
+def vs_loop(overrides: tuple[str, ...], seeds: int, rounds: int, warmup: int = 1) -> list[dict]:
+    """Paired, alternating timings of one episode for `seeds` seeds: the per-seed loop
+    (train_episode seed after seed, as batch_seeds=false) and the batched path
+    (bench.batched.train_episodes), each round timing both, in alternating order."""
+    from bench import batched
+
+    spec = build(compose(*overrides), explicit_keys(overrides))
+    t = spec.task
+    loop, batch = seed_policies(spec, seeds), seed_policies(spec, seeds)
+
+    def run_loop():
+        for p, o, st in zip(*loop):
+            train_episode(t, spec.algo, spec.request, p, o, st)
+
+    def run_batched():
+        batched.train_episodes(t, spec.algo, spec.request, *batch)
+
+    for _ in range(warmup):
+        run_loop(), run_batched()
+    rows = []
+    for r in range(rounds):
+        times = {}
+        for name, fn in (("loop", run_loop), ("batched", run_batched))[::1 if r % 2 == 0 else -1]:
+            t0 = time.perf_counter()
+            fn()
+            times[name] = time.perf_counter() - t0
+        rows.append({"algo": spec.algo_name, "task": t.name, "seeds": seeds, "batch_size": t.batch_size,
+                     "round": r, "loop_s": times["loop"], "batched_s": times["batched"],
+                     "speedup": times["loop"] / times["batched"]})
+    return rows
+
+
+def vs_loop_table(df: pd.DataFrame) -> str:
+    """The paired timings as Markdown: per (algo, S), the median seconds of each path and
+    the loop / batched ratio's median and range over the rounds."""
+    lines = ["| algo | S | B | rounds | loop s / episode | batched s / episode | speed-up: median (min-max) |",
+             "|---|---|---|---|---|---|---|"]
+    for (algo, S, B), g in df.groupby(["algo", "seeds", "batch_size"], sort=False):
+        lines.append(f"| {algo} | {S} | {B} | {len(g)} | {g['loop_s'].median():.2f} | "
+                     f"{g['batched_s'].median():.2f} | {g['speedup'].median():.2f}x "
+                     f"({g['speedup'].min():.2f}-{g['speedup'].max():.2f}) |")
+    return "\n".join(lines)
+
+
+def vs_loop_mode(args) -> int:
+    """`--vs-loop`: the batched path against the per-seed loop, paired and alternating."""
+    threads = (args.threads or [1])[0]
+    torch.set_num_threads(threads)
+    extra = (f"task.batch_size={args.batch_size}",) if args.batch_size else ()
+    rows = [row for algo in ("tpo", "grpo") for S in args.seeds
+            for row in vs_loop(("task=reverse_h10", f"algo={algo}", *extra), S, args.episodes)]
+    df = pd.DataFrame(rows)
+    df["threads"], df["torch"] = threads, torch.__version__
+    print(f"batched vs the per-seed loop ({threads} thread(s), paired alternating rounds; "
+          "speed-up = loop seconds / batched seconds):")
+    print(vs_loop_table(df))
+    out = Path(args.out or "outputs/speed/vs_loop.csv")
+    out.parent.mkdir(parents=True, exist_ok=True)
+    df.to_csv(out, index=False)
+    print(f"wrote {out}")
+    return 0
 
 
 def sweep_jobs(*overrides: str) -> list[list[str]]:
@@ -467,7 +608,26 @@ def main(argv=None) -> int:
     p.add_argument("--out", default=None,
                    help="CSV (default outputs/speed/speed.csv; with --seeds seeds_<device>.csv "
                         "and, beside it, the estimate's per-job table)")
+    p.add_argument("--ops", action="store_true",
+                   help="with --seeds: count the ops per episode instead of timing (one thread)")
+    p.add_argument("--vs-loop", action="store_true",
+                   help="with --seeds: the batched path against the per-seed loop, paired "
+                        "(--episodes rounds)")
+    p.add_argument("--table", metavar="CSV", default=None,
+                   help="print the Markdown table of a CSV that --ops or --vs-loop wrote")
     args = p.parse_args(argv)
+    if args.table:
+        df = pd.read_csv(args.table)
+        print(ops_table(df) if "ops_per_episode" in df else vs_loop_table(df))
+        return 0
+    if args.vs_loop:
+        if not args.seeds:
+            p.error("--vs-loop goes with --seeds (e.g. --vs-loop --seeds 8 --episodes 6)")
+        return vs_loop_mode(args)
+    if args.ops:
+        if not args.seeds:
+            p.error("--ops goes with --seeds (e.g. --ops --seeds 1 8 32 --batch-size 8)")
+        return ops_mode(args)
     if args.seeds:
         return seeds_mode(args)
     if args.device != "cpu" or args.batch_size:

@@ -1,10 +1,10 @@
-"""The speed benchmark runs and reports its table."""
+"""The speed benchmark runs and reports what it claims (its numbers live in docs/performance.md)."""
 import subprocess
 import sys
 
-import pytest
-
 import pandas as pd
+import pytest
+import torch
 
 from contract.rng import Streams
 from bench.optim import build_optimizer
@@ -126,3 +126,36 @@ def test_pack_gpu_packs_a_presets_seeds_into_jobs():
         assert f"[dry run] {jobs} valid jobs ({runs} runs)" in proc.stdout
     cfg = compose("+experiment=k_sweep", "+pack=gpu")
     assert (cfg["batch_seeds"], cfg["seeds_per_job"], cfg["device"]) == (True, 30, "cuda")
+
+
+def test_op_count_counts_kernels_not_views():
+    """OpCount: an add and a sum are two ops, the view between them none; .item() one op
+    and one read."""
+    from bench.speed import OpCount
+    x = torch.ones(3)
+    with OpCount() as count:
+        (x + 1).view(3, 1).sum().item()
+    assert (count.ops, count.reads) == (3, 1)
+
+
+@pytest.mark.parametrize("algo", ["tpo", "grpo"])
+def test_a_seed_batch_costs_far_fewer_ops_than_its_seeds_alone(algo):
+    """At S = 4 a batched episode dispatches under 2x the single run's ops (a loop over
+    the seeds in the loss or the optimizer would add about one single run's worth per
+    seed), and reads no value one by one into Python."""
+    from bench.speed import count_ops
+    torch.set_num_threads(1)
+    small = ("task=demo", "task.batch_size=5", "task.sequence_length=3", "task.vocab_size=3", f"algo={algo}")
+    one, four = count_ops(small, 1, 1, 1), count_ops(small, 4, 1, 1)
+    assert four["ops_per_episode"] < 2 * one["ops_per_episode"], (one, four)
+    assert one["item_reads_per_episode"] == four["item_reads_per_episode"] == 0
+
+
+@pytest.mark.parametrize("csv", ["ops.csv", "vs_loop.csv"])
+def test_the_performance_page_shows_the_committed_measurements(csv):
+    """docs/performance.md carries each table as `python -m bench.speed --table` prints it
+    from the committed CSV."""
+    from bench.speed import ops_table, vs_loop_table
+    df = pd.read_csv(REPO / "reproduction" / "perf" / csv)
+    table = ops_table(df) if csv == "ops.csv" else vs_loop_table(df)
+    assert table in (REPO / "docs" / "performance.md").read_text()
