@@ -5,6 +5,8 @@ import sys
 import hydra
 from omegaconf import DictConfig, OmegaConf
 
+from bench import config
+
 
 def groups_help() -> str:
     """The groups `--help` lists: Hydra's own listing shows `tune` (search spaces the optuna
@@ -25,6 +27,7 @@ def groups_help() -> str:
 
 
 OmegaConf.register_new_resolver("bench_groups", groups_help, replace=True)
+config.register()
 
 
 def register_sweepers() -> None:
@@ -97,10 +100,23 @@ def bad_input(error: BaseException | None) -> bool:
                               OverrideParseException, OmegaConfBaseException))
 
 
+def command_line_overrides() -> list[str]:
+    """The overrides on this command line, as Hydra's own parser reads them."""
+    from hydra._internal.utils import get_args_parser
+
+    args, _ = get_args_parser().parse_known_args(sys.argv[1:])
+    return list(args.overrides or [])
+
+
 def cli() -> None:
     """Exit codes, one convention whoever catches the problem: 0 done; 1 a run failed or
     a file it met was refused; 2 bad input (nothing was created); 128 + N a signal N."""
     register_sweepers()
+    try:
+        config.check_overrides(command_line_overrides())
+    except config.ConfigError as e:
+        print(f"error: {e}", file=sys.stderr, flush=True)
+        sys.exit(2)
     try:
         main()
     except SystemExit as e:
