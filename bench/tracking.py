@@ -17,6 +17,7 @@ import math
 import netrc
 import os
 import sys
+import time
 from dataclasses import asdict
 from pathlib import Path
 from typing import Any
@@ -145,8 +146,10 @@ class _Mlflow:
         from mlflow.tracking import MlflowClient
 
         cfg = spec.logger
-        uri = cfg["tracking_uri"] or os.environ.get("MLFLOW_TRACKING_URI") or \
-            Path(spec.output_root).absolute().joinpath("mlruns").as_uri()
+        uri = cfg["tracking_uri"] or os.environ.get("MLFLOW_TRACKING_URI")
+        if not uri:  # MLflow 3 asks for this opt-in before it writes a file store
+            os.environ.setdefault("MLFLOW_ALLOW_FILE_STORE", "true")
+            uri = Path(spec.output_root).absolute().joinpath("mlruns").as_uri()
         self.client = MlflowClient(tracking_uri=uri)
         experiment = self.client.get_experiment_by_name(cfg["experiment"])
         if experiment is None:
@@ -167,7 +170,6 @@ class _Mlflow:
     def log(self, values: dict[str, float], step: int) -> None:
         from mlflow.entities import Metric
 
-        import time
         now = int(time.time() * 1000)
         self.client.log_batch(self.run_id, metrics=[Metric(k, v, now, step) for k, v in values.items()])
 
