@@ -30,11 +30,11 @@ class ConfigError(ValueError):
     """Bad input, found before any work or directory is created."""
 
 
-def key(default: Any, *, identity: bool = False, least: int | None = None, hint: str = "",
-        choices: tuple = ()) -> Any:
-    """A RunConfig field: its default, whether it is part of the run's identity (the config
-    hash; only the science is), and the rule a value must follow."""
-    meta = {"identity": identity, "least": least, "hint": hint, "choices": choices}
+def key(default: Any, doc: str, *, identity: bool = False, least: int | None = None,
+        hint: str = "", choices: tuple = ()) -> Any:
+    """A RunConfig field: its default, what it does (docs/configuration.md's table), whether
+    it is part of the run's identity (the config hash: the science only), and its rule."""
+    meta = {"doc": doc, "identity": identity, "least": least, "hint": hint, "choices": choices}
     if isinstance(default, (list, dict)) or dataclasses.is_dataclass(default):
         factory = (lambda d=default: type(d)(d)) if isinstance(default, (list, dict)) else type(default)
         return field(default_factory=factory, metadata=meta)
@@ -51,30 +51,37 @@ class DebugConfig:
 
 @dataclass
 class RunConfig:
-    """Every top-level key of `python -m bench`, with its default."""
-    seed: int = key(0, least=0)
-    # Matching (the science): "prompts" (every method B prompts) or "interactions"
-    # (single-sample methods get B * match_k prompts and lr * sqrt(match_k)).
-    match: str = key("prompts", identity=True, choices=("prompts", "interactions"))
-    match_k: int = key(8, identity=True, least=1)
-    device: str = key("cpu")
-    # Runs land in <output_root>/<task.name>/<algo.name>/<config hash>/seed=<n>/.
-    output_root: str = key("outputs")
-    # Torch threads per run: 1 gives bitwise-identical metrics for a config and seed;
-    # 0 takes the cores this process was allotted (a SLURM job's CPUs, else its affinity).
-    threads: int = key(1, least=0, hint=" (0: as many as this process was allotted)")
-    log_every: int = key(50, least=0, hint=" (0: no line by episode count)")
-    progress_every_s: float = key(30.0, least=0, hint=" of seconds (0: a line every episode)")
-    force: bool = key(False)                  # re-run a run whose summary.json says completed
-    resume_across_commits: bool = key(True)   # resume a checkpoint written under another commit
-    dry_run: bool = key(False)                # with -m: validate and list every job, launch none
-    checkpoint_every: int = key(250, least=1)  # episodes between checkpoints
-    seeds_per_job: int = key(1, least=1)      # a job with seed=s runs seeds s..s+N-1
-    batch_seeds: bool = key(False)            # those seeds as one stacked computation
-    plugins: list = key([])                   # extra modules to import (your algorithms, tasks)
-    experiment: Optional[str] = key(None)     # set by +experiment=<name>: a label
-    seeds: Optional[int] = key(None)          # an experiment's seed count (its sweep's range)
-    debug: DebugConfig = key(DebugConfig())
+    """Every top-level key of `python -m bench`, with its default: a new key is one line."""
+    seed: int = key(0, "the run's seed (its three random streams)", least=0)
+    match: str = key("prompts", "matching: every method B prompts per episode, or `interactions`: "
+                     "single-sample methods get B * match_k prompts and lr * sqrt(match_k)",
+                     identity=True, choices=("prompts", "interactions"))
+    match_k: int = key(8, "K of interaction matching", identity=True, least=1)
+    device: str = key("cpu", "cpu, cuda, cuda:N or mps")
+    output_root: str = key("outputs", "runs land in `<output_root>/<task.name>/<algo.name>/<config "
+                           "hash>/seed=<n>/`")
+    threads: int = key(1, "torch threads per run; 1: bitwise-identical metrics for a config and "
+                       "seed; 0: the cores this process was allotted (SLURM's, else its affinity)",
+                       least=0, hint=" (0: as many as this process was allotted)")
+    log_every: int = key(50, "a progress line every N episodes (0: by time only)", least=0,
+                         hint=" (0: no line by episode count)")
+    progress_every_s: float = key(30.0, "... and at least every this many seconds (the sweep's "
+                                  "line too)", least=0, hint=" of seconds (0: a line every episode)")
+    force: bool = key(False, "re-run a run whose summary.json says completed")
+    resume_across_commits: bool = key(True, "resume a checkpoint written under another git "
+                                      "commit (recorded)")
+    dry_run: bool = key(False, "with -m: validate every job and list them, launch nothing")
+    checkpoint_every: int = key(250, "episodes between checkpoints (resume after a kill or a "
+                                "requeue)", least=1)
+    seeds_per_job: int = key(1, "a job with seed=s runs seeds s..s+N-1 (packs short runs into "
+                             "few jobs)", least=1)
+    batch_seeds: bool = key(False, "train those seeds as one stacked computation (bench/batched.py)")
+    plugins: list = key([], "extra modules to import (your own algorithms and tasks)")
+    experiment: Optional[str] = key(None, "set by `+experiment=<name>` (conf/experiment/): a "
+                                    "label, not identity")
+    seeds: Optional[int] = key(None, "an experiment's seed count (the range its sweep runs)")
+    debug: DebugConfig = key(DebugConfig(), "test-only fault injection: nan_at, sleep, "
+                             "checkpoint_pause")
 
 
 # The `logger` group (bench/tracking.py): each logger's keys and defaults.
@@ -355,3 +362,20 @@ def _check_section_keys(sectioned: list[tuple[str, str]], choices: list[str]) ->
         name = rest.split(".")[0]
         if name and name not in valid:
             raise unknown_key(f"{section}.{name}", [v for v in valid if v != "impl"], what)
+
+
+def markdown_table() -> str:
+    """The top-level keys as docs/configuration.md lists them (`python -m bench.config`)."""
+    rows = ["| key | default | in the hash | what |", "| --- | --- | --- | --- |"]
+    values = defaults(RunConfig)
+    for f in dataclasses.fields(RunConfig):
+        value = values[f.name]
+        shown = "null" if value is None else str(value).lower() if isinstance(value, bool) else \
+            ", ".join(f"{k}={v}" for k, v in value.items()) if isinstance(value, dict) else value
+        rows.append(f"| `{f.name}` | `{shown}` | {'yes' if f.metadata['identity'] else 'no'} | "
+                    f"{f.metadata['doc']} |")
+    return "\n".join(rows)
+
+
+if __name__ == "__main__":
+    print(markdown_table())

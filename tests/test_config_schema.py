@@ -55,6 +55,8 @@ def test_presets_restate_no_default(group):
         preset = yaml.safe_load(path.read_text())
         assert "impl" not in preset, f"{path.name}: the schema entry names the implementation"
         base = defaults(registry.get(_impl(group, path.stem)))
+        unknown = set(preset) - set(base) - {"defaults", "name"}
+        assert not unknown, f"{path.name}: {sorted(unknown)} are not keys of its dataclass"
         restated += [f"{path.name}: {k}: {v!r}" for k, v in preset.items()
                      if k in base and _same(v, base[k])]
     assert restated == []
@@ -157,3 +159,18 @@ def test_cli_refuses_unknown_keys_in_one_line(override, out):
     [line] = proc.stderr.strip().splitlines()
     assert line.startswith("error: ") and "valid" in line and "append" not in proc.stderr
     assert run_dirs(out) == [] and not out.exists()
+
+
+def test_docs_list_every_top_level_key_with_its_default():
+    from bench.config import markdown_table
+
+    assert markdown_table() in (REPO / "docs" / "configuration.md").read_text()
+
+
+def test_docs_list_every_logger():
+    import re
+
+    from bench.config import LOGGERS
+
+    page = (REPO / "docs" / "tracking.md").read_text()
+    assert set(re.findall(r"^\| `(\w+)`", page, re.M)) == set(LOGGERS)
