@@ -15,9 +15,9 @@ def groups_help() -> str:
 
     loader = GlobalHydra.instance().config_loader()
     options = {g: sorted(loader.get_group_options(g)) for g in
-               ("algo", "task", "optim", "experiment", "hydra/launcher", "hydra/sweeper", "tune")}
+               ("algo", "task", "optim", "logger", "experiment", "hydra/launcher", "hydra/sweeper", "tune")}
     return "\n".join([
-        *(f"{g}: {', '.join(options[g])}" for g in ("algo", "task", "optim")),
+        *(f"{g}: {', '.join(options[g])}" for g in ("algo", "task", "optim", "logger")),
         f"experiment (+experiment=NAME, with -m): {', '.join(options['experiment'])}",
         f"hydra/launcher (with -m): {', '.join(options['hydra/launcher'])}",
         f"hydra/sweeper (with -m; bench is the default): {', '.join(options['hydra/sweeper'])}",

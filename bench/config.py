@@ -281,7 +281,10 @@ def check_overrides(overrides: list[str]) -> None:
     (Hydra's own message would suggest `+` to append the typo)."""
     from hydra.core.override_parser.overrides_parser import OverridesParser
 
-    parsed = OverridesParser.create().parse_overrides(overrides)
+    try:
+        parsed = OverridesParser.create().parse_overrides(overrides)
+    except Exception:  # an override Hydra cannot parse: Hydra says why
+        return
     top = {f.name for f in dataclasses.fields(RunConfig)}
     groups = {p.name for p in CONF.iterdir() if p.is_dir()} | set(SECTIONS)
     searchpath = []
