@@ -166,7 +166,10 @@ def build(cfg: dict[str, Any], explicit: frozenset[str] = frozenset(), here: boo
             _check_plain_name(f"{section}.name", cfg[section]["name"])
     load_plugins(list(rc.plugins))
     task_impl, task = _instantiate(TASKS, cfg["task"], "task")
-    algo_impl, algo = _instantiate(ALGORITHMS, cfg["algo"], "algo")
+    algo_section = dict(cfg["algo"])
+    if "algo.name" in explicit and "algo.impl" not in explicit:
+        algo_section.pop("impl", None)  # an algorithm named on the command line is the one that runs
+    algo_impl, algo = _instantiate(ALGORITHMS, algo_section, "algo")
     _check_plain_name("task.name", task.name)  # a plug-in task may name itself
     _check_algorithm(algo, cfg["algo"]["name"])
     steps = getattr(task, "steps_per_batch", None)

@@ -174,3 +174,11 @@ def test_docs_list_every_logger():
 
     page = (REPO / "docs" / "tracking.md").read_text()
     assert set(re.findall(r"^\| `(\w+)`", page, re.M)) == set(LOGGERS)
+
+
+def test_an_algorithm_named_on_the_command_line_is_the_one_that_runs():
+    """The preset's schema names its implementation; `algo.name=grpo` on the tpo preset
+    must not run TPO under GRPO's label."""
+    with pytest.raises(ConfigError, match="unknown key algo.eta for algorithm 'grpo'"):
+        build(compose("algo.name=grpo"), frozenset({"algo.name"}))
+    assert build(compose("algo=tpo_lennorm")).algo.logp_norm == "mean"  # the preset's own label
