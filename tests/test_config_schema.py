@@ -182,3 +182,8 @@ def test_an_algorithm_named_on_the_command_line_is_the_one_that_runs():
     with pytest.raises(ConfigError, match="unknown key algo.eta for algorithm 'grpo'"):
         build(compose("algo.name=grpo"), frozenset({"algo.name"}))
     assert build(compose("algo=tpo_lennorm")).algo.logp_norm == "mean"  # the preset's own label
+
+
+def test_a_composed_optim_key_gets_a_did_you_mean():
+    with pytest.raises(ConfigError, match=r"optim=muon_nadam takes the keys lr; got llr; did you mean optim.lr\?"):
+        build({**compose(), "optim": {"name": "muon_nadam", "llr": 1e-3}})
