@@ -13,7 +13,7 @@ import pytest
 from bench import tracking
 from bench.build import ConfigError, build
 from bench.runner import run
-from conftest import TINY, compose
+from conftest import TINY, compose, wait_for
 
 TRACKED = ("error", "loss", "reward_mean", "grad_norm")
 
@@ -76,6 +76,8 @@ def test_wandb_offline_run_holds_config_group_and_rows(tmp_path, monkeypatch):
     monkeypatch.setenv("NETRC", str(tmp_path / "no-netrc"))
     monkeypatch.setenv("HOME", str(tmp_path))
     spec, df = _train(tmp_path / "out", "wandb")
+    wait_for(lambda: any(r.WhichOneof("record_type") == "exit" for r in _wandb_records(spec.run_dir)),
+             timeout=60)  # W&B's service may still be writing the file out after finish()
     records = list(_wandb_records(spec.run_dir))
     [meta] = [r.run for r in records if r.WhichOneof("record_type") == "run"]
     config = {_key(u): json.loads(u.value_json) for u in meta.config.update}
