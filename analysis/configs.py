@@ -14,15 +14,51 @@ import pandas as pd
 CONF = Path(__file__).resolve().parents[1] / "conf"
 
 
-@lru_cache(maxsize=None)
-def algo_defaults(algo: str) -> dict:
-    """conf/algo/<algo>.yaml's values, the reference for held keys ({} if unknown)."""
+def _preset(group: str, name: str) -> dict:
+    """conf/<group>/<name>.yaml's values over what it extends: its base preset, or the
+    defaults of the dataclass its schema entry names ({} if there is no such preset)."""
     import yaml  # omegaconf's dependency; only needed here
 
-    path = CONF / "algo" / f"{algo}.yaml"
+    path = CONF / group / f"{name}.yaml"
     if not path.is_file():
         return {}
-    return yaml.safe_load(path.read_text()) or {}
+    own = yaml.safe_load(path.read_text()) or {}
+    base: dict = {}
+    for entry in own.pop("defaults", None) or []:
+        if isinstance(entry, dict) and f"/schema/{group}@_here_" in entry:
+            base = _dataclass_defaults(group, entry[f"/schema/{group}@_here_"])
+        elif isinstance(entry, str) and not entry.startswith("_"):
+            base = _preset(group, entry)
+    return {**base, **own}
+
+
+def _dataclass_defaults(group: str, impl: str) -> dict:
+    import dataclasses
+
+    from algorithms import ALGORITHMS
+    from tasks import TASKS
+
+    cls = {"algo": ALGORITHMS, "task": TASKS}[group].get(impl)
+    return {"impl": impl, **{f.name: f.default for f in dataclasses.fields(cls)
+                             if f.init and f.default is not dataclasses.MISSING}}
+
+
+@lru_cache(maxsize=None)
+def algo_defaults(algo: str) -> dict:
+    """The values conf/algo/<algo>.yaml runs with (its own over its dataclass's defaults),
+    the reference for held keys ({} if unknown)."""
+    return _preset("algo", algo)
+
+
+@lru_cache(maxsize=None)
+def experiment_task(name: str) -> dict:
+    """The task values conf/experiment/<name>.yaml runs: the task preset its sweep names
+    (one), under the experiment's own `task` block."""
+    import yaml
+
+    exp = yaml.safe_load((CONF / "experiment" / f"{name}.yaml").read_text())
+    preset = exp["hydra"]["sweeper"]["params"]["task"]
+    return {**_preset("task", preset), **(exp.get("task") or {})}
 
 
 @lru_cache(maxsize=None)

@@ -7,6 +7,8 @@ from pathlib import Path
 import hydra
 from omegaconf import DictConfig, OmegaConf
 
+from bench import config
+
 
 def groups_help() -> str:
     """The groups `--help` lists: Hydra's own listing shows `tune` (search spaces the optuna
@@ -15,9 +17,9 @@ def groups_help() -> str:
 
     loader = GlobalHydra.instance().config_loader()
     options = {g: sorted(loader.get_group_options(g)) for g in
-               ("algo", "task", "optim", "experiment", "hydra/launcher", "hydra/sweeper", "tune")}
+               ("algo", "task", "optim", "logger", "experiment", "hydra/launcher", "hydra/sweeper", "tune")}
     return "\n".join([
-        *(f"{g}: {', '.join(options[g])}" for g in ("algo", "task", "optim")),
+        *(f"{g}: {', '.join(options[g])}" for g in ("algo", "task", "optim", "logger")),
         f"experiment (+experiment=NAME, with -m): {', '.join(options['experiment'])}",
         f"hydra/launcher (with -m): {', '.join(options['hydra/launcher'])}",
         f"hydra/sweeper (with -m; bench is the default): {', '.join(options['hydra/sweeper'])}",
@@ -27,6 +29,7 @@ def groups_help() -> str:
 
 
 OmegaConf.register_new_resolver("bench_groups", groups_help, replace=True)
+config.register()
 
 
 def register_sweepers() -> None:
@@ -130,6 +133,14 @@ def unknown_names(argv: list[str], conf: Path) -> str | None:
     return None
 
 
+def command_line_overrides() -> list[str]:
+    """The overrides on this command line, as Hydra's own parser reads them."""
+    from hydra._internal.utils import get_args_parser
+
+    args, _ = get_args_parser().parse_known_args(sys.argv[1:])
+    return list(args.overrides or [])
+
+
 def cli() -> None:
     """Exit codes, one convention whoever catches the problem: 0 done; 1 a run failed or
     a file it met was refused; 2 bad input (nothing was created); 128 + N a signal N."""
@@ -138,6 +149,11 @@ def cli() -> None:
         print(message, file=sys.stderr, flush=True)
         sys.exit(2)
     register_sweepers()
+    try:
+        config.check_overrides(command_line_overrides())
+    except config.ConfigError as e:
+        print(f"error: {e}", file=sys.stderr, flush=True)
+        sys.exit(2)
     try:
         main()
     except SystemExit as e:

@@ -8,7 +8,6 @@ import dataclasses
 import math
 import re
 import tempfile
-import typing
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -16,23 +15,15 @@ from typing import Any
 import torch
 
 from algorithms import ALGORITHMS
+from bench.config import ConfigError, RunConfig, check_fields, identity_keys, run_config
 from bench.fingerprint import code_fingerprint
-from bench.identity import NON_IDENTITY_KEYS, config_hash, legacy_hash
+from bench.identity import config_hash, legacy_hash
 from bench.optim import check_optimizer
+from bench.tracking import logger_config
 from contract import schema
 from contract.batch import GROUP_NEEDS, NEEDS, Request
 from contract.registry import UnknownName, load_plugins
 from tasks import TASKS
-
-MATCH_MODES = ("prompts", "interactions")
-# What to do with a completed run whose code fingerprint is not today's: refuse it naming
-# both fingerprints and the remedies, train it again, or keep the old result (and say so).
-ON_CODE_CHANGE = ("refuse", "rerun", "keep")
-
-
-class ConfigError(ValueError):
-    """Bad input, found before any work or directory is created."""
-
 
 @dataclass(frozen=True)
 class RunSpec:
@@ -69,7 +60,10 @@ class RunSpec:
     code_files: tuple[str, ...] = ()
     """the files that hash is over"""
     on_code_change: str = "refuse"
-    """a completed run whose recorded fingerprint differs: one of ON_CODE_CHANGE"""
+    """a completed run whose recorded fingerprint differs: refuse, rerun or keep"""
+    logger: dict[str, Any] = dataclasses.field(default_factory=lambda: {"name": "none"})
+    """where else the metrics rows go (bench.tracking); never part of the identity"""
+    output_root: str = "outputs"
 
     @property
     def lr(self) -> float | None:
@@ -88,21 +82,9 @@ def _instantiate(registry, section: dict[str, Any], key: str):
         cls = registry.get(impl)
     except UnknownName as e:
         raise ConfigError(f"{key}: {e}") from None
-    fields = {f.name: f for f in dataclasses.fields(cls)}
-    if "name" not in fields:
+    if "name" not in {f.name for f in dataclasses.fields(cls)}:
         section.pop("name")
-    unknown = sorted(set(section) - set(fields))
-    if unknown:
-        raise ConfigError(f"unknown key {key}.{unknown[0]} for {registry.kind} {impl!r}; "
-                          f"valid keys: {', '.join(sorted(fields))}")
-    hints = typing.get_type_hints(cls)
-    for field, value in section.items():
-        want = hints.get(field)
-        if want is float and isinstance(value, int) and not isinstance(value, bool):
-            section[field] = float(value)
-        elif want in (int, float, bool, str) and not isinstance(section[field], want) or (
-                want in (int, float) and isinstance(value, bool)):
-            raise ConfigError(f"{key}.{field}={value!r} should be of type {want.__name__}")
+    section = check_fields(f"{key}.", cls, section, f"{registry.kind} {impl!r}")
     try:
         obj = cls(**section)
     except (ValueError, TypeError, ImportError) as e:  # ImportError: an optional extra missing
@@ -181,25 +163,20 @@ def _check_device(device: Any, here: bool = True) -> None:
                           f"{', '.join(choices)}")
 
 
-def _count(cfg: dict[str, Any], key: str, default: int, least: int = 0, hint: str = "") -> int:
-    """cfg[key] as an integer >= least (a bool is not one), else the key and the rule."""
-    value = cfg.get(key, default)
-    if not isinstance(value, int) or isinstance(value, bool) or value < least:
-        rule = "a positive integer" if least == 1 else "a non-negative integer"
-        raise ConfigError(f"{key} must be {rule}{hint}, got {value!r}")
-    return value
-
-
 def build(cfg: dict[str, Any], explicit: frozenset[str] = frozenset(), here: bool = True) -> RunSpec:
     """Validate everything and resolve the run; creates nothing on disk. `explicit` holds
     the config keys the user set on the command line; `here` is false when the run will
     train on another machine (its device is not this one's to judge)."""
+    rc = run_config(cfg)
     for section in ("task", "algo"):
         if cfg[section].get("name") is not None:  # a missing name is _instantiate's to report
             _check_plain_name(f"{section}.name", cfg[section]["name"])
-    load_plugins(list(cfg.get("plugins") or []))
+    load_plugins(list(rc.plugins))
     task_impl, task = _instantiate(TASKS, cfg["task"], "task")
-    algo_impl, algo = _instantiate(ALGORITHMS, cfg["algo"], "algo")
+    algo_section = dict(cfg["algo"])
+    if "algo.name" in explicit and "algo.impl" not in explicit:
+        algo_section.pop("impl", None)  # an algorithm named on the command line is the one that runs
+    algo_impl, algo = _instantiate(ALGORITHMS, algo_section, "algo")
     _check_plain_name("task.name", task.name)  # a plug-in task may name itself
     _check_algorithm(algo, cfg["algo"]["name"])
     steps = getattr(task, "steps_per_batch", None)
@@ -231,51 +208,39 @@ def build(cfg: dict[str, Any], explicit: frozenset[str] = frozenset(), here: boo
         check_optimizer(optim.get("name"), hparams)
     except ValueError as e:
         raise ConfigError(str(e)) from None
-    seed = _count(cfg, "seed", 0)
-    if seed > schema.MAX_SEED:
+    if rc.seed > schema.MAX_SEED:
         raise ConfigError(f"seed must be an integer from 0 to {schema.MAX_SEED} (2**63 - 1: "
-                          f"metrics.parquet stores it as a 64-bit integer), got {seed}")
-    threads = _count(cfg, "threads", 0, hint=" (0: as many as this process was allotted)")
-    _check_device(cfg.get("device", "cpu"), here)
-    checkpoint_every = _count(cfg, "checkpoint_every", 250, least=1)
-    log_every = _count(cfg, "log_every", 50, hint=" (0: no line by episode count)")
-    progress_every_s = cfg.get("progress_every_s", 30)
-    if not isinstance(progress_every_s, (int, float)) or isinstance(progress_every_s, bool) or \
-            not math.isfinite(progress_every_s) or progress_every_s < 0:
-        raise ConfigError(f"progress_every_s must be a non-negative number of seconds (0: a line "
-                          f"every episode), got {progress_every_s!r}")
-    _check_writable(cfg.get("output_root", "outputs"))
-    _check_batch_seeds(cfg, task)
-    on_code_change = cfg.get("on_code_change", "refuse")
-    if on_code_change not in ON_CODE_CHANGE:
-        raise ConfigError(f"on_code_change={on_code_change!r} is not one of {', '.join(ON_CODE_CHANGE)}")
+                          f"metrics.parquet stores it as a 64-bit integer), got {rc.seed}")
+    _check_device(rc.device, here)
+    _check_writable(rc.output_root)
+    _check_batch_seeds(rc, task)
+    logger = logger_config(cfg.get("logger"))
     fingerprint, files = code_fingerprint(type(task), type(algo))
 
-    run_task, hparams, notes, match = _match(cfg, task, algo, hparams)
-    config = _science(cfg, task_impl, task, algo_impl, algo, optim, match)
+    run_task, hparams, notes, match = _match(rc, cfg, task, algo, hparams)
+    config = _science(rc, cfg, task_impl, task, algo_impl, algo, optim, match)
     h = config_hash(config)
     effective = {"batch_size_effective": getattr(run_task, "batch_size", None),
                  "lr_effective": hparams.get("lr")}
     return RunSpec(
         task=run_task, algo=algo, algo_name=cfg["algo"]["name"], optim_name=optim["name"],
-        optim_hparams=hparams, seed=seed, request=request, effective=effective, notes=notes,
-        labels={"experiment": cfg.get("experiment")},
-        resume_across_commits=bool(cfg.get("resume_across_commits", True)), device=str(cfg.get("device", "cpu")),
-        threads=int(cfg.get("threads", 0)), log_every=log_every,
-        progress_every_s=float(progress_every_s), code_fingerprint=fingerprint,
-        code_files=tuple(files), on_code_change=on_code_change,
-        force=bool(cfg.get("force", False)), checkpoint_every=checkpoint_every,
-        debug=dict(cfg.get("debug") or {}), config=config, config_hash=h,
-        run_dir=_locate(cfg.get("output_root", "outputs"), task.name, cfg["algo"]["name"], config, seed),
+        optim_hparams=hparams, seed=rc.seed, request=request, effective=effective, notes=notes,
+        labels={"experiment": rc.experiment}, resume_across_commits=rc.resume_across_commits,
+        device=rc.device, threads=rc.threads, log_every=rc.log_every,
+        progress_every_s=rc.progress_every_s, force=rc.force, checkpoint_every=rc.checkpoint_every,
+        debug=dataclasses.asdict(rc.debug), config=config, config_hash=h, logger=logger,
+        output_root=rc.output_root, code_fingerprint=fingerprint,
+        code_files=tuple(files), on_code_change=rc.on_code_change,
+        run_dir=_locate(rc.output_root, task.name, cfg["algo"]["name"], config, rc.seed),
     )
 
 
-def _science(cfg: dict[str, Any], task_impl: str, task, algo_impl: str, algo, optim: dict,
-             match: str) -> dict[str, Any]:
+def _science(rc: RunConfig, cfg: dict[str, Any], task_impl: str, task, algo_impl: str, algo,
+             optim: dict, match: str) -> dict[str, Any]:
     """What config.json and the table's config columns record: the dataclasses' full
     field values, defaults included, and the preset names beside them as labels (the hash
     leaves the names out: bench.identity)."""
-    science = {k: v for k, v in cfg.items() if k not in ("task", "algo", "optim", *NON_IDENTITY_KEYS)}
+    science = {k: getattr(rc, k) for k in identity_keys()}
     # Interaction matching is the identity for a method that already draws K candidates per
     # prompt: the run is the prompt-matched one, stored (and skipped) under one hash.
     science["match"] = match
@@ -301,14 +266,9 @@ def _locate(root: str, task: str, algo: str, config: dict[str, Any], seed: int) 
     return schema.run_dir(root, task, algo, h, seed)
 
 
-def _check_batch_seeds(cfg: dict[str, Any], task) -> None:
+def _check_batch_seeds(rc: RunConfig, task) -> None:
     """batch_seeds=true (bench.batched) needs a task that runs S policies as one computation."""
-    batch = cfg.get("batch_seeds", False)
-    if not isinstance(batch, bool):
-        raise ConfigError(f"batch_seeds must be true or false, got {batch!r}")
-    if not isinstance(cfg.get("compile", False), bool):
-        raise ConfigError(f"compile must be true or false, got {cfg.get('compile')!r}")
-    if batch and cfg.get("seeds_per_job", 1) != 1 and not (
+    if rc.batch_seeds and rc.seeds_per_job != 1 and not (
             hasattr(task, "rollout_seeds") and hasattr(task, "logprobs_seeds")):
         raise ConfigError(f"batch_seeds=true trains a job's seeds_per_job seeds as one stacked "
                           f"computation, which task {task.name!r} cannot do: it has no "
@@ -332,16 +292,12 @@ def _check_writable(root: str) -> None:
         raise ConfigError(f"output_root={root}: cannot write under {p} ({e.strerror})") from None
 
 
-def _match(cfg: dict[str, Any], task, algo, hparams: dict[str, float]):
+def _match(rc: RunConfig, cfg: dict[str, Any], task, algo, hparams: dict[str, float]):
     """SPEC 3.1 matching modes. Interaction matching gives single-sample methods B*K
     prompts and lr * sqrt(K) on both optimizer branches; grouped and token-level
     methods run unchanged (they already see K candidates per prompt), so for them the
     effective mode is "prompts". Returns (task, hparams, notes, effective mode)."""
-    mode, K = cfg.get("match", "prompts"), cfg.get("match_k", 8)
-    if mode not in MATCH_MODES:
-        raise ConfigError(f"match={mode!r} is not one of {', '.join(MATCH_MODES)}")
-    if not isinstance(K, int) or K < 1:
-        raise ConfigError(f"match_k must be a positive integer, got {K!r}")
+    mode, K = rc.match, rc.match_k
     name = cfg["algo"]["name"]
     if mode == "prompts":
         return task, hparams, (), mode

@@ -12,16 +12,18 @@ are re-keyed as they are read (`bench.migrate.rekey_table`).
 """
 from __future__ import annotations
 
+import dataclasses
 import hashlib
 import json
 from typing import Any
 
-# Top-level config keys that do not change the science of a run.
-NON_IDENTITY_KEYS = frozenset({
-    "seed", "device", "output_root", "threads", "log_every", "plugins", "force", "hydra",
-    "checkpoint_every", "debug", "seeds_per_job", "batch_seeds", "seeds", "experiment", "dry_run",
-    "resume_across_commits", "progress_every_s", "on_code_change", "compile",
-})
+from bench.config import RunConfig
+
+# Top-level config keys that do not change the science of a run: every RunConfig key
+# not marked identity, Hydra's node, the logger, and `seeds` (an experiment's seed count).
+NON_IDENTITY_KEYS = frozenset(
+    {f.name for f in dataclasses.fields(RunConfig) if not f.metadata["identity"]}
+    | {"hydra", "logger", "seeds"})
 # Keys inside a section that name a preset rather than say what runs.
 LABEL_KEYS = {"task": "name", "algo": "name"}
 

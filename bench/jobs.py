@@ -2,18 +2,14 @@
 the sweepers (which validate every job before launching any)."""
 from __future__ import annotations
 
-from bench.build import ConfigError, RunSpec, build
+from bench.build import RunSpec, build
+from bench.config import run_config
 
 
 def job_specs(cfg: dict, explicit: frozenset, here: bool = True) -> list[RunSpec]:
     """The RunSpecs of one job: seeds seed .. seed + seeds_per_job - 1 (`here`: see build)."""
-    n = cfg.get("seeds_per_job", 1)
-    if not isinstance(n, int) or isinstance(n, bool) or n < 1:
-        raise ConfigError(f"seeds_per_job must be a positive integer, got {n!r}")
-    seed = cfg.get("seed", 0)
-    if not isinstance(seed, int) or isinstance(seed, bool):
-        return [build(cfg, explicit, here)]  # refuses the seed, naming the rule; no arithmetic on it
-    return [build({**cfg, "seed": seed + i}, explicit, here) for i in range(n)]
+    rc = run_config(cfg)  # refuses a bad seed or seeds_per_job, naming the rule
+    return [build({**cfg, "seed": rc.seed + i}, explicit, here) for i in range(rc.seeds_per_job)]
 
 
 def explicit_keys(overrides) -> frozenset:

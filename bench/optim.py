@@ -10,6 +10,7 @@ q/k/v kernels (d_model, heads, head_dim), q/k/v biases (heads, head_dim)), so th
 reference's "ndim == 2 -> Muon, fan_in = shape[0]" rule applies literally.
 """
 
+import difflib
 import importlib
 import inspect
 import math
@@ -281,8 +282,11 @@ def check_optimizer(name, hparams):
         raise ValueError(f"unknown optimizer {name!r}; valid choices: {sorted(OPTIMIZERS)}")
     wanted = [p for p in inspect.signature(OPTIMIZERS[name]).parameters if p != "params"]
     if sorted(hparams) != sorted(wanted):
+        unknown = sorted(set(hparams) - set(wanted))
+        close = difflib.get_close_matches(unknown[0], wanted, n=1) if unknown else []
         raise ValueError(f"optim={name} takes the keys {', '.join(wanted)}; got "
-                         f"{', '.join(sorted(hparams)) or 'none'}")
+                         f"{', '.join(sorted(hparams)) or 'none'}"
+                         + (f"; did you mean optim.{close[0]}?" if close else ""))
     for key, value in hparams.items():
         if key == "weight_decay":  # a fraction of the weights per step: 0 is none
             if isinstance(value, bool) or not isinstance(value, (int, float)) or not 0 <= value < 1:

@@ -23,7 +23,7 @@ from typing import Any
 import pandas as pd
 import torch
 
-from bench import checkpoint, debug, dynamic, interrupts, rundir
+from bench import checkpoint, debug, dynamic, interrupts, rundir, tracking
 from bench.build import RunSpec
 from bench.identity import flatten
 from bench.optim import build_optimizer
@@ -403,6 +403,7 @@ class Seat:
     wall_before: float = 0.0
     t0: float = 0.0
     progress: "ProgressLine | None" = None
+    tracker: tracking.Tracker | None = None
 
 
 def _attempt(spec: RunSpec, rd: rundir.RunDir, prev: dict, boundary: interrupts.Boundary) -> dict[str, Any]:
@@ -459,7 +460,9 @@ def _open(spec: RunSpec, rd: rundir.RunDir, prev: dict, batched: bool = False) -
     label = f"{spec.task.name}/{spec.algo_name} {spec.config_hash} seed={spec.seed}"
     for note in (*spec.notes, *notes):
         print(f"[{label}] {note}", flush=True)
-    return Seat(spec, rd, label, ident, record["attempts"], state, dict(spec.effective))
+    seat = Seat(spec, rd, label, ident, record["attempts"], state, dict(spec.effective))
+    seat.tracker = tracking.Tracker(spec, seat.attempt)
+    return seat
 
 
 def _close(seat: Seat, status: str, reason: str | None, kind: str | None) -> dict[str, Any]:
@@ -471,6 +474,8 @@ def _close(seat: Seat, status: str, reason: str | None, kind: str | None) -> dic
         reason = "; then ".join(filter(None, [reason, f"{type(e).__name__} building {schema.METRICS}: {e}"]))
     summary = seat.rd.finish(df, status=status, reason=reason, error_kind=kind, rows=seat.rows,
                              **seat.effective)
+    if seat.tracker is not None:
+        seat.tracker.close(summary["status"])
     if summary["status"] == schema.COMPLETED:
         checkpoint.clear(seat.rd.path)
     else:
@@ -541,6 +546,8 @@ def _start(seat: Seat) -> None:
         print(f"[{seat.label}] resumed from checkpoint at step {seat.start} (attempt {seat.attempt})", flush=True)
     elif eval_every:
         seat.rows.append({"step": 0, "rollouts": 0, "wall_s": 0.0, **spec.task.evaluate(seat.policy)})
+        if seat.tracker:
+            seat.tracker.log(seat.rows[-1])
     seat.progress = ProgressLine(seat.label, spec.task.episodes, seat.start, bool(eval_every),
                                  spec.log_every, spec.progress_every_s)
     seat.t0 = time.perf_counter()
@@ -571,12 +578,15 @@ def _record(seat: Seat, step: int, row: dict[str, Any], asked: bool, why: str) -
     row.update(step=step, rollouts=seat.cumulative, wall_s=seat.wall_before + time.perf_counter() - seat.t0)
     check_finite(row, step)
     done = step + 1
+    recorded = len(rows)
     if not eval_every:
         rows.append(row)
     elif done % eval_every == 0 or done == episodes:
         evaluation = spec.task.evaluate(seat.policy)
         check_finite(evaluation, step, "the evaluation after ")
         rows.append({**row, "train_error": row["error"], "step": done, **evaluation})
+    if len(rows) > recorded and seat.tracker:
+        seat.tracker.log(rows[-1])
     seat.progress.after(done, row, rows[-1])
     if done < episodes and (done % spec.checkpoint_every == 0 or asked):
         seat.rd.checkpoint({"identity": seat.ident, "next_step": done, "cumulative": seat.cumulative,

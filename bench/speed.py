@@ -44,6 +44,11 @@ def compose(*overrides: str) -> dict:
     from hydra import compose as hydra_compose, initialize_config_dir
     from omegaconf import OmegaConf
 
+    from bench.config import register
+
+
+    register()  # the schema nodes conf/ composes
+
     with initialize_config_dir(config_dir=str(REPO / "conf"), version_base="1.3"):
         cfg = hydra_compose(config_name="config", overrides=list(overrides))
     cfg = OmegaConf.to_container(cfg, resolve=True)
@@ -429,6 +434,11 @@ def sweep_jobs(*overrides: str) -> list[list[str]]:
     from hydra._internal.core_plugins.basic_sweeper import BasicSweeper
     from hydra.core.override_parser.overrides_parser import OverridesParser
     from omegaconf import OmegaConf
+
+    from bench.config import register
+
+
+    register()  # the schema nodes conf/ composes
 
     with initialize_config_dir(config_dir=str(REPO / "conf"), version_base="1.3"):
         cfg = hydra_compose(config_name="config", overrides=list(overrides), return_hydra_config=True)

@@ -63,6 +63,11 @@ def compose(*overrides: str) -> dict:
     from hydra import compose as hydra_compose, initialize_config_dir
     from omegaconf import OmegaConf
 
+    from bench.config import register
+
+
+    register()  # the schema nodes conf/ composes
+
     with initialize_config_dir(config_dir=str(REPO / "conf"), version_base="1.3"):
         cfg = hydra_compose(config_name="config", overrides=list(overrides))
     return OmegaConf.to_container(cfg, resolve=True)

@@ -17,7 +17,7 @@ MAY_IMPORT = {
     "algorithms": {"contract"},
     "bench": {"contract", "tasks", "algorithms", "hydra_plugins"},  # __main__ registers the sweepers
     "hydra_plugins": {"contract", "bench"},
-    "analysis": {"contract", "bench", "tasks"},
+    "analysis": {"contract", "bench", "tasks", "algorithms"},  # a preset's values need its dataclass
     "reproduction": {"contract", "bench", "tasks", "algorithms", "analysis"},
 }
 

@@ -125,6 +125,11 @@ def _launcher_config(*overrides: str) -> dict:
     from hydra import compose, initialize_config_dir
     from omegaconf import OmegaConf
 
+    from bench.config import register
+
+
+    register()  # the schema nodes conf/ composes
+
     with initialize_config_dir(config_dir=str(REPO / "conf"), version_base="1.3"):
         cfg = compose(config_name="config", overrides=list(overrides), return_hydra_config=True)
     return OmegaConf.to_container(cfg.hydra.launcher, resolve=True)

@@ -112,8 +112,8 @@ NOT_PLAIN = [
     (["task.name=.hydra"], "task.name"),
     (["task.name='seed=0'"], "task.name"),
     (["algo=tpo_token", "algo.name=../../escaped"], "algo.name"),  # impl: tpo keeps it valid
-    (["+algo.impl=tpo", "algo.name=ABS"], "algo.name"),
-    (["+algo.impl=tpo", "algo.name=."], "algo.name"),
+    (["algo.impl=tpo", "algo.name=ABS"], "algo.name"),
+    (["algo.impl=tpo", "algo.name=."], "algo.name"),
 ]
 
 

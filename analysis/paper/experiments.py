@@ -17,7 +17,7 @@ from dataclasses import dataclass
 
 import pandas as pd
 
-from analysis.configs import algo_defaults
+from analysis.configs import algo_defaults, experiment_task
 
 ALIASES = {
     "task": "task.impl", "H": "task.sequence_length", "V": "task.vocab_size",
@@ -65,7 +65,9 @@ def dense(**kw) -> dict:
 
 
 MNIST = {"task": "mnist", "task.name": "mnist", "D": 0, "holdout": 0}
-MECH = terminal(H=8, B=256, algo=["tpo", "grpo", "grpo_masked"], hold=("eta",))
+_MECH_TASK = experiment_task("k_sweep")  # the mechanism study's H and B, as its preset sets them
+MECH = terminal(H=_MECH_TASK["sequence_length"], B=_MECH_TASK["batch_size"],
+                algo=["tpo", "grpo", "grpo_masked"], hold=("eta",))
 
 EXPERIMENTS = {e.name: e for e in [
     Experiment("hero", "Hero figure: MNIST bandit and terminal reward at H = 10",
