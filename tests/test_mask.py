@@ -12,6 +12,7 @@ from algorithms import ALGORITHMS
 from algorithms.tpo import TPO
 from algorithms.clipped import ClippedSurrogate
 from bench.build import _instantiate
+from analysis.configs import algo_defaults
 from bench.runner import micro_batches, reference_kl
 from contract.batch import Batch
 
@@ -21,10 +22,9 @@ PRESETS = sorted(p.stem for p in (REPO / "conf" / "algo").glob("*.yaml"))
 
 
 def algo(name: str):
-    # The presets are flat yaml: read directly (a Hydra compose per preset costs seconds).
-    cfg = yaml.safe_load((REPO / "conf" / "algo" / f"{name}.yaml").read_text())
-    cfg = {k: v for k, v in cfg.items() if k != "defaults"}
-    return _instantiate(ALGORITHMS, cfg, "algo")[1]
+    # The preset over its dataclass's defaults, read directly (a Hydra compose per preset
+    # costs seconds).
+    return _instantiate(ALGORITHMS, dict(algo_defaults(name)), "algo")[1]
 
 
 SEQUENCE_PRESETS = [n for n in PRESETS if getattr(algo(n), "level", "sequence") == "sequence"
