@@ -133,6 +133,17 @@ FIGURES = {f.name: f for f in [
             ("target mass (TPO): success -, fail --", ("q_success", "q_fail"), "mean q"),
             ("|A| (GRPO): success -, fail --", ("absA_success", "absA_fail"), "mean |A|"),
         ]), ncols=3),
+    # The mechanism figures' diagnostics where they exist at H = 8: the terminal H sweep's runs.
+    Figure("mechanism_h8", tuple(
+        Panel(title, {"H": 8, "match": "prompts"}, y=y, ylabel=label, scale="linear")
+        for title, y, label in [
+            ("error (K 8, B 100)", ("error",), EXACT),
+            ("gradient norm (first epoch)", ("grad_norm",), "||g||"),
+            ("all-fail fraction", ("all_fail_frac",), "fraction of groups"),
+            ("success fraction", ("success_prompt_frac",), "fraction of prompts"),
+            ("target mass (TPO): success -, fail --", ("q_success", "q_fail"), "mean q"),
+            ("|A| (GRPO): success -, fail --", ("absA_success", "absA_fail"), "mean |A|"),
+        ]), ncols=3, experiment="terminal_h_sweep"),
 ]}
 
 
@@ -248,8 +259,10 @@ def _skip(p: Panel) -> set:
     return shown
 
 
-def render(name: str, df: pd.DataFrame):
-    """The matplotlib figure of one paper figure; NoData if nothing in df belongs to it.
+def render(name: str, df: pd.DataFrame, title: str | None = None):
+    """The matplotlib figure of one experiment, every run of it (the paper's form is
+    analysis/paper/paper_figures.py); NoData if nothing in df belongs to it. title:
+    instead of the experiment's.
     Titles name the task's parameters from the data (figure title: those every panel
     shares; panel titles: the rest), the bands' seed count, and a shared legend below."""
     spec = FIGURES[name]
@@ -296,7 +309,7 @@ def render(name: str, df: pd.DataFrame):
         ax.remove()
     ns = set().union(*(e.ns for e in entries)) if entries else set()
     caption = [text for _, text in common] + ([se_text(ns)] if ns else [])
-    fig.suptitle("\n".join([spec.title, wrap(caption, COLUMN_IN * ncols, SUPTITLE_PT)]),
+    fig.suptitle("\n".join([title or spec.title, wrap(caption, COLUMN_IN * ncols, SUPTITLE_PT)]),
                  fontsize=SUPTITLE_PT)
     handles, labels = [], []
     for e in entries:
