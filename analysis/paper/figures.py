@@ -26,7 +26,7 @@ from analysis.configs import pick_config
 from analysis.labels import compact_labels, label_text, se_text, short_key, title_items
 from analysis.paper import experiments
 from analysis.paper.experiments import ALIASES, EXPERIMENTS, TARGETS
-from analysis.style import (COLUMN_IN, LEGEND_PT, LINESTYLES, LOG_FLOOR, SUPTITLE_PT, TITLE_PT,
+from analysis.style import (DPI, COLUMN_IN, LEGEND_PT, LINESTYLES, LOG_FLOOR, SUPTITLE_PT, TITLE_PT,
                             color_for, fmt, legend_below, plt, threshold_line, wrap)
 from contract import io
 
@@ -336,7 +336,7 @@ def _save(fig, name: str, out_dir, dpi: int) -> list[Path]:
     return paths
 
 
-def draw(name: str, df: pd.DataFrame, out_dir, dpi: int = 150) -> list[Path]:
+def draw(name: str, df: pd.DataFrame, out_dir, dpi: int = DPI) -> list[Path]:
     """Draw one figure as PNG and PDF into out_dir; returns the paths (PNG first)."""
     return _save(render(name, df), name, out_dir, dpi)
 
@@ -388,5 +388,5 @@ def render_seed_distributions(groups, title: str):
     return fig
 
 
-def draw_seed_distributions(groups, title: str, out_dir, dpi: int = 150) -> list[Path]:
+def draw_seed_distributions(groups, title: str, out_dir, dpi: int = DPI) -> list[Path]:
     return _save(render_seed_distributions(groups, title), SEEDS_FIGURE, out_dir, dpi)

@@ -22,7 +22,7 @@ from analysis import stats
 from analysis.configs import pick_config
 from analysis.paper import experiments, figures
 from analysis.paper.experiments import ALIASES
-from analysis.style import DPI, PAPER_RC, PAPER_STYLE, method_label, plt
+from analysis.style import DPI, PAPER_RC, PAPER_STYLE, color_for, method_label, plt
 from contract import io
 
 EXACT, SEQERR = "Exact-match error", "Sequence error"
@@ -68,7 +68,8 @@ class PaperFigure:
     size: tuple = (3.3, 2.6)  # inches per panel
     legend: str = "top"  # top | bottom | panels
     companion: str | None = None  # figures.FIGURES layout for the runs not drawn here
-    label: str = ""  # a line under the figure, e.g. that it is drawn from other runs
+    label: str = ""  # appended to the caption line, e.g. that the panels are other runs
+    row_labels: tuple = ()  # grids: the first column's y label names its row
 
 
 def _lines(*algos, **where) -> tuple:
@@ -134,7 +135,7 @@ PAPER = {f.name: f for f in [
         "first in every panel, then GRPO_token, PPO, and DG last; the gap widens with V.",
         size=(2.6, 2.2), companion="vocab_sweep"),
     PaperFigure("task_variants", 6, "task_variants", tuple(
-        Panel(f"{m}-matched, {r}: {TARGET_NAMES[t]}", _lines(*DENSE),
+        Panel(TARGET_NAMES[t] if (m, r) == ("Prompt", "bag") else "", _lines(*DENSE),
               {"match": f"{m.lower()}s", "reward": rk, "target": t}, ylim=(0.0, 0.95 if rk != "bag_of_tokens" else 0.52),
               smooth=10, ylabel=SEQERR)
         for m in ("Prompt", "Interaction") for r, rk in (("bag", "bag_of_tokens"), ("seq", "sequential"))
@@ -143,14 +144,17 @@ PAPER = {f.name: f for f in [
         "interaction-matched; columns: copy, flip, reverse copy, reverse flip. TPO_token "
         "reaches ~0 first everywhere; under sequential reward GRPO_token and PPO stall. "
         "(Its legend also lists a green dotted GRPO (no KL), not run on dense tasks here.)",
-        size=(2.6, 2.0), companion="task_variants"),
+        size=(2.6, 2.0), companion="task_variants",
+        row_labels=("Prompt-matched\nBag of tokens", "Prompt-matched\nSequential",
+                    "Interaction-matched\nBag of tokens", "Interaction-matched\nSequential")),
     PaperFigure("terminal_h_sweep", 7, "terminal_h_sweep", tuple(
-        Panel(f"{m}-matched, $H = {h}$", _lines(*TERM), {"match": f"{m.lower()}s", "H": h},
+        Panel(f"$H = {h}$" if m == "Prompt" else "", _lines(*TERM), {"match": f"{m.lower()}s", "H": h},
               ylim=(0.0, 1.05), smooth=40)
         for m in ("Prompt", "Interaction") for h in (7, 8, 9, 10)), 4,
         "Terminal reward, top row prompt-matched, bottom interaction-matched, H 7-10: TPO "
         "lowest in every panel (~0.05-0.2); GRPO next, degrading with H; DG, PPO and GRPO "
-        "(no KL) near 1.0 from H 9.", size=(2.6, 2.0), companion="terminal_h_sweep"),
+        "(no KL) near 1.0 from H 9.", size=(2.6, 2.0), companion="terminal_h_sweep",
+        row_labels=("Prompt\nmatched", "Interaction\nmatched")),
     PaperFigure("ablations", 8, "ablations", tuple(
         Panel(f"$H = {h}$", _lines("tpo", "grpo", "grpo_no_kl", "tpo_no_anchor", "group_pg"),
               {"H": h}, ylim=(0.0, 1.05), smooth=40) for h in (7, 8, 10)), 3,
@@ -168,7 +172,8 @@ PAPER = {f.name: f for f in [
     ), 3, "Qwen3-1.7B (top) and R1-Distill-Qwen-1.5B (bottom), K 16: GSM8K held-out "
           "accuracy, TPO reaches 50 % ~10 steps before GRPO, both end ~0.85; graph "
           "colouring train score, TPO ~0.95, GRPO falls to ~0.1 on Qwen3; Knights & Knaves "
-          "level. Our panels: the LLM runs that exist.", companion=None),
+          "level. Our panels: the LLM runs that exist.", companion=None,
+        label="Drawn from the LLM runs that exist (reproduction/runs/llm), not the paper's models"),
     _mech("gradient_norms", 10, "diagnostics", (
         Panel("(a)", _lines("tpo", "grpo", "ppo", "dg"), MECH, y="grad_norm", smooth=50,
               ylabel="Gradient L2 norm", legend=True),
@@ -196,7 +201,8 @@ PAPER = {f.name: f for f in [
               xs=(4, 8, 16, 32, 64), xlabel="Candidates $K$", ylabel="Final error", legend=True),
     ), 3, "H 8, epochs 4, K 4-64, 30 seeds: (a) TPO improves steadily with K; (b) GRPO "
           "improves less and less monotonically; (c) final error, TPO 8.9 % -> 0.36 %, GRPO "
-          "19.4 % -> 4.4 % at K 32, 5.6 % at K 64.", size=(3.2, 2.5), legend="panels"),
+          "19.4 % -> 4.4 % at K 32, 5.6 % at K 64.", size=(3.2, 2.5), legend="panels",
+        companion="k_sweep"),
     PaperFigure("zero_variance_masking", 13, "zero_variance_masking", (
         Panel("(a)", _lines("tpo", "grpo", "grpo_masked"), MECH | {"epochs": 4}, smooth=50,
               ylim=(-0.02, 1.02), legend=True),
@@ -204,7 +210,7 @@ PAPER = {f.name: f for f in [
               xlabel="", ylabel="Final error"),
     ), 2, "H 8, K 32, 4 epochs, 30 seeds: (a) TPO lowest from episode ~100; GRPO (zv-masked) "
           "above GRPO throughout; (b) final error TPO 0.05 %, GRPO 6.3 %, masked 29.7 %.",
-        size=(3.4, 2.6), legend="panels"),
+        size=(3.4, 2.6), legend="panels", companion="zero_variance_masking"),
     _mech("multiepoch", 14, "diagnostics", (
         Panel("(a)", (Line("tpo", {"epochs": 4}, "TPO (4 ep)"), Line("tpo", {"epochs": 1}, "TPO (1 ep)", shade=1),
                       Line("dg")), MECH | {"epochs": None}, smooth=50, ylim=(-0.02, 1.02), legend=True),
@@ -223,7 +229,7 @@ PAPER = {f.name: f for f in [
               xs=(1, 2, 4, 8, 16), xlabel="Epochs", ylabel="Final error", legend=True),
     ), 3, "H 8, K 32, epochs 1-16, 30 seeds: (a) TPO low at every count (< 2.3 %); (b) GRPO "
           "worst at 2 epochs (37.6 %), best at 16 (1.1 %); (c) final error vs epochs.",
-        size=(3.2, 2.5), legend="panels"),
+        size=(3.2, 2.5), legend="panels", companion="epoch_sweep"),
     PaperFigure("eta_sweep", 16, "eta_sweep", (
         Panel(r"TPO temperature ablation (reverse copy, $V$=2)",
               _shades("tpo_token", "eta", (0.25, 0.5, 1.0, 2.0, 4.0), r"$\eta = {:g}$"),
@@ -254,13 +260,13 @@ def shade(color: str, i: int) -> str:
     rgb = np.array(mc.to_rgb(color))
     if i == 0:
         return color
-    t = min(0.85, 0.22 * ((i + 1) // 2))
+    t = min(0.8, 0.3 * ((i + 1) // 2))
     out = rgb + (1 - rgb) * t if i % 2 else rgb * (1 - t)
     return mc.to_hex(out)
 
 
 def line_style(line: Line) -> tuple[str, str, float]:
-    _, color, ls, lw = PAPER_STYLE.get(line.algo, (line.algo, "#555555", "-", 1.7))
+    _, color, ls, lw = PAPER_STYLE.get(line.algo, (line.algo, color_for(line.algo), "-", 1.7))
     return shade(color, line.shade), ls, lw
 
 
@@ -425,7 +431,11 @@ def render(name: str, df: pd.DataFrame):
             else:
                 ax.set_title(p.title)
             ax.set_xlabel(p.xlabel)
-            ax.set_ylabel(p.ylabel)
+            col = list(axes.flat).index(ax) % ncols
+            if spec.row_labels:
+                ax.set_ylabel(spec.row_labels[list(axes.flat).index(ax) // ncols] if col == 0 else "")
+            elif col == 0 or spec.legend == "panels" or p.ylabel != panels[0].ylabel:
+                ax.set_ylabel(p.ylabel)
             if not got:
                 _empty(ax, _why_empty(spec, p))
                 continue
@@ -445,8 +455,9 @@ def render(name: str, df: pd.DataFrame):
                        loc=f"outside {'upper' if spec.legend == 'top' else 'lower'} center",
                        frameon=True)
         note = _seed_note(drawn) + (f". {spec.label}" if spec.label else "")
-        # a caption line above the panels (the paper's figures have none): our seed counts
-        fig.suptitle(note, fontsize=6.5, color="#444444", x=0.01, ha="left")
+        # a caption line (the paper's figures have none): our seed counts, off the legend's side
+        (fig.supxlabel if spec.legend == "top" else fig.suptitle)(
+            note, fontsize=6.5, color="#444444", x=0.01, ha="left")
     return fig, drawn
 
 
@@ -475,13 +486,16 @@ def _save(fig, path: Path, dpi: int) -> list[Path]:
     return paths
 
 
-def draw(name: str, df: pd.DataFrame, out_dir, dpi: int = DPI) -> list[Path]:
+def draw(name: str, df: pd.DataFrame, out_dir, dpi: int = DPI, info: dict | None = None) -> list[Path]:
     """Draw a paper figure as `<name>.png/.pdf` and, where the experiment ran more than
-    the paper's lines, `<name>_companion.png/.pdf`; returns the paths (PNGs first of each)."""
+    the paper's lines, `<name>_companion.png/.pdf`; returns the paths (PNG, then PDF, of
+    each). info: given a dict, its "drawn" is set to the figure's Drawn."""
     out_dir = Path(out_dir)
     out_dir.mkdir(parents=True, exist_ok=True)
     spec = PAPER[name]
     fig, drawn = render(name, df)
+    if info is not None:
+        info["drawn"] = drawn
     paths = _save(fig, out_dir / name, dpi)
     rest = df[~df["config_hash"].isin(drawn.hashes)]
     if spec.companion:
