@@ -73,7 +73,7 @@ def section(name: str, df, out_page: Path, fig_dir: Path, paper, seeds) -> str:
     for png in pngs:
         shown = preview(png, img_dir / png.name)
         rel = Path(os.path.relpath(shown, out_page.parent)).as_posix()
-        what = "Companion: our runs not in the paper's figure" if png.stem.endswith("_companion") else "Ours, in the paper's form"
+        what = "Ours, in the paper's form" if png.stem == name else "Companion: our runs not in the paper's figure"
         text += [f"**{what}** (`{png.as_posix()}`):", "", f"![{png.stem}]({rel})", ""]
     lines = numbers(name, df, paper, seeds)
     groups = {l["_group"]: figures.SeedGroup(l["algorithm"], l["_per_seed"], seeds[l["_group"]])
@@ -82,8 +82,7 @@ def section(name: str, df, out_page: Path, fig_dir: Path, paper, seeds) -> str:
         png = figures.draw_seed_distributions(list(groups.values()), R.SEEDS_TITLE, fig_dir, dpi=DPI)[0]
         rel = Path(os.path.relpath(preview(png, img_dir / png.name), out_page.parent)).as_posix()
         text += [f"**Per seed, ours beside the paper's** (`{png.as_posix()}`):", "", f"![{png.stem}]({rel})", ""]
-    seeds_text = ", ".join(f"{label} {'/'.join(map(str, sorted(ns)))}" for label, ns in drawn.seeds.items())
-    text += [f"**Seeds per line (ours):** {seeds_text or 'none: not run'}.", ""]
+    text += [f"**Seeds per line.** {paper_figures._seed_note(drawn)}.", ""]
     if lines:
         shown = [{k: l[k] for k in SHOWN} for l in lines]
         text += ["**The paper's numbers read off this figure, with our verdicts** (rules: "

@@ -19,7 +19,7 @@ import numpy as np
 import pandas as pd
 
 from analysis import stats
-from analysis.configs import pick_config
+from analysis.configs import algo_defaults, pick_config
 from analysis.paper import experiments, figures
 from analysis.paper.experiments import ALIASES
 from analysis.style import DPI, PAPER_RC, PAPER_STYLE, color_for, method_label, plt
@@ -83,6 +83,8 @@ def _shades(algo, key, values, fmt="{}") -> tuple:
 TERM = ("tpo", "grpo", "grpo_no_kl", "dg", "ppo")
 DENSE = ("tpo_token", "grpo_token", "dg", "ppo")
 MECH = dict(H=8, K=32, B=256)
+# Figure 10(b)'s weight proxy: target mass q for TPO, |A| for GRPO (successes, failures).
+PROXY = {"grpo": ("absA_success", "absA_fail"), "grpo_no_kl": ("absA_success", "absA_fail")}
 TARGET_NAMES = {"copy": "Copy", "flip": "Flip", "reverse_copy": "Reverse copy", "reverse_flip": "Reverse flip"}
 
 
@@ -277,6 +279,8 @@ def _where(block: dict) -> dict:
 def line_rows(sel: pd.DataFrame, panel: Panel, line: Line) -> pd.DataFrame:
     """One configuration of this line's method and setting in this panel."""
     cond = {**_where(panel.where), **line.where, "algo": line.algo}
+    if algo_defaults(line.algo).get("k") == 1 and "K" not in line.where:
+        cond.pop("K", None)  # a single-sample method has no group size to match
     if panel.kind != "curve" and panel.x:
         cond.pop(panel.x, None)
     return pick_config(sel[experiments.matches(sel, cond)]) if panel.x == "" or panel.kind == "curve" \
@@ -286,7 +290,7 @@ def line_rows(sel: pd.DataFrame, panel: Panel, line: Line) -> pd.DataFrame:
 @dataclass
 class Drawn:
     hashes: set = field(default_factory=set)
-    seeds: dict = field(default_factory=dict)  # legend label -> seed counts drawn
+    seeds: dict = field(default_factory=dict)  # legend label -> {panel (and x): seeds drawn}
 
 
 def _band(ax, x, mean, se, color, scale):
@@ -301,23 +305,24 @@ def _curve(ax, p: Panel, sel, drawn: Drawn):
     handles = []
     for line in p.lines:
         rows = line_rows(sel, p, line)
-        if rows.empty or p.y not in rows.columns:
+        y1, y2 = PROXY.get(line.algo, (p.y, p.y2)) if p.y == "q_success" else (p.y, p.y2)
+        if rows.empty or y1 not in rows.columns:
             continue
         color, ls, lw = line_style(line)
         label = line.label or method_label(line.algo)
-        for y, style in ((p.y, ls), (p.y2, "--")):
+        for y, style in ((y1, ls), (y2, "--")):
             if not y or y not in rows.columns or rows[y].notna().sum() == 0:
                 continue
             wide = stats.moving_average(stats.seed_curves(rows, y), p.smooth)
             if wide.empty:
                 continue
             mean, se = stats.mean_se(wide)
-            tail = "" if not p.y2 else (" winners" if y == p.y else " losers")
+            tail = "" if not y2 else (" winners" if y == y1 else " losers")
             h, = ax.plot(mean.index, mean.values, color=color, ls=style, lw=lw, label=label + tail)
             _band(ax, mean.index, mean.values, se.values, color, p.scale)
             handles.append(h)
             drawn.hashes |= set(rows["config_hash"])
-            drawn.seeds.setdefault(label, set()).add(wide.shape[1])
+            drawn.seeds.setdefault(label, {})[p.title] = wide.shape[1]
     return handles
 
 
@@ -348,7 +353,7 @@ def _points(ax, p: Panel, sel, drawn: Drawn):
             ys.append(got[0] * scale)
             es.append(got[1] * scale)
             drawn.hashes |= set(rows["config_hash"])
-            drawn.seeds.setdefault(label, set()).add(got[2])
+            drawn.seeds.setdefault(label, {})[(p.title, xv)] = got[2]
         if not xs:
             continue
         if p.kind == "final":
@@ -373,7 +378,9 @@ def _points(ax, p: Panel, sel, drawn: Drawn):
 
 
 def _empty(ax, text: str):
-    ax.text(0.5, 0.5, text, ha="center", va="center", wrap=True, fontsize=7.5, color="#555555",
+    import textwrap
+    text = "\n".join(textwrap.fill(part, 34) for part in text.split("\n"))
+    ax.text(0.5, 0.5, text, ha="center", va="center", fontsize=7.5, color="#555555",
             transform=ax.transAxes)
     ax.set_xticks([])
     ax.set_yticks([])
@@ -385,16 +392,23 @@ def _why_empty(spec: PaperFigure, p: Panel) -> str:
     exp = spec.experiment if spec.experiment in experiments.EXPERIMENTS else None
     how = experiments.how_to_run(exp) if exp and exp != "diagnostics" else ""
     if spec.experiment == "diagnostics":
-        how = "`python -m bench -m +experiment=epoch_sweep`"
+        how = "`python -m bench -m +experiment=epoch_sweep` (or mechanism_diagnostics)"
     return "not run" + (":\n" + how.strip("`").replace(" -m +", " -m\n+").replace(" (or", "\n(or")
                         if how else "")
 
 
 def _seed_note(drawn: Drawn) -> str:
+    """Our seed counts per method: one number, a number per lettered panel, or a range."""
     parts = []
-    for label, ns in drawn.seeds.items():
-        ns = sorted(ns)
-        parts.append(f"{label} {ns[0] if len(ns) == 1 else f'{ns[0]}-{ns[-1]}'}")
+    for label, per in drawn.seeds.items():
+        ns = sorted(set(per.values()))
+        lettered = [k for k in per if isinstance(k, str) and k.startswith("(")]
+        if len(ns) == 1:
+            parts.append(f"{label} {ns[0]}")
+        elif len(lettered) == len(per):
+            parts.append(f"{label} " + ", ".join(f"{per[k]} {k.split(')')[0]})" for k in per))
+        else:
+            parts.append(f"{label} {ns[0]}-{ns[-1]}")
     return "Ours, mean ± 1 SE over seeds: " + ", ".join(parts) if parts else "Ours: no runs"
 
 
@@ -430,8 +444,10 @@ def render(name: str, df: pd.DataFrame):
                 ax.text(0.03, 0.95, p.title, transform=ax.transAxes, fontweight="bold", va="top")
             else:
                 ax.set_title(p.title)
-            ax.set_xlabel(p.xlabel)
-            col = list(axes.flat).index(ax) % ncols
+            at = list(axes.flat).index(ax)
+            col = at % ncols
+            # a grid names its x axis under the bottom row only, as the paper's do
+            ax.set_xlabel(p.xlabel if not spec.row_labels or at >= len(panels) - ncols else "")
             if spec.row_labels:
                 ax.set_ylabel(spec.row_labels[list(axes.flat).index(ax) // ncols] if col == 0 else "")
             elif col == 0 or spec.legend == "panels" or p.ylabel != panels[0].ylabel:
@@ -482,6 +498,7 @@ def _save(fig, path: Path, dpi: int) -> list[Path]:
     for ext in ("png", "pdf"):
         paths.append(path.with_suffix(f".{ext}"))
         io.save_figure(fig, paths[-1], dpi=dpi, metadata={"CreationDate": None} if ext == "pdf" else None)
+    figures.compact_png(paths[0])
     plt.close(fig)
     return paths
 
@@ -504,5 +521,7 @@ def draw(name: str, df: pd.DataFrame, out_dir, dpi: int = DPI, info: dict | None
                                   title=f"Companion to Figure {spec.number}: our runs not in the paper's figure")
         except figures.NoData:
             return paths
-        paths += _save(comp, out_dir / f"{name}_companion", dpi)
+        # one file for a companion several figures share (Figures 10, 11, 14: mechanism_h8)
+        shared = sum(s.companion == spec.companion for s in PAPER.values()) > 1
+        paths += _save(comp, out_dir / (spec.companion if shared else f"{name}_companion"), dpi)
     return paths
