@@ -172,14 +172,14 @@ def panels_of(t: pd.DataFrame) -> list[tuple[str, str]]:
 
 
 def one_config_per_line(t: pd.DataFrame) -> pd.DataFrame:
-    """Of the lines of one method whose visible settings are the same (they differ only in
+    """Of the lines of one method and task whose visible settings are the same (they differ only in
     their seed count or a key the legend does not show), the configuration with the most
     seeds: a second seed count is not a second line."""
     parts = compact_labels(t)
     keep = {}
     for key in sorted(parts):
         algo, p = parts[key]
-        shown = (algo, tuple(x for x in p if not x.startswith("#")))
+        shown = (key[0], algo, tuple(x for x in p if not x.startswith("#")))
         keep.setdefault(shown, []).append(key[2])
     hashes = [pick_config(t[t["config_hash"].isin(h)])["config_hash"].iloc[0] for h in keep.values()]
     return t[t["config_hash"].isin(hashes)]
@@ -387,8 +387,9 @@ def main(argv=None) -> int:
             print(f"wrote {page.write(df, Path(args.page), Path(args.out))}")
         rc = draw_figures(df, args.figure, args.out, paper=not args.page)
         return rc or int(bool(refused))
-    print(format_summary(summarise(df)))
-    for path in plot_results(df, args.out, args.yscale, labels, args.all_configs):
+    lines = df if args.all_configs else one_config_per_line(df)
+    print(format_summary(summarise(lines)))
+    for path in plot_results(lines, args.out, args.yscale, labels, all_configs=True):
         print(f"wrote {path}")
     return 1 if refused else 0
 

@@ -125,10 +125,11 @@ def test_committed_pngs_are_at_least_1500_px_wide(folder):
 
 def user_table():
     task = seq("bag_of_tokens", H=6, V=3, B=50, name="probe")
-    parts = [run("probe", "tpo", task, k=8), run("probe", "grpo", task, k=8),
-             run("probe", "mystery", task), run("probe", "other", task),
-             run("probe", "tpo", task, seeds=(0,), k=8, eta=1.0, floor=0.3)]  # a 1-seed twin
-    df = pd.concat(parts, ignore_index=True)
+    parts = [run("probe", a, task, k=8) for a in ("tpo", "grpo")]
+    parts += [run("probe", a, task) for a in ("mystery", "other", "pg", "ppo")]  # PG, PPO: one paper colour
+    twin = parts[0][parts[0]["seed"] == 0].assign(config_hash="twin")  # TPO again, 1 seed, a hidden key
+    twin["error"] += 0.3
+    df = pd.concat([*parts, twin], ignore_index=True)
     df.loc[df["algo.name"].isin(["mystery", "other"]), "algo.k"] = 1
     return df
 
@@ -148,7 +149,7 @@ def test_user_figure_names_methods_once_each_in_distinct_colours(tmp_path, monke
     ax = fig.axes[0]
     labels = [t.get_text() for t in ax.get_legend().get_texts()]
     # K differs between methods: each names its own; no second TPO line for its 1-seed twin
-    assert sorted(labels) == ["GRPO (K=8)", "TPO (K=8)", "mystery (K=1)", "other (K=1)"]
+    assert sorted(labels) == ["GRPO (K=8)", "PG (K=1)", "PPO (K=1)", "TPO (K=8)", "mystery (K=1)", "other (K=1)"]
     colors = [l.get_color() for l in curves(ax)]
     assert len(set(colors)) == len(colors)
     assert "\n" not in fig.get_suptitle() and "H 6" in fig.get_suptitle()
@@ -157,7 +158,7 @@ def test_user_figure_names_methods_once_each_in_distinct_colours(tmp_path, monke
         assert im.width >= 1500 and round(im.info["dpi"][0]) >= 299
     out = capsys.readouterr().out
     assert "final error = error at the last step" in out
-    rows = [l for l in out.splitlines() if l.startswith(("TPO", "GRPO", "tpo", "grpo", "mystery", "other"))]
+    rows = [l for l in out.splitlines() if l.startswith(("TPO", "GRPO", "PG", "PPO", "mystery", "other"))]
     finals = [float(l.split()[l.split().index("±") - 1]) for l in rows]
     assert finals == sorted(finals) and max(finals) > 1  # percent, best first
 
@@ -168,12 +169,12 @@ def test_user_filters_and_label_map(tmp_path, monkeypatch, capsys):
     fig = plot.render_task("probe", plot.one_config_per_line(picked), labels=plot.parse_labels("tpo=Ours"))
     assert sorted(t.get_text() for t in fig.axes[0].get_legend().get_texts()) == ["GRPO", "Ours"]
     P.plt.close(fig)
-    assert set(plot.filter_rows(df, where=["algo.k=1"])["algo.name"]) == {"mystery", "other"}
+    assert set(plot.filter_rows(df, where=["algo.k=1"])["algo.name"]) == {"mystery", "other", "pg", "ppo"}
     assert set(plot.filter_rows(df, where=["K=8"])["algo.name"]) == {"tpo", "grpo"}  # short keys
     rc, figs = draw_user(tmp_path, monkeypatch, "--where", "bogus=1")
     assert rc == 2 and not figs
     err = capsys.readouterr().err
     assert "bogus" in err and "valid:" in err and len(err.strip().splitlines()) == 1
     rc, figs = draw_user(tmp_path, monkeypatch, "--methods", "nope")
-    assert rc == 2 and "valid: grpo, mystery, other, tpo" in capsys.readouterr().err
+    assert rc == 2 and "valid: grpo, mystery, other, pg, ppo, tpo" in capsys.readouterr().err
     assert not (tmp_path / "p").exists()
