@@ -231,7 +231,9 @@ def render_task(task: str, t: pd.DataFrame, scale: str = "log", thr: float = THR
         text = label_text(labels.get(algo, method_label(algo)), p, None if len(set(ns)) == 1 else n)
         line.set_label(labels.get(text, text))
     handles = [d[0] for d in drawn]
-    title = ", ".join([task, *(text for _, text in items), *([se_text(ns)] if ns else [])])
+    # the task's name, unless the title names its family ("MNIST bandit") already
+    named = [] if items and items[0][0] == "task.impl" else [task]
+    title = ", ".join([*named, *(text for _, text in items), *([se_text(ns)] if ns else [])])
     # one line: a smaller size where a long title would not fit (about 0.55 em a character)
     width_pt = 72 * fig.get_size_inches()[0]
     fig.suptitle(title, fontsize=max(5.5, min(TITLE_PT + 1, width_pt / (0.55 * max(1, len(title))))))

@@ -219,7 +219,7 @@ def test_plot_files_legend_and_scales(results, tmp_path, monkeypatch):
         assert head.startswith(b"\x89PNG" if p.suffix == ".png" else b"%PDF")
         assert p.stat().st_size > 1000
 
-    axes = {f.get_suptitle().split(",")[0]: f.axes[0] for f in figs}
+    axes = {f.get_suptitle().split(",")[0]: f.axes[0] for f in figs}  # the task's name first
     copy_ax = axes["copy"]
     texts = [t.get_text() for t in copy_ax.get_legend().get_texts()]
     assert len(texts) == 3  # A and B not pooled, plus grpo

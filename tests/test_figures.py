@@ -20,7 +20,7 @@ def test_every_figure_renders(name, table, tmp_path):
     assert sorted(p.name for p in paths) == [f"{name}.pdf", f"{name}.png"]
     for p in paths:
         assert p.read_bytes()[:4] == (b"\x89PNG" if p.suffix == ".png" else b"%PDF")
-        assert p.stat().st_size > 5000
+        assert p.stat().st_size > 2000  # a palette PNG: small, not empty
 
 
 def test_layouts_scales_and_colours(table):
