@@ -178,3 +178,15 @@ def test_user_filters_and_label_map(tmp_path, monkeypatch, capsys):
     rc, figs = draw_user(tmp_path, monkeypatch, "--methods", "nope")
     assert rc == 2 and "valid: grpo, mystery, other, pg, ppo, tpo" in capsys.readouterr().err
     assert not (tmp_path / "p").exists()
+
+
+def test_comparison_page_shows_every_figure_and_its_images_resolve():
+    page = REPO / "docs" / "figures.md"
+    if not page.is_file():
+        pytest.skip("no docs/figures.md in this checkout")
+    text = page.read_text()
+    import re
+    for spec in P.PAPER.values():
+        assert f"## Figure {spec.number}: `{spec.name}`" in text
+    links = re.findall(r"!\[[^\]]*\]\(([^)]+)\)", text)
+    assert links and all((page.parent / link).is_file() for link in links), links

@@ -33,7 +33,7 @@ class Line:
     algo: str
     where: dict = field(default_factory=dict)  # the setting that splits a method (K = 4)
     label: str = ""  # legend text; default the method's name
-    shade: int = 0  # 0: the method's colour; 1, 2, ...: lighter, then darker, tones of it
+    shade: float = 0.0  # 0: the method's colour; > 0 lighter, < 0 darker tones of it
 
 
 @dataclass(frozen=True)
@@ -77,7 +77,9 @@ def _lines(*algos, **where) -> tuple:
 
 
 def _shades(algo, key, values, fmt="{}") -> tuple:
-    return tuple(Line(algo, {key: v}, f"{fmt.format(v)}", shade=i + 1) for i, v in enumerate(values))
+    """A line per value of a swept setting, light to dark tones of the method's colour."""
+    tones = np.linspace(0.6, -0.55, len(values))
+    return tuple(Line(algo, {key: v}, f"{fmt.format(v)}", shade=float(t)) for t, v in zip(tones, values))
 
 
 TERM = ("tpo", "grpo", "grpo_no_kl", "dg", "ppo")
@@ -214,9 +216,9 @@ PAPER = {f.name: f for f in [
           "above GRPO throughout; (b) final error TPO 0.05 %, GRPO 6.3 %, masked 29.7 %.",
         size=(3.4, 2.6), legend="panels", companion="zero_variance_masking"),
     _mech("multiepoch", 14, "diagnostics", (
-        Panel("(a)", (Line("tpo", {"epochs": 4}, "TPO (4 ep)"), Line("tpo", {"epochs": 1}, "TPO (1 ep)", shade=1),
+        Panel("(a)", (Line("tpo", {"epochs": 4}, "TPO (4 ep)"), Line("tpo", {"epochs": 1}, "TPO (1 ep)", shade=0.5),
                       Line("dg")), MECH | {"epochs": None}, smooth=50, ylim=(-0.02, 1.02), legend=True),
-        Panel("(b)", (Line("tpo", {"epochs": 4}, "TPO (4 ep)"), Line("tpo", {"epochs": 1}, "TPO (1 ep)", shade=1),
+        Panel("(b)", (Line("tpo", {"epochs": 4}, "TPO (4 ep)"), Line("tpo", {"epochs": 1}, "TPO (1 ep)", shade=0.5),
                       Line("dg")), MECH | {"epochs": None}, y="grad_norm", smooth=50,
               ylabel="Gradient L2 norm", legend=True),
     ), "H 8, K 32: (a) TPO at 4 epochs reaches 0.2 % by episode 400, at 1 epoch 1.1 %; DG "
@@ -240,12 +242,12 @@ PAPER = {f.name: f for f in [
           "episodes; eta = 4 is slower (~250).", size=(4.2, 2.9), legend="panels",
         companion="eta_sweep"),
     PaperFigure("dg_epochs", 17, "dg_epochs", (
-        Panel("(a)", (Line("dg", {"epochs": 1}, "DG (1 ep)"), Line("dg", {"epochs": 4}, "DG (4 ep)", shade=2)),
+        Panel("(a)", (Line("dg", {"epochs": 1}, "DG (1 ep)"), Line("dg", {"epochs": 4}, "DG (4 ep)", shade=-0.5)),
               {"reward": "terminal"}, ylim=(0, 1.02), smooth=40, legend=True),
-        Panel("(b) Bag of tokens", (Line("dg", {"epochs": 1}, "DG (1 ep)"), Line("dg", {"epochs": 4}, "DG (4 ep)", shade=2)),
+        Panel("(b) Bag of tokens", (Line("dg", {"epochs": 1}, "DG (1 ep)"), Line("dg", {"epochs": 4}, "DG (4 ep)", shade=-0.5)),
               {"reward": "bag_of_tokens"}, kind="bars", x="target", xs=tuple(TARGET_NAMES),
               xlabel="Target logic", ylabel="Final error (%)", percent=True),
-        Panel("(c) Sequential", (Line("dg", {"epochs": 1}, "DG (1 ep)"), Line("dg", {"epochs": 4}, "DG (4 ep)", shade=2)),
+        Panel("(c) Sequential", (Line("dg", {"epochs": 1}, "DG (1 ep)"), Line("dg", {"epochs": 4}, "DG (4 ep)", shade=-0.5)),
               {"reward": "sequential"}, kind="bars", x="target", xs=tuple(TARGET_NAMES),
               xlabel="Target logic", ylabel="Final error (%)", percent=True),
     ), 3, "(a) Terminal reverse copy, 20 seeds: 1-epoch DG reaches 2.0 %, 4-epoch DG stays "
@@ -256,15 +258,13 @@ PAPER = {f.name: f for f in [
 ORDER = sorted(PAPER, key=lambda n: PAPER[n].number)
 
 
-def shade(color: str, i: int) -> str:
-    """The method's colour (i = 0), lighter tones (odd i), darker ones (even i)."""
+def shade(color: str, t: float) -> str:
+    """The method's colour (t = 0), lighter towards white (t > 0) or darker (t < 0)."""
     import matplotlib.colors as mc
     rgb = np.array(mc.to_rgb(color))
-    if i == 0:
+    if t == 0:
         return color
-    t = min(0.8, 0.3 * ((i + 1) // 2))
-    out = rgb + (1 - rgb) * t if i % 2 else rgb * (1 - t)
-    return mc.to_hex(out)
+    return mc.to_hex(rgb + (1 - rgb) * t if t > 0 else rgb * (1 + t))
 
 
 def line_style(line: Line) -> tuple[str, str, float]:
@@ -393,7 +393,7 @@ def _why_empty(spec: PaperFigure, p: Panel) -> str:
     how = experiments.how_to_run(exp) if exp and exp != "diagnostics" else ""
     if spec.experiment == "diagnostics":
         how = "`python -m bench -m +experiment=epoch_sweep` (or mechanism_diagnostics)"
-    return "not run" + (":\n" + how.strip("`").replace(" -m +", " -m\n+").replace(" (or", "\n(or")
+    return "not run" + (":\n" + how.replace("`", "").replace(" -m +", " -m\n+").replace(" (or", "\n(or")
                         if how else "")
 
 
