@@ -16,7 +16,6 @@ A line is the seed mean with a +-1 standard-error band, SE = std(ddof=0) / sqrt(
 as in the paper. Different config hashes are never pooled.
 """
 import argparse
-import math
 import re
 import sys
 from pathlib import Path
@@ -32,14 +31,13 @@ from analysis.labels import compact_labels, label_text, legend_labels, se_text, 
 from analysis.paper import figures
 from analysis.configs import pick_config
 from analysis.paper import paper_figures
-from analysis.style import (COLUMN_IN, DPI, LINESTYLES, LOG_FLOOR, TITLE_PT, legend_below, method_label,
+from analysis.style import (COLUMN_IN, DPI, LINESTYLES, png_dpi, LOG_FLOOR, TITLE_PT, legend_below, method_label,
                             method_styles, plt, threshold_line)
 from contract import io
 # The statistics live in stats.py (shared with the paper report); re-exported here for callers.
 from analysis.stats import THRESHOLD, mean_se, seed_curves, seed_hits, steps_to_threshold  # noqa: F401
 
 
-MIN_PX = 1500  # a saved PNG is at least this wide, at DPI or more
 # percent ticks on linear and log axes alike ("0.1 %", "50 %")
 PERCENT = FuncFormatter(lambda y, _: f"{100 * y:.3g} %")
 
@@ -255,7 +253,7 @@ def plot_results(df: pd.DataFrame, out_dir, yscale: str = "auto", labels: dict |
         for ext in ("png", "pdf"):
             path = out_dir / f"{_filename(task)}.{ext}"
             # drawn at a paper column's size (text prints at size), saved >= MIN_PX wide
-            io.save_figure(fig, path, dpi=max(DPI, math.ceil(MIN_PX / fig.get_size_inches()[0])))
+            io.save_figure(fig, path, dpi=png_dpi(fig))
             paths.append(path)
         plt.close(fig)
     return paths

@@ -41,6 +41,12 @@ PAPER_RC = {"font.family": "serif", "font.serif": ["STIXGeneral", "DejaVu Serif"
             "ytick.labelsize": 8.5, "legend.fontsize": 8.5, "legend.edgecolor": "#B5B5B5",
             "legend.framealpha": 1.0, "legend.fancybox": False}
 DPI = 300  # every saved PNG
+MIN_PX = 1500  # and at least this wide: a narrow figure is saved at a higher dpi
+
+
+def png_dpi(fig, dpi: int = DPI) -> int:
+    """dpi, raised where the figure would be under MIN_PX wide (below DPI: a draft, as asked)."""
+    return dpi if dpi < DPI else max(dpi, -(-MIN_PX // fig.get_size_inches()[0]))
 
 COLUMN_IN = 3.3  # a paper column: one panel is drawn this wide, so its text prints at size
 LEGEND_PT = 7  # the smallest size legible in print at that width

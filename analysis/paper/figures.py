@@ -26,7 +26,7 @@ from analysis.configs import pick_config
 from analysis.labels import compact_labels, label_text, se_text, short_key, title_items
 from analysis.paper import experiments
 from analysis.paper.experiments import ALIASES, EXPERIMENTS, TARGETS
-from analysis.style import (DPI, COLUMN_IN, LEGEND_PT, LINESTYLES, LOG_FLOOR, SUPTITLE_PT, TITLE_PT,
+from analysis.style import (DPI, COLUMN_IN, png_dpi, LEGEND_PT, LINESTYLES, LOG_FLOOR, SUPTITLE_PT, TITLE_PT,
                             color_for, fmt, legend_below, plt, threshold_line, wrap)
 from contract import io
 
@@ -331,7 +331,7 @@ def _save(fig, name: str, out_dir, dpi: int) -> list[Path]:
     for ext in ("png", "pdf"):
         paths.append(out_dir / f"{name}.{ext}")
         # No creation date in the PDF: a regenerated report changes only where data did.
-        io.save_figure(fig, paths[-1], dpi=dpi, metadata={"CreationDate": None} if ext == "pdf" else None)
+        io.save_figure(fig, paths[-1], dpi=png_dpi(fig, dpi), metadata={"CreationDate": None} if ext == "pdf" else None)
     compact_png(paths[0])
     plt.close(fig)
     return paths

@@ -22,7 +22,7 @@ from analysis import stats
 from analysis.configs import algo_defaults, pick_config
 from analysis.paper import experiments, figures
 from analysis.paper.experiments import ALIASES
-from analysis.style import DPI, PAPER_RC, PAPER_STYLE, color_for, method_label, plt
+from analysis.style import DPI, PAPER_RC, png_dpi, PAPER_STYLE, color_for, method_label, plt
 from contract import io
 
 EXACT, SEQERR = "Exact-match error", "Sequence error"
@@ -497,7 +497,7 @@ def _save(fig, path: Path, dpi: int) -> list[Path]:
     paths = []
     for ext in ("png", "pdf"):
         paths.append(path.with_suffix(f".{ext}"))
-        io.save_figure(fig, paths[-1], dpi=dpi, metadata={"CreationDate": None} if ext == "pdf" else None)
+        io.save_figure(fig, paths[-1], dpi=png_dpi(fig, dpi), metadata={"CreationDate": None} if ext == "pdf" else None)
     figures.compact_png(paths[0])
     plt.close(fig)
     return paths
