@@ -27,7 +27,7 @@ from matplotlib.ticker import FuncFormatter
 from analysis import leaderboard
 from analysis import collect
 from analysis.collect import GROUP, last_step, read_results
-from analysis.labels import compact_labels, label_text, legend_labels, se_text, title_items
+from analysis.labels import SHORT, compact_labels, label_text, legend_labels, se_text, title_items
 from analysis.paper import figures
 from analysis.configs import pick_config
 from analysis.paper import paper_figures
@@ -296,12 +296,13 @@ def filter_rows(df: pd.DataFrame, methods=None, where=()) -> pd.DataFrame:
         if unknown:
             raise ValueError(f"--methods: {', '.join(unknown)} not in the table; valid: {', '.join(have)}")
         df = df[df["algo.name"].isin(wanted)]
-    from analysis.paper.experiments import ALIASES
+    short = {v: k for k, v in SHORT.items()}  # "H" -> task.sequence_length, as legends print it
     for cond in where or ():
         key, sep, value = cond.partition("=")
-        col = ALIASES.get(key.strip(), key.strip())
+        col = short.get(key.strip(), key.strip())
         if not sep or col not in df.columns:
-            valid = sorted({*ALIASES, *(c for c in df.columns if c.startswith(("task.", "algo.", "optim.")))})
+            valid = sorted({*(k for k, c in short.items() if c in df.columns),
+                            *(c for c in df.columns if c.startswith(("task.", "algo.", "optim.")) or c == "match")})
             raise ValueError(f"--where {cond!r}: unknown key {key.strip()!r}; valid: {', '.join(valid)}")
         values = [_cast(v.strip(), df[col]) for v in value.split(",")]
         df = df[df[col].isin(values)]

@@ -82,7 +82,7 @@ def section(name: str, df, out_page: Path, fig_dir: Path, paper, seeds) -> str:
         png = figures.draw_seed_distributions(list(groups.values()), R.SEEDS_TITLE, fig_dir, dpi=DPI)[0]
         rel = Path(os.path.relpath(preview(png, img_dir / png.name), out_page.parent)).as_posix()
         text += [f"**Per seed, ours beside the paper's** (`{png.as_posix()}`):", "", f"![{png.stem}]({rel})", ""]
-    text += [f"**Seeds per line.** {paper_figures._seed_note(drawn)}.", ""]
+    text += [f"**Seeds per line.** {paper_figures.seed_note(drawn)}.", ""]
     if lines:
         shown = [{k: l[k] for k in SHOWN} for l in lines]
         text += ["**The paper's numbers read off this figure, with our verdicts** (rules: "

@@ -397,7 +397,7 @@ def _why_empty(spec: PaperFigure, p: Panel) -> str:
                         if how else "")
 
 
-def _seed_note(drawn: Drawn) -> str:
+def seed_note(drawn: Drawn) -> str:
     """Our seed counts per method: one number, a number per lettered panel, or a range."""
     parts = []
     for label, per in drawn.seeds.items():
@@ -470,7 +470,7 @@ def render(name: str, df: pd.DataFrame):
             fig.legend(list(handles.values()), list(handles), ncols=min(len(handles), 6),
                        loc=f"outside {'upper' if spec.legend == 'top' else 'lower'} center",
                        frameon=True)
-        note = _seed_note(drawn) + (f". {spec.label}" if spec.label else "")
+        note = seed_note(drawn) + (f". {spec.label}" if spec.label else "")
         # a caption line (the paper's figures have none): our seed counts, off the legend's side
         (fig.supxlabel if spec.legend == "top" else fig.suptitle)(
             note, fontsize=6.5, color="#444444", x=0.01, ha="left")
