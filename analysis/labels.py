@@ -19,7 +19,7 @@ from contract import schema
 # constant; nor is provenance: two lines differing only by commit are one configuration.
 NOT_LEGEND = {*schema.METRIC_COLUMNS, *schema.ROW_KEYS, "task.name", "algo.name", "git_commit",
               "git_commits", "code_fingerprint"}
-PER_ALGORITHM = ("match", "batch_size_effective", "lr_effective")
+PER_ALGORITHM = ("match", "batch_size_effective", "lr_effective", "group_size_effective")
 
 # Legend and title names of config keys, in the paper's letters where it has one.
 SHORT = {"task.sequence_length": "H", "task.vocab_size": "V", "task.batch_size": "B",

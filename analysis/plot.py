@@ -1,15 +1,19 @@
 """Plot error vs. step per task from the collected table, and print a summary table.
 
     python analysis/plot.py [--results FILE] [--out DIR] [--yscale {auto,log,linear}]
-    python analysis/plot.py --figure NAME [NAME ...] [--results FILE] [--out DIR]
+                            [--methods A,B] [--where KEY=VALUE ...] [--labels MAP] [--all-configs]
+    python analysis/plot.py --figure NAME [NAME ...] [--add-runs ROOT ...] [--page FILE]
     python analysis/plot.py --list
 
-Without --figure: one figure per task. With it: the paper's figures in SPEC 5's layout
-(analysis/paper/figures.py; `all` draws every one that has results), or `leaderboard`
-(analysis/leaderboard.py: every method and task of the table, with its default settings).
+Without --figure: one figure per task, a line per method (its configuration with the most
+seeds; lines of one method that differ in a setting are named by it), in percent, with a
+one-line title of the task's parameters; PNG at 300 dpi beside a PDF. With it: the paper's
+figures in the paper's form (analysis/paper/paper_figures.py) with their companions, our
+other figures (analysis/paper/figures.py), or `leaderboard`; `all` draws every one;
+--page also writes the comparison page (analysis/paper/page.py).
 
-One line per (algo.name, config_hash): the seed mean with a +-1 standard-error band,
-SE = std(ddof=0) / sqrt(n_seeds) as in the paper. Different config hashes are never pooled.
+A line is the seed mean with a +-1 standard-error band, SE = std(ddof=0) / sqrt(n_seeds)
+as in the paper. Different config hashes are never pooled.
 """
 import argparse
 import re
@@ -18,17 +22,24 @@ from pathlib import Path
 
 import numpy as np
 import pandas as pd
+from matplotlib.ticker import FuncFormatter
 
 from analysis import leaderboard
+from analysis import collect
 from analysis.collect import GROUP, last_step, os_errors_in_one_line, read_results, warn_if_stale
-from analysis.labels import compact_labels, label_text, legend_labels, se_text, title_items
+from analysis.labels import SHORT, compact_labels, label_text, legend_labels, se_text, title_items
 from analysis.paper import figures
-from analysis.style import (COLUMN_IN, LINESTYLES, LOG_FLOOR, TITLE_PT, color_for, legend_below,
-                            plt, threshold_line, wrap)
+from analysis.configs import pick_config
+from analysis.paper import paper_figures
+from analysis.style import (COLUMN_IN, DPI, LINESTYLES, png_dpi, LOG_FLOOR, TITLE_PT, legend_below, method_label,
+                            method_styles, plt, threshold_line)
 from contract import io
 # The statistics live in stats.py (shared with the paper report); re-exported here for callers.
 from analysis.stats import THRESHOLD, mean_se, seed_curves, seed_hits, steps_to_threshold  # noqa: F401
 
+
+# percent ticks on linear and log axes alike ("0.1 %", "50 %")
+PERCENT = FuncFormatter(lambda y, _: f"{100 * y:.3g} %")
 
 # Figures of other modules than the paper's: name -> module with TITLE, draw(df, out_dir), NoData.
 OTHER_FIGURES = {leaderboard.NAME: leaderboard}
@@ -118,25 +129,33 @@ def summarise(df: pd.DataFrame, thr: float = THRESHOLD) -> pd.DataFrame:
 
 
 def format_summary(summary: pd.DataFrame) -> str:
-    """Printable per-task tables."""
+    """Printable per-task tables, in percent, best line first (final error, then the
+    steps to 1 %)."""
     blocks = []
     for task, t in summary.groupby("task.name", sort=True):
+        t = t.sort_values(["final_error_mean", "steps_to_1pct", "label"], na_position="last", kind="stable")
         held = t["final_test_error_mean"].notna().any()
-        lines = [f"== {task}", f"{'line':<50} {'final error':>22} {'steps to 1%':>12} {'seeds <1%':>12}"
-                 + (f" {'held-out error first -> final':>32}" if held else "")]
+        lines = [f"== {task}  (final error = error at the last step; mean ± 1 SE over seeds)",
+                 f"{'line':<44} {'final error':>20} {'steps to 1%':>12} {'seeds <1%':>12}"
+                 + (f" {'held-out error first -> final':>34}" if held else "")]
         for _, r in t.iterrows():
-            # One seed has no spread to show: "± 0.0000" would read as a measured zero.
-            spread = f" ± {r.final_error_se:.4f}" if r.n_seeds > 1 else ""
-            final = f"{r.final_error_mean:.4f}{spread} @{r.final_step}"
+            # One seed has no spread to show: "± 0.00" would read as a measured zero.
+            spread = f" ± {pct(r.final_error_se)}" if r.n_seeds > 1 else ""
+            final = f"{pct(r.final_error_mean)}{spread} % @{r.final_step}"
             hit = "—" if pd.isna(r.steps_to_1pct) else str(r.steps_to_1pct)
             below = f"{r.seeds_below_1pct}/{r.n_seeds} seeds"
-            line = f"{r.label:<50} {final:>22} {hit:>12} {below:>12}"
+            line = f"{r.label:<44} {final:>20} {hit:>12} {below:>12}"
             if held:
-                spread = f" ± {r.final_test_error_se:.4f}" if r.n_seeds > 1 else ""
-                line += f" {f'{r.first_test_error:.4f} -> {r.final_test_error_mean:.4f}{spread}':>32}"
+                spread = f" ± {pct(r.final_test_error_se)}" if r.n_seeds > 1 else ""
+                line += f" {f'{pct(r.first_test_error)} -> {pct(r.final_test_error_mean)}{spread} %':>34}"
             lines.append(line)
         blocks.append("\n".join(lines))
     return "\n\n".join(blocks)
+
+
+def pct(fraction) -> str:
+    """A fraction as percent with two decimals ("0.50" for 0.005)."""
+    return f"{100 * fraction:.2f}"
 
 
 def _filename(task: str) -> str:
@@ -150,9 +169,25 @@ def panels_of(t: pd.DataFrame) -> list[tuple[str, str]]:
     return [("error", "error")] + ([("test_error", "held-out error")] if held_out else [])
 
 
-def render_task(task: str, t: pd.DataFrame, scale: str = "log", thr: float = THRESHOLD):
-    """The figure of one task: error against step, a line per (algorithm, config hash);
-    beside it the held-out error, where the task has one."""
+def one_config_per_line(t: pd.DataFrame) -> pd.DataFrame:
+    """Of the lines of one method and task whose visible settings are the same (they differ only in
+    their seed count or a key the legend does not show), the configuration with the most
+    seeds: a second seed count is not a second line."""
+    parts = compact_labels(t)
+    keep = {}
+    for key in sorted(parts):
+        algo, p = parts[key]
+        shown = (key[0], algo, tuple(x for x in p if not x.startswith("#")))
+        keep.setdefault(shown, []).append(key[2])
+    hashes = [pick_config(t[t["config_hash"].isin(h)])["config_hash"].iloc[0] for h in keep.values()]
+    return t[t["config_hash"].isin(hashes)]
+
+
+def render_task(task: str, t: pd.DataFrame, scale: str = "log", thr: float = THRESHOLD,
+                labels: dict | None = None):
+    """The figure of one task: error (in percent) against step, a line per (method, config
+    hash), one colour per method; beside it the held-out error, where the task has one.
+    labels: legend text per method name (or per full line label)."""
     items = title_items(t)
     per_line = [c for c, text in items if text.endswith("per line")]
     parts = compact_labels(t, per_line)
@@ -160,9 +195,10 @@ def render_task(task: str, t: pd.DataFrame, scale: str = "log", thr: float = THR
     fig, axes = plt.subplots(1, len(panels), figsize=(COLUMN_IN * len(panels), 2.9),
                              layout="constrained", squeeze=False)
     keys = [key for key, _ in t.groupby(GROUP, sort=True)]
-    # one linestyle per line across the panels, varied within an algorithm's colour
-    styles = {key: LINESTYLES[[k[1] for k in keys[:i]].count(key[1]) % len(LINESTYLES)]
-              for i, key in enumerate(keys)}
+    looks = method_styles(k[1] for k in keys)
+    # one linestyle per line across the panels, varied within a method's colour
+    styles = {key: LINESTYLES[(LINESTYLES.index(looks[key[1]][1]) + [k[1] for k in keys[:i]].count(key[1]))
+                              % len(LINESTYLES)] for i, key in enumerate(keys)}
     first: dict[tuple, tuple] = {}  # key -> (its first line, label parts, seeds): the legend's
     for (y, ylabel), ax in zip(panels, axes[0]):
         for key, g in t.groupby(GROUP, sort=True):
@@ -174,43 +210,103 @@ def render_task(task: str, t: pd.DataFrame, scale: str = "log", thr: float = THR
             lo, hi = mean - se, mean + se
             if scale == "log":
                 lo, hi = lo.clip(lower=LOG_FLOOR), hi.clip(lower=LOG_FLOOR)
-            line, = ax.plot(mean.index, mean.values, color=color_for(algo), ls=styles[key], lw=1.5)
-            ax.fill_between(mean.index, lo.values, hi.values, color=color_for(algo), alpha=0.2, lw=0)
+            color, _, lw = looks[algo]
+            line, = ax.plot(mean.index, mean.values, color=color, ls=styles[key], lw=lw)
+            ax.fill_between(mean.index, lo.values, hi.values, color=color, alpha=0.2, lw=0)
             first.setdefault(key, (line, *parts[key], wide.shape[1]))
         ax.set_yscale(scale)
+        ax.yaxis.set_major_formatter(PERCENT)
         threshold_line(ax, thr)
         ax.set_xlabel("episode")
-        ax.set_ylabel(ylabel)
-        ax.set_title(task if len(panels) == 1 else f"{task}: {ylabel}", fontsize=TITLE_PT)
+        ax.set_ylabel(f"{ylabel} (%)")
+        ax.set_title(ylabel if len(panels) > 1 else "", fontsize=TITLE_PT)
         ax.grid(True, which="major", alpha=0.3)
     drawn = [first[key] for key in keys if key in first]
     ns = [n for *_, n in drawn]
-    # one seed count for every line: the caption says it; otherwise each label does
+    labels = labels or {}
+    # one seed count for every line: the title says it; otherwise each label does
     for line, algo, p, n in drawn:
-        line.set_label(label_text(algo, p, None if len(set(ns)) == 1 else n))
+        text = label_text(labels.get(algo, method_label(algo)), p, None if len(set(ns)) == 1 else n)
+        line.set_label(labels.get(text, text))
     handles = [d[0] for d in drawn]
-    fig.suptitle("\n".join(filter(None, [wrap(text for _, text in items), se_text(ns)])),
-                 fontsize=TITLE_PT)
+    # the task's name, unless the title names its family ("MNIST bandit") already
+    named = [] if items and items[0][0] == "task.impl" else [task]
+    title = ", ".join([*named, *(text for _, text in items), *([se_text(ns)] if ns else [])])
+    # one line: a smaller size where a long title would not fit (about 0.55 em a character)
+    width_pt = 72 * fig.get_size_inches()[0]
+    fig.suptitle(title, fontsize=max(5.5, min(TITLE_PT + 1, width_pt / (0.55 * max(1, len(title))))))
     if handles:
         legend_below(fig, handles, [h.get_label() for h in handles],
                      ax=axes[0][0] if len(panels) == 1 else None)
     return fig
 
 
-def plot_results(df: pd.DataFrame, out_dir, yscale: str = "auto") -> list[Path]:
-    """One figure per task, saved as PNG and PDF; returns the written paths."""
+def plot_results(df: pd.DataFrame, out_dir, yscale: str = "auto", labels: dict | None = None,
+                 all_configs: bool = False) -> list[Path]:
+    """One figure per task, saved as PNG (300 dpi) and PDF; returns the written paths."""
     out_dir = Path(out_dir)
     out_dir.mkdir(parents=True, exist_ok=True)
     paths = []
     for task, t in df.groupby("task.name", sort=True):
         scale = yscale if yscale != "auto" else ("linear" if linear_by_default(task) else "log")
-        fig = render_task(task, t, scale)
+        fig = render_task(task, t if all_configs else one_config_per_line(t), scale, labels=labels)
         for ext in ("png", "pdf"):
             path = out_dir / f"{_filename(task)}.{ext}"
-            io.save_figure(fig, path, dpi=150)
+            # drawn at a paper column's size (text prints at size), saved >= MIN_PX wide
+            io.save_figure(fig, path, dpi=png_dpi(fig))
             paths.append(path)
         plt.close(fig)
     return paths
+
+
+def parse_labels(text: str | None) -> dict:
+    """--labels: "tpo=TPO (ours),grpo=GRPO", or a YAML/JSON file of the same mapping."""
+    if not text:
+        return {}
+    path = Path(text)
+    if path.is_file():
+        import yaml
+        data = yaml.safe_load(path.read_text()) or {}
+        if not isinstance(data, dict):
+            raise ValueError(f"--labels {text}: not a mapping of name to label")
+        return {str(k): str(v) for k, v in data.items()}
+    pairs = [item.split("=", 1) for item in text.split(",") if item.strip()]
+    bad = [item for item in pairs if len(item) != 2 or not item[0].strip()]
+    if bad:
+        raise ValueError(f"--labels {text!r}: expected NAME=LABEL[,NAME=LABEL...] or a YAML file")
+    return {k.strip(): v.strip() for k, v in pairs}
+
+
+def _cast(value: str, column: pd.Series):
+    if pd.api.types.is_numeric_dtype(column):
+        try:
+            return float(value)
+        except ValueError:
+            raise ValueError(f"{column.name} is numeric, got {value!r}") from None
+    return value
+
+
+def filter_rows(df: pd.DataFrame, methods=None, where=()) -> pd.DataFrame:
+    """--methods and --where: rows of these methods and settings. ValueError naming the
+    key and the valid choices for a method or key the table does not have."""
+    if methods:
+        wanted = [m.strip() for m in ",".join(methods).split(",") if m.strip()]
+        have = sorted(df["algo.name"].dropna().unique())
+        unknown = [m for m in wanted if m not in have]
+        if unknown:
+            raise ValueError(f"--methods: {', '.join(unknown)} not in the table; valid: {', '.join(have)}")
+        df = df[df["algo.name"].isin(wanted)]
+    short = {v: k for k, v in SHORT.items()}  # "H" -> task.sequence_length, as legends print it
+    for cond in where or ():
+        key, sep, value = cond.partition("=")
+        col = short.get(key.strip(), key.strip())
+        if not sep or col not in df.columns:
+            valid = sorted({*(k for k, c in short.items() if c in df.columns),
+                            *(c for c in df.columns if c.startswith(("task.", "algo.", "optim.")) or c == "match")})
+            raise ValueError(f"--where {cond!r}: unknown key {key.strip()!r}; valid: {', '.join(valid)}")
+        values = [_cast(v.strip(), df[col]) for v in value.split(",")]
+        df = df[df[col].isin(values)]
+    return df
 
 
 @os_errors_in_one_line
@@ -219,30 +315,74 @@ def main(argv=None) -> int:
     parser.add_argument("--results", default="outputs/results.parquet", help="table from analysis/collect.py")
     parser.add_argument("--out", default="outputs/plots", help="directory for the figures")
     parser.add_argument("--yscale", choices=["auto", "log", "linear"], default="auto")
+    parser.add_argument("--methods", nargs="+", metavar="A,B", help="only these methods (algo names)")
+    parser.add_argument("--where", action="append", default=[], metavar="KEY=VALUE[,VALUE]",
+                        help="only rows with this setting (a column or a short key: H, K, V, ...); repeatable")
+    parser.add_argument("--labels", default=None, metavar="MAP",
+                        help="legend text per method: 'tpo=TPO (ours),grpo=GRPO' or a YAML file")
+    parser.add_argument("--all-configs", action="store_true",
+                        help="a line per configuration, even where a method's differ only in seeds")
     parser.add_argument("--figure", nargs="+", metavar="NAME",
                         help="draw these paper figures (see --list; 'all' for every one)")
+    parser.add_argument("--add-runs", action="append", default=[], metavar="ROOT",
+                        help="also the completed runs under this output root (repeatable)")
+    parser.add_argument("--page", default=None, metavar="FILE",
+                        help="with --figure all: write the comparison page (e.g. docs/figures.md)")
     parser.add_argument("--list", action="store_true", help="name the paper figures and exit")
     parser.add_argument("--split-code", action="store_true",
                         help="draw seeds of one config run under different code as separate lines")
     args = parser.parse_args(argv)
 
     if args.list:
-        for name, spec in figures.FIGURES.items():
+        for name in paper_figures.ORDER:
+            spec = paper_figures.PAPER[name]
+            print(f"{name:<24} Figure {spec.number} in the paper's form ({len(spec.panels)} panel"
+                  f"{'s' * (len(spec.panels) > 1)}){', with a companion' if spec.companion else ''}")
+        for name in our_figures():
+            spec = figures.FIGURES[name]
             print(f"{name:<24} {spec.title} ({len(spec.panels)} panel{'s' * (len(spec.panels) > 1)})")
         for name, module in OTHER_FIGURES.items():
             print(f"{name:<24} {module.TITLE} (not in 'all')")
         return 0
-    known = [*figures.FIGURES, *OTHER_FIGURES]
+    known = [*paper_figures.ORDER, *figures.FIGURES, *OTHER_FIGURES]
     unknown = sorted(set(args.figure or ()) - set(known) - {"all"})
     if unknown:
         print(f"error: unknown figure(s) {', '.join(unknown)}; known: {', '.join(known)}",
               file=sys.stderr)
         return 2
+    if args.page and "all" not in (args.figure or ()):
+        print("error: --page needs --figure all (the page shows every paper figure)", file=sys.stderr)
+        return 2
+    try:
+        labels = parse_labels(args.labels)
+    except ValueError as e:
+        print(f"error: {e}", file=sys.stderr)
+        return 2
+    for root in map(Path, args.add_runs):
+        if not root.is_dir():
+            print(f"error: --add-runs {root}: no such folder", file=sys.stderr)
+            return 2
 
     warn_if_stale(args.results)
     df = read_results(args.results, "nothing to draw", split_code=args.split_code)
     if isinstance(df, int):  # missing, empty or not the collected table: nothing drawn
         return df
+    for root in map(Path, args.add_runs):
+        added, _ = collect.collect(root)
+        if not added.empty:
+            df, _ = collect.merge(df, added)
+    if args.add_runs:
+        df = collect.check_code(df, args.split_code)
+        if df is None:
+            return 1
+    try:
+        df = filter_rows(df, args.methods, args.where)
+    except ValueError as e:
+        print(f"error: {e}", file=sys.stderr)
+        return 2
+    if df.empty:
+        print("error: no rows match --methods/--where; nothing drawn", file=sys.stderr)
+        return 2
     refused = incomplete_groups(df)
     for why in refused.values():
         print(f"error: refused {why}", file=sys.stderr)
@@ -251,23 +391,41 @@ def main(argv=None) -> int:
         if df.empty:
             return 1
     if args.figure:
-        return draw_figures(df, args.figure, args.out) or int(bool(refused))
-    print(format_summary(summarise(df)))
-    for path in plot_results(df, args.out, args.yscale):
+        if args.page:  # the page draws the paper's figures itself
+            from analysis.paper import page
+            print(f"wrote {page.write(df, Path(args.page), Path(args.out))}")
+        rc = draw_figures(df, args.figure, args.out, paper=not args.page)
+        return rc or int(bool(refused))
+    lines = df if args.all_configs else one_config_per_line(df)
+    print(format_summary(summarise(lines)))
+    for path in plot_results(lines, args.out, args.yscale, labels, all_configs=True):
         print(f"wrote {path}")
     return 1 if refused else 0
 
 
-def draw_figures(df: pd.DataFrame, names, out_dir) -> int:
-    """Draw the named paper figures; exit status 1 if a named one (or, for 'all', every
-    one) has no results."""
+def our_figures() -> list[str]:
+    """Figures of ours beside the paper's (the stale-actor extension, the validation-split
+    check, the K = 32 diagnostics), not the companions the paper's figures draw."""
+    companions = {spec.companion for spec in paper_figures.PAPER.values()}
+    return [n for n in figures.FIGURES if n not in paper_figures.PAPER and n not in companions]
+
+
+def draw_figures(df: pd.DataFrame, names, out_dir, paper: bool = True) -> int:
+    """Draw the named figures; exit status 1 if a named one (or, for 'all', every one)
+    has no results. A paper figure is always drawn, its panels without runs saying so.
+    paper=False: 'all' leaves the paper's figures out (the page drew them)."""
     every = "all" in names
-    names = list(figures.FIGURES) if every else list(dict.fromkeys(names))
+    names = ([*paper_figures.ORDER] * paper + our_figures()) if every else list(dict.fromkeys(names))
     drawn, missing = 0, 0
     for name in names:
         other = OTHER_FIGURES.get(name)
         try:
-            paths = other.draw(df, out_dir) if other else figures.draw(name, df, out_dir)
+            if other:
+                paths = other.draw(df, out_dir)
+            elif name in paper_figures.PAPER:
+                paths = paper_figures.draw(name, df, out_dir)
+            else:
+                paths = figures.draw(name, df, out_dir, dpi=DPI)
         except (other.NoData if other else figures.NoData) as e:
             print(f"{'skipped' if every else 'error'}: {e}", file=sys.stderr)
             missing += 1

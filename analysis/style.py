@@ -18,14 +18,35 @@ import matplotlib.pyplot as plt  # noqa: E402,F401
 import numpy as np  # noqa: E402
 import pandas as pd  # noqa: E402
 
-# Fixed colours so an algorithm looks the same in every figure.
-COLORS = {
-    "tpo": "#1f77b4", "grpo": "#d62728", "dg": "#2ca02c", "pg": "#ff7f0e", "ppo": "#9467bd",
-    "tpo_token": "#17becf", "grpo_token": "#e377c2", "tpo_no_anchor": "#aec7e8",
-    "group_pg": "#bcbd22", "grpo_no_kl": "#ff9896", "grpo_masked": "#8c564b", "ce": "#7f7f7f",
+# One colour, line style, width and name per method in every figure. The paper's methods
+# keep the artifact's plotting-script values (TPO blue, solid and thickest; GRPO orange; DG
+# red, dashed; ...); a token-level variant shares its sequence-level method's colour.
+PAPER_STYLE = {
+    "tpo": ("TPO", "#2C7BB6", "-", 2.6), "grpo": ("GRPO", "#F4A259", "-", 1.9),
+    "dg": ("DG", "#D62728", "--", 1.9), "ppo": ("PPO", "#ABD9E9", "--", 1.7),
+    "grpo_no_kl": ("GRPO (no KL)", "#018571", ":", 1.7), "pg": ("PG", "#ABD9E9", "--", 1.7),
+    "group_pg": ("Group PG", "#BF812D", "--", 1.7), "ce": ("CE", "#878787", ":", 1.7),
+    "tpo_no_anchor": ("TPO (no anchor)", "#8C510A", "-.", 1.7),
+    "grpo_masked": ("GRPO (zv-masked)", "#7B3294", "--", 1.7),
+    "tpo_token": ("TPO_token", "#2C7BB6", "-", 2.6), "grpo_token": ("GRPO_token", "#F4A259", "-", 1.9),
 }
-FALLBACK = ["#393b79", "#637939", "#8c6d31", "#843c39", "#7b4173", "#3182bd", "#e6550d", "#31a354"]
+COLORS = {algo: s[1] for algo, s in PAPER_STYLE.items()}
+# Other methods: Paul Tol's colour-blind-safe "muted" palette, minus the hues the paper's take.
+FALLBACK = ["#332288", "#AA4499", "#999933", "#882255", "#44AA99", "#CC6677", "#DDCC77", "#117733"]
 LINESTYLES = ["-", "--", ":", "-."]
+# rcParams of the paper's figures: serif STIX type, no top or right spine.
+PAPER_RC = {"font.family": "serif", "font.serif": ["STIXGeneral", "DejaVu Serif"],
+            "mathtext.fontset": "stix", "axes.spines.top": False, "axes.spines.right": False,
+            "axes.titlesize": 10, "axes.labelsize": 10, "xtick.labelsize": 8.5,
+            "ytick.labelsize": 8.5, "legend.fontsize": 8.5, "legend.edgecolor": "#B5B5B5",
+            "legend.framealpha": 1.0, "legend.fancybox": False}
+DPI = 300  # every saved PNG
+MIN_PX = 1500  # and at least this wide: a narrow figure is saved at a higher dpi
+
+
+def png_dpi(fig, dpi: int = DPI) -> int:
+    """dpi, raised where the figure would be under MIN_PX wide (below DPI: a draft, as asked)."""
+    return dpi if dpi < DPI else max(dpi, -(-MIN_PX // fig.get_size_inches()[0]))
 
 COLUMN_IN = 3.3  # a paper column: one panel is drawn this wide, so its text prints at size
 LEGEND_PT = 7  # the smallest size legible in print at that width
@@ -37,6 +58,36 @@ LOG_FLOOR = 1e-4  # a log axis cannot show the band's lower edge at or below zer
 def color_for(algo: str) -> str:
     # crc32 rather than hash(): Python's str hash changes between processes.
     return COLORS.get(algo, FALLBACK[zlib.crc32(algo.encode()) % len(FALLBACK)])
+
+
+def method_label(algo: str) -> str:
+    return PAPER_STYLE[algo][0] if algo in PAPER_STYLE else algo
+
+
+def method_styles(algos) -> dict:
+    """algo -> (colour, line style, width) for the methods of one figure: the paper's
+    methods their fixed look; any other a palette colour no method of this figure has
+    taken (line styles vary once the palette is spent), so colours never repeat in a figure
+    while the palette lasts."""
+    algos = list(dict.fromkeys(algos))
+    out, taken = {}, set()
+    for a in algos:
+        if a in PAPER_STYLE and PAPER_STYLE[a][1] not in taken:
+            out[a] = PAPER_STYLE[a][1:]
+            taken.add(out[a][0])
+    rest = [a for a in algos if a not in out]
+    for i, a in enumerate(rest):
+        free = [c for c in FALLBACK if c not in taken]
+        start = zlib.crc32(a.encode()) % len(FALLBACK)
+        pref = [c for c in FALLBACK[start:] + FALLBACK[:start] if c in free]
+        if pref:
+            color, ls = pref[0], "-"
+        else:  # palette spent: colours repeat, line styles tell the lines apart
+            color = FALLBACK[i % len(FALLBACK)]
+            ls = LINESTYLES[1 + (i // len(FALLBACK)) % (len(LINESTYLES) - 1)]
+        taken.add(color)
+        out[a] = (color, ls, 1.7)
+    return out
 
 
 def fmt(v) -> str | None:

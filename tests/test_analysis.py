@@ -196,7 +196,7 @@ def test_summarise_hand_computed(results):
     line_b = next(l for l in text.splitlines() if "optim.lr=0.01" in l)
     assert "—" in line_b and "0/1 seeds" in line_b
     line_a = next(l for l in text.splitlines() if l.startswith("tpo (optim.lr=0.001"))
-    assert "1/2 seeds" in line_a and "0.0050 ± 0.0035" in line_a
+    assert "1/2 seeds" in line_a and "0.50 ± 0.35 %" in line_a  # percent
 
 
 def test_legend_labels(results):
@@ -220,16 +220,16 @@ def test_plot_files_legend_and_scales(results, tmp_path, monkeypatch):
         assert head.startswith(b"\x89PNG" if p.suffix == ".png" else b"%PDF")
         assert p.stat().st_size > 1000
 
-    axes = {f.axes[0].get_title(): f.axes[0] for f in figs}
+    axes = {f.get_suptitle().split(",")[0]: f.axes[0] for f in figs}  # the task's name first
     copy_ax = axes["copy"]
     texts = [t.get_text() for t in copy_ax.get_legend().get_texts()]
     assert len(texts) == 3  # A and B not pooled, plus grpo
-    assert "tpo (optim.lr=0.001, n=2)" in texts and any(t.startswith("grpo (") for t in texts)
+    assert "TPO (optim.lr=0.001, n=2)" in texts and any(t.startswith("GRPO") for t in texts)
     assert copy_ax.get_yscale() == "log" and axes["reverse_h8"].get_yscale() == "linear"
 
     # Colour is fixed per algorithm; the band never reaches zero on a log axis.
     colors = {l.get_label(): l.get_color() for l in copy_ax.get_lines()}
-    assert colors["tpo (optim.lr=0.001, n=2)"] == style.COLORS["tpo"]
+    assert colors["TPO (optim.lr=0.001, n=2)"] == style.COLORS["tpo"]
     for band in copy_ax.collections:
         assert min(p.vertices[:, 1].min() for p in band.get_paths()) >= style.LOG_FLOOR
 
@@ -301,17 +301,17 @@ def test_a_task_with_a_held_out_error_gets_its_panel(results, tmp_path, monkeypa
     held = results[results["task.name"] == "copy"].copy()
     held["test_error"] = np.where(held["step"] % 2 == 0, 1.0 - held["error"], np.nan)
     plot.plot_results(pd.concat([held, results[results["task.name"] != "copy"]]), tmp_path)
-    by_task = {f.axes[0].get_title().split(":")[0]: f for f in figs}
+    by_task = {f.get_suptitle().split(",")[0]: f for f in figs}
     assert len(by_task["reverse_h8"].axes) == 1  # no held-out column: one panel
     train, test = by_task["copy"].axes[:2]
-    assert test.get_ylabel() == "held-out error" and train.get_ylabel() == "error"
+    assert test.get_ylabel() == "held-out error (%)" and train.get_ylabel() == "error (%)"
     line = next(l for l in test.get_lines() if l.get_color() == style.color_for("grpo"))
     steps, means = line.get_data()
     assert list(steps) == [0, 2] and list(means) == [1 - 0.9, 1 - 0.2]
     # one legend for both panels, naming every line once
     labels = [t.get_text() for t in by_task["copy"].legends[0].get_texts()]
-    assert len(labels) == 3 and sum(l.startswith("grpo") for l in labels) == 1
+    assert len(labels) == 3 and sum(l.startswith("GRPO") for l in labels) == 1
     # and the summary's held-out columns: grpo's held-out curve is 1 - 0.9 at step 0, 1 - 0.2 at 2
     row = plot.summarise(held).set_index("config_hash").loc["C"]
     assert (row.first_test_error, row.final_test_error_mean) == pytest.approx((0.1, 0.8))
-    assert "0.1000 -> 0.8000" in plot.format_summary(plot.summarise(held))
+    assert "10.00 -> 80.00" in plot.format_summary(plot.summarise(held))

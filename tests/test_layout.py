@@ -9,8 +9,10 @@ from conftest import REPO
 
 GENERIC = {"analysis.collect", "analysis.stats", "analysis.configs", "analysis.style",
            "analysis.labels", "analysis.plot"}
-# plot --figure NAME draws the paper's figures: the one way from the generic room out.
-ALLOWED_OUT = {("analysis.plot", "analysis.paper.figures")}
+# plot --figure NAME draws the paper's figures (--page, their comparison page): the one way
+# from the generic room out.
+ALLOWED_OUT = {("analysis.plot", "analysis.paper.figures"), ("analysis.plot", "analysis.paper.paper_figures"),
+               ("analysis.plot", "analysis.paper.page")}
 
 
 def modules() -> dict[str, Path]:

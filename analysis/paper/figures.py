@@ -26,7 +26,7 @@ from analysis.configs import pick_config
 from analysis.labels import compact_labels, label_text, se_text, short_key, title_items
 from analysis.paper import experiments
 from analysis.paper.experiments import ALIASES, EXPERIMENTS, TARGETS
-from analysis.style import (COLUMN_IN, LEGEND_PT, LINESTYLES, LOG_FLOOR, SUPTITLE_PT, TITLE_PT,
+from analysis.style import (DPI, COLUMN_IN, png_dpi, LEGEND_PT, LINESTYLES, LOG_FLOOR, SUPTITLE_PT, TITLE_PT,
                             color_for, fmt, legend_below, plt, threshold_line, wrap)
 from contract import io
 
@@ -133,6 +133,17 @@ FIGURES = {f.name: f for f in [
             ("target mass (TPO): success -, fail --", ("q_success", "q_fail"), "mean q"),
             ("|A| (GRPO): success -, fail --", ("absA_success", "absA_fail"), "mean |A|"),
         ]), ncols=3),
+    # The mechanism figures' diagnostics where they exist at H = 8: the terminal H sweep's runs.
+    Figure("mechanism_h8", tuple(
+        Panel(title, {"H": 8, "match": "prompts"}, y=y, ylabel=label, scale="linear")
+        for title, y, label in [
+            ("error (K 8, B 100)", ("error",), EXACT),
+            ("gradient norm (first epoch)", ("grad_norm",), "||g||"),
+            ("all-fail fraction", ("all_fail_frac",), "fraction of groups"),
+            ("success fraction", ("success_prompt_frac",), "fraction of prompts"),
+            ("target mass (TPO): success -, fail --", ("q_success", "q_fail"), "mean q"),
+            ("|A| (GRPO): success -, fail --", ("absA_success", "absA_fail"), "mean |A|"),
+        ]), ncols=3, experiment="terminal_h_sweep"),
 ]}
 
 
@@ -248,8 +259,10 @@ def _skip(p: Panel) -> set:
     return shown
 
 
-def render(name: str, df: pd.DataFrame):
-    """The matplotlib figure of one paper figure; NoData if nothing in df belongs to it.
+def render(name: str, df: pd.DataFrame, title: str | None = None):
+    """The matplotlib figure of one experiment, every run of it (the paper's form is
+    analysis/paper/paper_figures.py); NoData if nothing in df belongs to it. title:
+    instead of the experiment's.
     Titles name the task's parameters from the data (figure title: those every panel
     shares; panel titles: the rest), the bands' seed count, and a shared legend below."""
     spec = FIGURES[name]
@@ -296,7 +309,7 @@ def render(name: str, df: pd.DataFrame):
         ax.remove()
     ns = set().union(*(e.ns for e in entries)) if entries else set()
     caption = [text for _, text in common] + ([se_text(ns)] if ns else [])
-    fig.suptitle("\n".join([spec.title, wrap(caption, COLUMN_IN * ncols, SUPTITLE_PT)]),
+    fig.suptitle("\n".join([title or spec.title, wrap(caption, COLUMN_IN * ncols, SUPTITLE_PT)]),
                  fontsize=SUPTITLE_PT)
     handles, labels = [], []
     for e in entries:
@@ -318,12 +331,24 @@ def _save(fig, name: str, out_dir, dpi: int) -> list[Path]:
     for ext in ("png", "pdf"):
         paths.append(out_dir / f"{name}.{ext}")
         # No creation date in the PDF: a regenerated report changes only where data did.
-        io.save_figure(fig, paths[-1], dpi=dpi, metadata={"CreationDate": None} if ext == "pdf" else None)
+        io.save_figure(fig, paths[-1], dpi=png_dpi(fig, dpi), metadata={"CreationDate": None} if ext == "pdf" else None)
+    compact_png(paths[0])
     plt.close(fig)
     return paths
 
 
-def draw(name: str, df: pd.DataFrame, out_dir, dpi: int = 150) -> list[Path]:
+def compact_png(path: Path) -> None:
+    """Rewrite a saved PNG with a 256-colour palette (lines, bands and text need no more):
+    a third of the bytes in the repository, the same pixels to the eye and the same dpi."""
+    from PIL import Image
+    with Image.open(path) as im:
+        dpi = im.info.get("dpi")
+        small = im.convert("RGB").quantize(256, method=Image.Quantize.MEDIANCUT)
+    with io.atomic_path(path) as tmp:
+        small.save(tmp, format="PNG", optimize=True, **({"dpi": dpi} if dpi else {}))
+
+
+def draw(name: str, df: pd.DataFrame, out_dir, dpi: int = DPI) -> list[Path]:
     """Draw one figure as PNG and PDF into out_dir; returns the paths (PNG first)."""
     return _save(render(name, df), name, out_dir, dpi)
 
@@ -375,5 +400,5 @@ def render_seed_distributions(groups, title: str):
     return fig
 
 
-def draw_seed_distributions(groups, title: str, out_dir, dpi: int = 150) -> list[Path]:
+def draw_seed_distributions(groups, title: str, out_dir, dpi: int = DPI) -> list[Path]:
     return _save(render_seed_distributions(groups, title), SEEDS_FIGURE, out_dir, dpi)

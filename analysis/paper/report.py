@@ -29,7 +29,7 @@ import pandas as pd
 
 from analysis import collect, stats
 from analysis.configs import pick_config
-from analysis.paper import experiments, figures
+from analysis.paper import experiments, figures, paper_figures
 from analysis.paper import verdicts as V
 from analysis.paper.experiments import ALIASES, EXPERIMENTS
 from analysis.style import fmt
@@ -694,7 +694,8 @@ def build(df: pd.DataFrame, out: Path, fig_dir: Path, runs_root: Path | None = N
     if not any(judged_anything(numbers + claims) for *_, numbers, claims, _ in judged):
         raise NothingToReport("no row of the results table matches any paper number or claim "
                               "(analysis/paper/paper_numbers.csv)")
-    n_figures = sum(name in figures.FIGURES and not sel.empty for name, _, sel, *_ in judged)
+    n_figures = sum((name in figures.FIGURES or name in paper_figures.PAPER) and not sel.empty
+                    for name, _, sel, *_ in judged)
     progress(f"drawing {n_figures} figure{'s' * (n_figures != 1)} into {fig_dir}")
     sections, parts, seed_groups = [], [], {}
     for name, exp, sel, numbers, claims, paired in judged:
@@ -707,7 +708,10 @@ def build(df: pd.DataFrame, out: Path, fig_dir: Path, runs_root: Path | None = N
             span = f"{seeds.min()}" if seeds.min() == seeds.max() else f"{seeds.min()}–{seeds.max()}"
             text += [f"Runs: {n_runs} ({len(seeds)} configurations, {span} seeds each). "
                      f"Hardware: {hardware(sel, runs_root, given_hw)}.", ""]
-            if name in figures.FIGURES:
+            if name in paper_figures.PAPER:  # the paper's form, then its companion
+                for png in paper_figures.draw(name, df, fig_dir)[::2]:
+                    text += [f"![{png.stem}]({Path(os.path.relpath(png, out.parent)).as_posix()})", ""]
+            elif name in figures.FIGURES:
                 try:
                     png = figures.draw(name, df, fig_dir)[0]
                     text += [f"![{name}]({Path(os.path.relpath(png, out.parent)).as_posix()})", ""]

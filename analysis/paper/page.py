@@ -1,0 +1,119 @@
+"""The comparison page (docs/figures.md): each of the paper's figures redrawn in its form,
+beside a description of the paper's own, with our seed counts and the verdicts of the
+paper's numbers read off that figure (the report's rules: analysis/paper/report.py).
+
+    python analysis/plot.py --figure all --add-runs reproduction/runs/terminal \
+        --add-runs reproduction/runs/llm --results reproduction/results.parquet \
+        --out reproduction/figures --page docs/figures.md
+
+The page's images are copies of the PNGs, scaled to PREVIEW_PX wide, in figures/ beside it.
+"""
+from __future__ import annotations
+
+import os
+from pathlib import Path
+
+import pandas as pd
+
+from analysis.paper import experiments, figures, paper_figures
+from analysis.paper import report as R
+from analysis.style import DPI
+from contract import io
+
+PREVIEW_PX = 1500
+SHOWN = ["algorithm", "setting", "metric", "paper", "ours", "seeds", "verdict"]
+# The paper numbers each figure shows: (experiment of paper_numbers.csv, filter on its rows).
+NUMBERS = {
+    "hero": [("mnist", {"algo": ("tpo", "grpo", "dg"), "metric": ("final_error_pct",)}),
+             ("terminal_h_sweep", {"algo": ("tpo", "grpo", "dg"), "H": ("10",), "match": ("prompts",)})],
+    "gradient_norms": [], "all_fail": [], "multiepoch": [],
+    "llm": [("llm_gsm8k", {}), ("llm_graph_color", {})],
+}
+
+
+def numbers(name: str, df: pd.DataFrame, paper: pd.DataFrame, seeds: dict) -> list[dict]:
+    spec = paper_figures.PAPER[name]
+    blocks = NUMBERS.get(name, [(spec.experiment, {})])
+    lines = []
+    for exp, cond in blocks:
+        rows = paper[(paper["experiment"] == exp) & (paper["kind"] == "number")]
+        for key, allowed in cond.items():
+            rows = rows[rows[key].isin(allowed)]
+        if rows.empty:
+            continue
+        sel = experiments.select(df, exp) if exp in experiments.EXPERIMENTS else df.iloc[:0]
+        lines += [R.number_line(r, sel, seeds) for _, r in rows.iterrows()]
+    return lines
+
+
+def preview(png: Path, dest: Path) -> Path:
+    """A copy of png at most PREVIEW_PX wide (the page's image, kept small)."""
+    from PIL import Image
+    dest.parent.mkdir(parents=True, exist_ok=True)
+    with Image.open(png) as im:
+        if im.width > PREVIEW_PX:
+            im = im.resize((PREVIEW_PX, round(im.height * PREVIEW_PX / im.width)), Image.LANCZOS)
+        im = im.convert("P", palette=Image.ADAPTIVE, colors=256)
+        with io.atomic_path(dest) as tmp:
+            im.save(tmp, format="PNG", optimize=True)
+    return dest
+
+
+def section(name: str, df, out_page: Path, fig_dir: Path, paper, seeds) -> str:
+    spec = paper_figures.PAPER[name]
+    info = {}
+    paths = paper_figures.draw(name, df, fig_dir, info=info)
+    drawn = info["drawn"]
+    for path in paths:
+        print(f"wrote {path}")
+    img_dir = out_page.parent / "figures"
+    pngs = [p for p in paths if p.suffix == ".png"]
+    text = [f"## Figure {spec.number}: `{name}`", "",
+            f"**The paper's figure.** {spec.paper}", ""]
+    for png in pngs:
+        shown = preview(png, img_dir / png.name)
+        rel = Path(os.path.relpath(shown, out_page.parent)).as_posix()
+        what = "Ours, in the paper's form" if png.stem == name else "Companion: our runs not in the paper's figure"
+        text += [f"**{what}** (`{png.as_posix()}`):", "", f"![{png.stem}]({rel})", ""]
+    lines = numbers(name, df, paper, seeds)
+    groups = {l["_group"]: figures.SeedGroup(l["algorithm"], l["_per_seed"], seeds[l["_group"]])
+              for l in lines if l["_group"] in seeds and l["_per_seed"]}
+    if groups:  # the paper's per-seed values are known: ours beside them
+        png = figures.draw_seed_distributions(list(groups.values()), R.SEEDS_TITLE, fig_dir, dpi=DPI)[0]
+        rel = Path(os.path.relpath(preview(png, img_dir / png.name), out_page.parent)).as_posix()
+        text += [f"**Per seed, ours beside the paper's** (`{png.as_posix()}`):", "", f"![{png.stem}]({rel})", ""]
+    text += [f"**Seeds per line.** {paper_figures.seed_note(drawn)}.", ""]
+    if lines:
+        shown = [{k: l[k] for k in SHOWN} for l in lines]
+        text += ["**The paper's numbers read off this figure, with our verdicts** (rules: "
+                 "`REPRODUCTION.md`):", "", R.md_table(shown), ""]
+    else:
+        text += ["The paper prints no number of its own for this figure in our table.", ""]
+    return "\n".join(text)
+
+
+def write(df: pd.DataFrame, out_page: Path, fig_dir: Path) -> Path:
+    """Draw every paper figure into fig_dir, their previews beside out_page, and the page."""
+    paper, seeds = R.load_paper(), R.load_paper_seeds()
+    head = ["# The paper's figures, redrawn", "",
+            "Each of the paper's 17 figures drawn from our committed runs in the paper's form: "
+            "its panels, methods, colours and line styles (TPO blue, solid and thickest; GRPO "
+            "orange; DG red, dashed; one look per method in every figure), axis ranges, "
+            "smoothing and panel letters, with ± 1 SE bands over seeds. Beside each, the "
+            "paper's figure in words, our seed counts and the verdicts of the paper's numbers "
+            "it shows. Runs the paper's figure does not have (other methods, other "
+            "configurations) are in its companion figure; a panel we have not run says so.", "",
+            "Generated by `python analysis/plot.py --figure all --results "
+            "reproduction/results.parquet --add-runs reproduction/runs/terminal --add-runs "
+            "reproduction/runs/llm --out reproduction/figures --page docs/figures.md`; do not "
+            "edit by hand.", "",
+            "Your own runs: `python analysis/plot.py --results outputs/results.parquet` draws one "
+            "figure per task (method names in the legend, or yours with `--labels "
+            "tpo=Ours,grpo=GRPO`; `--methods tpo,grpo` and `--where H=10` pick the lines; a "
+            "method's configuration with the most seeds is its line, `--all-configs` draws "
+            "every one), a PNG of at least 1,500 px at 300 dpi or more beside a PDF, and prints "
+            "per task a table in percent, best line first (final error = error at the last "
+            "step).", ""]
+    body = [section(name, df, out_page, fig_dir, paper, seeds) for name in paper_figures.ORDER]
+    io.write_text(out_page, "\n".join(head + body))
+    return out_page

@@ -1,0 +1,527 @@
+"""The paper's 17 figures in the paper's form: its panels, methods, colours and line
+styles, axis scales and ranges, smoothing, axis labels and panel letters, +-1 SE bands
+over seeds and a boxed legend of method names (analysis/style.py's PAPER_STYLE).
+
+A preset (PAPER) lists per panel the lines the paper draws: a method and, where the paper
+splits one (K, epochs, eta), that setting. Each line is one configuration of the
+experiment's rows (analysis/configs.pick_config: most seeds, then longest log). Whatever
+else the experiment ran (extra methods, other configurations) goes to the companion
+figure `<name>_companion`, drawn by analysis/paper/figures.py's generic layout; a panel
+with no runs, or a metric no run records, is drawn empty with a one-line reason.
+"""
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass, field
+from pathlib import Path
+
+import numpy as np
+import pandas as pd
+
+from analysis import stats
+from analysis.configs import algo_defaults, pick_config
+from analysis.paper import experiments, figures
+from analysis.paper.experiments import ALIASES
+from analysis.style import DPI, PAPER_RC, png_dpi, PAPER_STYLE, color_for, method_label, plt
+from contract import io
+
+EXACT, SEQERR = "Exact-match error", "Sequence error"
+
+
+@dataclass(frozen=True)
+class Line:
+    algo: str
+    where: dict = field(default_factory=dict)  # the setting that splits a method (K = 4)
+    label: str = ""  # legend text; default the method's name
+    shade: float = 0.0  # 0: the method's colour; > 0 lighter, < 0 darker tones of it
+
+
+@dataclass(frozen=True)
+class Panel:
+    title: str
+    lines: tuple
+    where: dict = field(default_factory=dict)
+    y: str = "error"
+    y2: str = ""  # a second metric of the same lines, dashed (failed vs successful candidates)
+    kind: str = "curve"  # curve | final (vs x) | bars (one per line, or per line and x)
+    x: str = ""  # final / bars: the setting on the x axis
+    xs: tuple = ()
+    scale: str = "linear"
+    ylim: tuple | None = None
+    xlim: tuple | None = None
+    smooth: int = 0  # trailing moving average over this many steps
+    xlabel: str = "Episode"
+    ylabel: str = EXACT
+    percent: bool = False  # bars: y in percent
+    missing: str = ""  # the metric no run records: the panel is drawn empty, saying so
+    legend: bool = False  # a legend of its own (the paper's mechanism figures)
+
+
+@dataclass(frozen=True)
+class PaperFigure:
+    name: str
+    number: int
+    experiment: str
+    panels: tuple
+    ncols: int
+    paper: str  # the paper's figure in our words: what each panel shows, who should be where
+    size: tuple = (3.3, 2.6)  # inches per panel
+    legend: str = "top"  # top | bottom | panels
+    companion: str | None = None  # figures.FIGURES layout for the runs not drawn here
+    label: str = ""  # appended to the caption line, e.g. that the panels are other runs
+    row_labels: tuple = ()  # grids: the first column's y label names its row
+
+
+def _lines(*algos, **where) -> tuple:
+    return tuple(Line(a, dict(where)) for a in algos)
+
+
+def _shades(algo, key, values, fmt="{}") -> tuple:
+    """A line per value of a swept setting, light to dark tones of the method's colour."""
+    tones = np.linspace(0.6, -0.55, len(values))
+    return tuple(Line(algo, {key: v}, f"{fmt.format(v)}", shade=float(t)) for t, v in zip(tones, values))
+
+
+TERM = ("tpo", "grpo", "grpo_no_kl", "dg", "ppo")
+DENSE = ("tpo_token", "grpo_token", "dg", "ppo")
+MECH = dict(H=8, K=32, B=256)
+# Figure 10(b)'s weight proxy: target mass q for TPO, |A| for GRPO (successes, failures).
+PROXY = {"grpo": ("absA_success", "absA_fail"), "grpo_no_kl": ("absA_success", "absA_fail")}
+TARGET_NAMES = {"copy": "Copy", "flip": "Flip", "reverse_copy": "Reverse copy", "reverse_flip": "Reverse flip"}
+
+
+def _mech(name, number, experiment, panels, paper, ncols=2, companion=None):
+    return PaperFigure(name, number, experiment, panels, ncols, paper, size=(3.4, 2.6),
+                       legend="panels", companion=companion)
+
+
+PAPER = {f.name: f for f in [
+    PaperFigure("hero", 1, "hero", (
+        Panel("(a) MNIST contextual bandit", _lines("tpo", "grpo", "dg"), {"task": "mnist"},
+              ylim=(0.025, 0.15), xlabel="Step", ylabel="Classification error"),
+        Panel("(b) Token reversal (sparse reward)", _lines("tpo", "grpo", "dg"),
+              {"task": "seq", "H": 10, "match": "prompts"}, ylim=(0.0, 1.05), smooth=40),
+    ), 2, "(a) MNIST bandit, dense reward: TPO slightly below DG, GRPO far above both "
+          "(0.14 -> 0.06), on a linear 0.03-0.14 axis. (b) Terminal reward, H = 10, "
+          "prompt-matched, 40-episode moving average: DG flat at 1.0, GRPO ends near 0.5, "
+          "TPO near 0.1. 20 seeds.", legend="bottom", companion="hero"),
+    PaperFigure("tabular_single", 2, "tabular_single", (
+        Panel("(a) Policy error", _lines("tpo", "grpo", "dg", "pg"), scale="log",
+              ylim=(1e-4, 1.2), xlabel="Step", ylabel=r"Error $\varepsilon = 1-\pi(y^*)$"),
+        Panel("(b) Gradient misalignment", _lines("tpo", "grpo", "dg", "pg"), y="misalignment",
+              scale="log", ylim=(1e-4, 1.2), xlabel="Step", ylabel=r"$1-\cos(g, g^*_{PG})$"),
+    ), 2, "(a) Single-context bandit (K 100, B 100): TPO and DG fall together to 1e-4 by "
+          "step ~140, GRPO flattens near 3e-3, PG lags then falls. (b) TPO's misalignment to "
+          "the oracle gradient drops below 1e-4 by step ~30; GRPO's rises towards 1.",
+        companion="tabular_single"),
+    PaperFigure("tabular_multi", 3, "tabular_multi", (
+        Panel("(a) Average error", _lines("tpo", "grpo", "dg", "pg", "ce"), scale="log",
+              ylim=(5e-4, 1.2), xlabel="Step", ylabel=r"Average error $1-\bar p$"),
+        Panel("(b) Misalignment to CE oracle", _lines("tpo", "grpo", "dg", "pg"), y="misalignment",
+              scale="log", ylim=(1e-4, 0.6), xlabel="Step", ylabel=r"$1-\cos(g, g^*_{CE})$"),
+    ), 2, "(a) Multi-context bandit (N 100, K 10, exact gradients): all converge, CE "
+          "fastest, TPO next, then GRPO, DG, PG. (b) TPO's misalignment to CE sits near "
+          "0.05 and drops to zero; GRPO, DG and PG stay near 0.1-0.5.", companion="tabular_multi"),
+    PaperFigure("mnist", 4, "mnist", (
+        Panel("(a) Learning curves", _lines("tpo", "dg", "group_pg", "grpo", "pg"), scale="log",
+              ylim=(0.025, 0.15), xlabel="Step", ylabel="Classification error"),
+        Panel("(b) Extra gain on concentrated mistakes", _lines("tpo", "dg"), kind="bars",
+              xlabel="Wrong-class concentration", ylabel=r"Excess gain in $p_y$",
+              missing="not recorded: no run logs per-example true-class gains at step 2,000"),
+    ), 2, "(a) MNIST, log axis: TPO lowest (~0.029 at 10k), DG just above, Group PG, GRPO "
+          "and PG together near 0.06-0.07. (b) At step 2,000, TPO's extra gain in the true "
+          "class over a one-vs-rest baseline grows with wrong-class concentration "
+          "(to ~0.07); DG's stays at or below zero.", companion="mnist"),
+    PaperFigure("vocab_sweep", 5, "vocab_sweep", tuple(
+        Panel(f"$V = {v}$", _lines(*DENSE), {"V": v}, ylim=(0.0, 0.52), smooth=10,
+              ylabel=SEQERR) for v in (2, 4, 8, 16)), 4,
+        "Bag-of-tokens reward, K 8 token candidates, V 2-16: TPO_token drops to zero "
+        "first in every panel, then GRPO_token, PPO, and DG last; the gap widens with V.",
+        size=(2.6, 2.2), companion="vocab_sweep"),
+    PaperFigure("task_variants", 6, "task_variants", tuple(
+        Panel(TARGET_NAMES[t] if (m, r) == ("Prompt", "bag") else "", _lines(*DENSE),
+              {"match": f"{m.lower()}s", "reward": rk, "target": t}, ylim=(0.0, 0.95 if rk != "bag_of_tokens" else 0.52),
+              smooth=10, ylabel=SEQERR)
+        for m in ("Prompt", "Interaction") for r, rk in (("bag", "bag_of_tokens"), ("seq", "sequential"))
+        for t in TARGET_NAMES), 4,
+        "Rows: prompt-matched bag-of-tokens, prompt-matched sequential, then both "
+        "interaction-matched; columns: copy, flip, reverse copy, reverse flip. TPO_token "
+        "reaches ~0 first everywhere; under sequential reward GRPO_token and PPO stall. "
+        "(Its legend also lists a green dotted GRPO (no KL), not run on dense tasks here.)",
+        size=(2.6, 2.0), companion="task_variants",
+        row_labels=("Prompt-matched\nBag of tokens", "Prompt-matched\nSequential",
+                    "Interaction-matched\nBag of tokens", "Interaction-matched\nSequential")),
+    PaperFigure("terminal_h_sweep", 7, "terminal_h_sweep", tuple(
+        Panel(f"$H = {h}$" if m == "Prompt" else "", _lines(*TERM), {"match": f"{m.lower()}s", "H": h},
+              ylim=(0.0, 1.05), smooth=40)
+        for m in ("Prompt", "Interaction") for h in (7, 8, 9, 10)), 4,
+        "Terminal reward, top row prompt-matched, bottom interaction-matched, H 7-10: TPO "
+        "lowest in every panel (~0.05-0.2); GRPO next, degrading with H; DG, PPO and GRPO "
+        "(no KL) near 1.0 from H 9.", size=(2.6, 2.0), companion="terminal_h_sweep",
+        row_labels=("Prompt\nmatched", "Interaction\nmatched")),
+    PaperFigure("ablations", 8, "ablations", tuple(
+        Panel(f"$H = {h}$", _lines("tpo", "grpo", "grpo_no_kl", "tpo_no_anchor", "group_pg"),
+              {"H": h}, ylim=(0.0, 1.05), smooth=40) for h in (7, 8, 10)), 3,
+        "Terminal reward, prompt-matched, H 7, 8, 10: full TPO lowest; GRPO next; GRPO (no "
+        "KL) rises again after ~500 episodes; TPO (no anchor) plateaus ~0.9; Group PG stays "
+        "at 1.0. At H = 10 every ablation is at 1.0.", size=(3.0, 2.3), companion="ablations"),
+    PaperFigure("llm", 9, "llm", (
+        Panel("GSM8K - Qwen3-1.7B", _lines("tpo", "grpo"), {"task.dataset": "gsm8k"}, y="pass_at_1",
+              xlabel="Step", ylabel="Accuracy", ylim=(0, 1)),
+        Panel("Graph color - Qwen3-1.7B", _lines("tpo", "grpo"), {"task.dataset": "graph_color"},
+              y="reward_mean", xlabel="Step", ylabel="Accuracy", ylim=(0, 1)),
+        Panel("Knights & Knaves - Qwen3-1.7B", _lines("tpo", "grpo"),
+              {"task.dataset": "knights_knaves"}, y="reward_mean", xlabel="Step",
+              ylabel="Accuracy", ylim=(0, 1)),
+    ), 3, "Qwen3-1.7B (top) and R1-Distill-Qwen-1.5B (bottom), K 16: GSM8K held-out "
+          "accuracy, TPO reaches 50 % ~10 steps before GRPO, both end ~0.85; graph "
+          "colouring train score, TPO ~0.95, GRPO falls to ~0.1 on Qwen3; Knights & Knaves "
+          "level. Our panels: the LLM runs that exist.", companion=None,
+        label="Drawn from the LLM runs that exist (reproduction/runs/llm), not the paper's models"),
+    _mech("gradient_norms", 10, "diagnostics", (
+        Panel("(a)", _lines("tpo", "grpo", "ppo", "dg"), MECH, y="grad_norm", smooth=50,
+              ylabel="Gradient L2 norm", legend=True),
+        Panel("(b)", _lines("tpo", "grpo"), MECH, y="q_success", y2="q_fail", smooth=50,
+              ylabel="Weight proxy", legend=True),
+    ), "H 8, K 32: (a) GRPO's first-epoch gradient norm stays large (peaks ~140) all "
+       "run; TPO's (4 and 1 epochs), PPO's and DG's stay near zero. (b) Weight on successful "
+       "(solid) vs failed (dashed) candidates: TPO's target mass on failures vanishes by "
+       "episode ~150; GRPO's |A| on failures stays ~0.5-2.", companion="mechanism_h8"),
+    _mech("all_fail", 11, "diagnostics", (
+        Panel("(a)", _lines("tpo", "grpo", "grpo_no_kl"), MECH, y="all_fail_frac", smooth=50,
+              ylim=(-0.05, 1.05), ylabel="All-fail fraction", legend=True),
+        Panel("(b)", _lines(*TERM), MECH, y="success_prompt_frac", smooth=50,
+              ylim=(-0.05, 1.05), ylabel="Success fraction", legend=True),
+    ), "H 8, K 32: (a) ~90 % of groups all-fail at the start; TPO's fraction reaches ~0 by "
+       "episode ~250, GRPO's by ~600 with a residual, GRPO (no KL)'s climbs back to ~0.4. "
+       "(b) Fraction of prompts with a success: TPO ~1 by episode 200, GRPO ~0.9, DG ~0.85 "
+       "late.", companion="mechanism_h8"),
+    PaperFigure("k_sweep", 12, "k_sweep", (
+        Panel("(a) TPO", _shades("tpo", "K", (4, 8, 16, 32, 64), "$K$={}"), MECH | {"K": None},
+              ylim=(0, 0.55), smooth=50, legend=True),
+        Panel("(b) GRPO", _shades("grpo", "K", (4, 8, 16, 32, 64), "$K$={}"), MECH | {"K": None},
+              ylim=(0, 0.55), smooth=50, legend=True),
+        Panel("(c)", _lines("tpo", "grpo"), MECH | {"K": None}, kind="final", x="K",
+              xs=(4, 8, 16, 32, 64), xlabel="Candidates $K$", ylabel="Final error", legend=True),
+    ), 3, "H 8, epochs 4, K 4-64, 30 seeds: (a) TPO improves steadily with K; (b) GRPO "
+          "improves less and less monotonically; (c) final error, TPO 8.9 % -> 0.36 %, GRPO "
+          "19.4 % -> 4.4 % at K 32, 5.6 % at K 64.", size=(3.2, 2.5), legend="panels",
+        companion="k_sweep"),
+    PaperFigure("zero_variance_masking", 13, "zero_variance_masking", (
+        Panel("(a)", _lines("tpo", "grpo", "grpo_masked"), MECH | {"epochs": 4}, smooth=50,
+              ylim=(-0.02, 1.02), legend=True),
+        Panel("(b)", _lines("tpo", "grpo", "grpo_masked"), MECH | {"epochs": 4}, kind="bars",
+              xlabel="", ylabel="Final error"),
+    ), 2, "H 8, K 32, 4 epochs, 30 seeds: (a) TPO lowest from episode ~100; GRPO (zv-masked) "
+          "above GRPO throughout; (b) final error TPO 0.05 %, GRPO 6.3 %, masked 29.7 %.",
+        size=(3.4, 2.6), legend="panels", companion="zero_variance_masking"),
+    _mech("multiepoch", 14, "diagnostics", (
+        Panel("(a)", (Line("tpo", {"epochs": 4}, "TPO (4 ep)"), Line("tpo", {"epochs": 1}, "TPO (1 ep)", shade=0.5),
+                      Line("dg")), MECH | {"epochs": None}, smooth=50, ylim=(-0.02, 1.02), legend=True),
+        Panel("(b)", (Line("tpo", {"epochs": 4}, "TPO (4 ep)"), Line("tpo", {"epochs": 1}, "TPO (1 ep)", shade=0.5),
+                      Line("dg")), MECH | {"epochs": None}, y="grad_norm", smooth=50,
+              ylabel="Gradient L2 norm", legend=True),
+    ), "H 8, K 32: (a) TPO at 4 epochs reaches 0.2 % by episode 400, at 1 epoch 1.1 %; DG "
+       "plateaus at 14 %. (b) TPO (4 ep)'s gradient norm decays first, TPO (1 ep) spikes "
+       "later (~12); DG's stays low.", companion="mechanism_h8"),
+    PaperFigure("epoch_sweep", 15, "epoch_sweep", (
+        Panel("(a) TPO", _shades("tpo", "epochs", (1, 2, 4, 8, 16), "{} ep"), MECH | {"epochs": None},
+              ylim=(0, 0.55), smooth=50, legend=True),
+        Panel("(b) GRPO", _shades("grpo", "epochs", (1, 2, 4, 8, 16), "{} ep"), MECH | {"epochs": None},
+              ylim=(0, 0.55), smooth=50, legend=True),
+        Panel("(c)", _lines("tpo", "grpo"), MECH | {"epochs": None}, kind="final", x="epochs",
+              xs=(1, 2, 4, 8, 16), xlabel="Epochs", ylabel="Final error", legend=True),
+    ), 3, "H 8, K 32, epochs 1-16, 30 seeds: (a) TPO low at every count (< 2.3 %); (b) GRPO "
+          "worst at 2 epochs (37.6 %), best at 16 (1.1 %); (c) final error vs epochs.",
+        size=(3.2, 2.5), legend="panels", companion="epoch_sweep"),
+    PaperFigure("eta_sweep", 16, "eta_sweep", (
+        Panel(r"TPO temperature ablation (reverse copy, $V$=2)",
+              _shades("tpo_token", "eta", (0.25, 0.5, 1.0, 2.0, 4.0), r"$\eta = {:g}$"),
+              ylim=(0.0, 0.53), smooth=10, ylabel=SEQERR, legend=True),
+    ), 1, "Bag-of-tokens reverse copy, V 2: every eta in 0.25-2 reaches ~0 within ~140 "
+          "episodes; eta = 4 is slower (~250).", size=(4.2, 2.9), legend="panels",
+        companion="eta_sweep"),
+    PaperFigure("dg_epochs", 17, "dg_epochs", (
+        Panel("(a)", (Line("dg", {"epochs": 1}, "DG (1 ep)"), Line("dg", {"epochs": 4}, "DG (4 ep)", shade=-0.5)),
+              {"reward": "terminal"}, ylim=(0, 1.02), smooth=40, legend=True),
+        Panel("(b) Bag of tokens", (Line("dg", {"epochs": 1}, "DG (1 ep)"), Line("dg", {"epochs": 4}, "DG (4 ep)", shade=-0.5)),
+              {"reward": "bag_of_tokens"}, kind="bars", x="target", xs=tuple(TARGET_NAMES),
+              xlabel="Target logic", ylabel="Final error (%)", percent=True),
+        Panel("(c) Sequential", (Line("dg", {"epochs": 1}, "DG (1 ep)"), Line("dg", {"epochs": 4}, "DG (4 ep)", shade=-0.5)),
+              {"reward": "sequential"}, kind="bars", x="target", xs=tuple(TARGET_NAMES),
+              xlabel="Target logic", ylabel="Final error (%)", percent=True),
+    ), 3, "(a) Terminal reverse copy, 20 seeds: 1-epoch DG reaches 2.0 %, 4-epoch DG stays "
+          "at 48.3 %. (b, c) Final error on the eight dense variants (10 seeds): 4 epochs "
+          "worse in 7 of 8, most on sequential flip (0.07 % -> 4.56 %).",
+        size=(3.2, 2.5), legend="panels", companion="dg_epochs"),
+]}
+ORDER = sorted(PAPER, key=lambda n: PAPER[n].number)
+
+
+def shade(color: str, t: float) -> str:
+    """The method's colour (t = 0), lighter towards white (t > 0) or darker (t < 0)."""
+    import matplotlib.colors as mc
+    rgb = np.array(mc.to_rgb(color))
+    if t == 0:
+        return color
+    return mc.to_hex(rgb + (1 - rgb) * t if t > 0 else rgb * (1 + t))
+
+
+def line_style(line: Line) -> tuple[str, str, float]:
+    _, color, ls, lw = PAPER_STYLE.get(line.algo, (line.algo, color_for(line.algo), "-", 1.7))
+    return shade(color, line.shade), ls, lw
+
+
+def _where(block: dict) -> dict:
+    return {k: v for k, v in block.items() if v is not None}
+
+
+def line_rows(sel: pd.DataFrame, panel: Panel, line: Line) -> pd.DataFrame:
+    """One configuration of this line's method and setting in this panel."""
+    cond = {**_where(panel.where), **line.where, "algo": line.algo}
+    if algo_defaults(line.algo).get("k") == 1 and "K" not in line.where:
+        cond.pop("K", None)  # a single-sample method has no group size to match
+    if panel.kind != "curve" and panel.x:
+        cond.pop(panel.x, None)
+    return pick_config(sel[experiments.matches(sel, cond)]) if panel.x == "" or panel.kind == "curve" \
+        else sel[experiments.matches(sel, cond)]
+
+
+@dataclass
+class Drawn:
+    hashes: set = field(default_factory=set)
+    seeds: dict = field(default_factory=dict)  # legend label -> {panel (and x): seeds drawn}
+
+
+def _band(ax, x, mean, se, color, scale):
+    lo, hi = mean - se, mean + se
+    if scale == "log":
+        floor = 1e-8
+        lo, hi = np.clip(lo, floor, None), np.clip(hi, floor, None)
+    ax.fill_between(x, lo, hi, color=color, alpha=0.15, lw=0)
+
+
+def _curve(ax, p: Panel, sel, drawn: Drawn):
+    handles = []
+    for line in p.lines:
+        rows = line_rows(sel, p, line)
+        y1, y2 = PROXY.get(line.algo, (p.y, p.y2)) if p.y == "q_success" else (p.y, p.y2)
+        if rows.empty or y1 not in rows.columns:
+            continue
+        color, ls, lw = line_style(line)
+        label = line.label or method_label(line.algo)
+        for y, style in ((y1, ls), (y2, "--")):
+            if not y or y not in rows.columns or rows[y].notna().sum() == 0:
+                continue
+            wide = stats.moving_average(stats.seed_curves(rows, y), p.smooth)
+            if wide.empty:
+                continue
+            mean, se = stats.mean_se(wide)
+            tail = "" if not y2 else (" winners" if y == y1 else " losers")
+            h, = ax.plot(mean.index, mean.values, color=color, ls=style, lw=lw, label=label + tail)
+            _band(ax, mean.index, mean.values, se.values, color, p.scale)
+            handles.append(h)
+            drawn.hashes |= set(rows["config_hash"])
+            drawn.seeds.setdefault(label, {})[p.title] = wide.shape[1]
+    return handles
+
+
+def _final(rows: pd.DataFrame, y: str = "error"):
+    f = stats.final_stats(stats.seed_curves(rows, y))
+    return None if f is None else (f.mean, f.se, f.n_seeds)
+
+
+def _points(ax, p: Panel, sel, drawn: Drawn):
+    """final: the final error (seed mean +- SE) of each line over x; bars: one bar per
+    line (and x category)."""
+    handles, col = [], ALIASES.get(p.x, p.x)
+    cats = list(p.xs) if p.xs else [None]
+    width = 0.8 / len(p.lines) if p.kind == "bars" and p.x else 0.7
+    for j, line in enumerate(p.lines):
+        color, ls, lw = line_style(line)
+        label = line.label or method_label(line.algo)
+        xs, ys, es = [], [], []
+        for i, xv in enumerate(cats):
+            rows = line_rows(sel, p, line)
+            if xv is not None:
+                rows = pick_config(rows[rows[col] == xv]) if col in rows.columns else rows.iloc[:0]
+            got = None if rows.empty else _final(rows)
+            if got is None:
+                continue
+            scale = 100 if p.percent else 1
+            xs.append(xv if p.kind == "final" else (i + (j - (len(p.lines) - 1) / 2) * width if p.x else j))
+            ys.append(got[0] * scale)
+            es.append(got[1] * scale)
+            drawn.hashes |= set(rows["config_hash"])
+            drawn.seeds.setdefault(label, {})[(p.title, xv)] = got[2]
+        if not xs:
+            continue
+        if p.kind == "final":
+            h = ax.errorbar(xs, ys, yerr=es, color=color, ls=ls, lw=lw, marker="os"[j % 2], ms=4,
+                            capsize=3, label=label)
+        else:
+            h = ax.bar(xs, ys, width=width, yerr=es, color=color, alpha=0.85, capsize=3,
+                       error_kw={"ecolor": "k", "lw": 1.2}, label=label)
+        handles.append(h)
+    if p.kind == "final" and p.xs:
+        ax.set_xscale("log", base=2)
+        ax.set_xticks(list(p.xs), [str(v) for v in p.xs])
+        ax.minorticks_off()
+    elif p.kind == "bars":
+        if p.x:
+            ax.set_xticks(range(len(cats)), [TARGET_NAMES.get(c, str(c)) for c in cats],
+                          rotation=15, ha="right")
+        else:
+            ax.set_xticks(range(len(p.lines)), [l.label or method_label(l.algo) for l in p.lines],
+                          rotation=15, ha="right")
+    return handles
+
+
+def _empty(ax, text: str):
+    import textwrap
+    text = "\n".join(textwrap.fill(part, 34) for part in text.split("\n"))
+    ax.text(0.5, 0.5, text, ha="center", va="center", fontsize=7.5, color="#555555",
+            transform=ax.transAxes)
+    ax.set_xticks([])
+    ax.set_yticks([])
+
+
+def _why_empty(spec: PaperFigure, p: Panel) -> str:
+    if p.missing:
+        return p.missing
+    exp = spec.experiment if spec.experiment in experiments.EXPERIMENTS else None
+    how = experiments.how_to_run(exp) if exp and exp != "diagnostics" else ""
+    if spec.experiment == "diagnostics":
+        how = "`python -m bench -m +experiment=epoch_sweep` (or mechanism_diagnostics)"
+    return "not run" + (":\n" + how.replace("`", "").replace(" -m +", " -m\n+").replace(" (or", "\n(or")
+                        if how else "")
+
+
+def seed_note(drawn: Drawn) -> str:
+    """Our seed counts per method: one number, a number per lettered panel, or a range."""
+    parts = []
+    for label, per in drawn.seeds.items():
+        ns = sorted(set(per.values()))
+        lettered = [k for k in per if isinstance(k, str) and k.startswith("(")]
+        if len(ns) == 1:
+            parts.append(f"{label} {ns[0]}")
+        elif len(lettered) == len(per):
+            parts.append(f"{label} " + ", ".join(f"{per[k]} {k.split(')')[0]})" for k in per))
+        else:
+            parts.append(f"{label} {ns[0]}-{ns[-1]}")
+    return "Ours, mean ± 1 SE over seeds: " + ", ".join(parts) if parts else "Ours: no runs"
+
+
+def rows_for(spec: PaperFigure, df: pd.DataFrame) -> pd.DataFrame:
+    if spec.experiment == "llm":
+        return df[df["task.impl"] == "llm"] if "task.impl" in df.columns else df.iloc[:0]
+    if spec.experiment == "diagnostics":  # every method the mechanism study's runs have
+        return df[experiments.matches(df, experiments.terminal(H=8, B=256, hold=()))]
+    return experiments.select(df, spec.experiment)
+
+
+def render(name: str, df: pd.DataFrame):
+    """(figure, Drawn) of one paper figure in the paper's form; a panel without runs is
+    drawn empty, saying what to run."""
+    spec = PAPER[name]
+    sel = rows_for(spec, df)
+    panels = list(spec.panels)
+    if spec.experiment == "llm":
+        panels = llm_panels(sel) or panels
+    drawn = Drawn()
+    with plt.rc_context(PAPER_RC):
+        ncols = min(spec.ncols, len(panels))
+        nrows = math.ceil(len(panels) / ncols)
+        fig, axes = plt.subplots(nrows, ncols, squeeze=False, layout="constrained",
+                                 figsize=(spec.size[0] * ncols, spec.size[1] * nrows + 0.6))
+        handles = {}
+        for ax, p in zip(axes.flat, panels):
+            got = [] if p.missing else (_curve if p.kind == "curve" else _points)(ax, p, sel, drawn)
+            for h in got:
+                handles.setdefault(h.get_label(), h)
+            letter_inside = spec.legend == "panels" and p.title.startswith("(") and len(p.title) <= 3
+            if letter_inside:
+                ax.text(0.03, 0.95, p.title, transform=ax.transAxes, fontweight="bold", va="top")
+            else:
+                ax.set_title(p.title)
+            at = list(axes.flat).index(ax)
+            col = at % ncols
+            # a grid names its x axis under the bottom row only, as the paper's do
+            ax.set_xlabel(p.xlabel if not spec.row_labels or at >= len(panels) - ncols else "")
+            if spec.row_labels:
+                ax.set_ylabel(spec.row_labels[list(axes.flat).index(ax) // ncols] if col == 0 else "")
+            elif col == 0 or spec.legend == "panels" or p.ylabel != panels[0].ylabel:
+                ax.set_ylabel(p.ylabel)
+            if not got:
+                _empty(ax, _why_empty(spec, p))
+                continue
+            ax.set_yscale(p.scale)
+            if p.ylim:
+                ax.set_ylim(*p.ylim)
+            if p.xlim:
+                ax.set_xlim(*p.xlim)
+            elif p.kind == "curve":
+                ax.set_xlim(left=0)
+            if p.legend and spec.legend == "panels":
+                ax.legend(loc="upper right", fontsize=7)
+        for ax in axes.flat[len(panels):]:
+            ax.remove()
+        if spec.legend in ("top", "bottom") and handles:
+            fig.legend(list(handles.values()), list(handles), ncols=min(len(handles), 6),
+                       loc=f"outside {'upper' if spec.legend == 'top' else 'lower'} center",
+                       frameon=True)
+        note = seed_note(drawn) + (f". {spec.label}" if spec.label else "")
+        # a caption line (the paper's figures have none): our seed counts, off the legend's side
+        (fig.supxlabel if spec.legend == "top" else fig.suptitle)(
+            note, fontsize=6.5, color="#444444", x=0.01, ha="left")
+    return fig, drawn
+
+
+def llm_panels(sel: pd.DataFrame) -> list[Panel]:
+    """Figure 9's layout from the LLM runs that exist: one panel per dataset, held-out
+    pass@1 (accuracy) against step, a line per method."""
+    if sel.empty or "task.dataset" not in sel.columns:
+        return []
+    out = []
+    for ds, d in sel.groupby("task.dataset", sort=True):
+        algos = [a for a in PAPER_STYLE if a in set(d["algo.name"])] + sorted(
+            set(d["algo.name"]) - set(PAPER_STYLE))
+        y = "pass_at_1" if "pass_at_1" in d.columns and d["pass_at_1"].notna().any() else "reward_mean"
+        out.append(Panel(f"{ds} (ours, CPU model)", _lines(*algos), {"task.dataset": ds}, y=y,
+                         xlabel="Step", ylabel="Held-out pass@1" if y == "pass_at_1" else "Mean score",
+                         ylim=(0, 1)))
+    return out
+
+
+def _save(fig, path: Path, dpi: int) -> list[Path]:
+    paths = []
+    for ext in ("png", "pdf"):
+        paths.append(path.with_suffix(f".{ext}"))
+        io.save_figure(fig, paths[-1], dpi=png_dpi(fig, dpi), metadata={"CreationDate": None} if ext == "pdf" else None)
+    figures.compact_png(paths[0])
+    plt.close(fig)
+    return paths
+
+
+def draw(name: str, df: pd.DataFrame, out_dir, dpi: int = DPI, info: dict | None = None) -> list[Path]:
+    """Draw a paper figure as `<name>.png/.pdf` and, where the experiment ran more than
+    the paper's lines, `<name>_companion.png/.pdf`; returns the paths (PNG, then PDF, of
+    each). info: given a dict, its "drawn" is set to the figure's Drawn."""
+    out_dir = Path(out_dir)
+    out_dir.mkdir(parents=True, exist_ok=True)
+    spec = PAPER[name]
+    fig, drawn = render(name, df)
+    if info is not None:
+        info["drawn"] = drawn
+    paths = _save(fig, out_dir / name, dpi)
+    rest = df[~df["config_hash"].isin(drawn.hashes)]
+    if spec.companion:
+        try:
+            comp = figures.render(spec.companion, rest,
+                                  title=f"Companion to Figure {spec.number}: our runs not in the paper's figure")
+        except figures.NoData:
+            return paths
+        # one file for a companion several figures share (Figures 10, 11, 14: mechanism_h8)
+        shared = sum(s.companion == spec.companion for s in PAPER.values()) > 1
+        paths += _save(comp, out_dir / (spec.companion if shared else f"{name}_companion"), dpi)
+    return paths
