@@ -136,10 +136,11 @@ def test_a_run_without_a_code_fingerprint_conflicts_with_none(tmp_path, capsys):
     root = tmp_path / "outputs"
     runs(root, seeds=(0, 1), code_fingerprint=OLD)
     runs(root, seeds=(2,))
+    runs(root, seeds=(3,), code_fingerprint="")  # recorded, but empty: unknown too
     rc, text, out = main(root, tmp_path, capsys=capsys)
     assert rc == 0, text
     fps = out.groupby("seed")["code_fingerprint"].first()
-    assert fps.loc[0] == OLD and fps.loc[1] == OLD and pd.isna(fps.loc[2])
+    assert fps.loc[0] == OLD and fps.loc[1] == OLD and pd.isna(fps.loc[2]) and pd.isna(fps.loc[3])
 
 
 def test_collect_refuses_a_line_pooling_two_code_versions(tmp_path, capsys):
