@@ -316,7 +316,8 @@ def load_runs(runs: list[RunInfo], root=None,
         if None in key:
             key = (run.path.parent.name, run.path.name)
         commit, commits = _commits(run.summary or {})
-        provenance = {"git_commit": commit, "git_commits": commits, CODE: (run.summary or {}).get(CODE)}
+        # an empty fingerprint is no fingerprint: unknown code, like a run without one
+        provenance = {"git_commit": commit, "git_commits": commits, CODE: (run.summary or {}).get(CODE) or None}
         for col, value in provenance.items():
             df = df.append_column(col, pa.array([value] * df.num_rows))
         frames.append((run, _is_canonical(run, df, root), key, _pack(df, schemas)))

@@ -37,8 +37,9 @@ SECTIONS = ("task", "algo", "optim")
 # ---------------------------------------------------------------- tables
 
 def _field_types(section: str, impl: Any) -> dict[str, Any]:
-    if section == "optim":
-        return {}  # every optimizer hyperparameter is a float (bench.optim)
+    if section == "optim" or impl is None:
+        # every optimizer hyperparameter is a float (bench.optim); no impl names no types
+        return {}
     try:
         return typing.get_type_hints((TASKS if section == "task" else ALGORITHMS).get(str(impl)))
     except UnknownName:

@@ -136,10 +136,11 @@ def test_a_run_without_a_code_fingerprint_conflicts_with_none(tmp_path, capsys):
     root = tmp_path / "outputs"
     runs(root, seeds=(0, 1), code_fingerprint=OLD)
     runs(root, seeds=(2,))
+    runs(root, seeds=(3,), code_fingerprint="")  # recorded, but empty: unknown too
     rc, text, out = main(root, tmp_path, capsys=capsys)
     assert rc == 0, text
     fps = out.groupby("seed")["code_fingerprint"].first()
-    assert fps.loc[0] == OLD and fps.loc[1] == OLD and pd.isna(fps.loc[2])
+    assert fps.loc[0] == OLD and fps.loc[1] == OLD and pd.isna(fps.loc[2]) and pd.isna(fps.loc[3])
 
 
 def test_collect_refuses_a_line_pooling_two_code_versions(tmp_path, capsys):
@@ -198,12 +199,20 @@ def enospc(*args, **kwargs):
     raise OSError(28, "No space left on device")
 
 
+def write_half(target, data: bytes) -> None:
+    """Part of a file into a path or an open file, as a writer does before the disk fills."""
+    if hasattr(target, "write"):
+        target.write(data)
+    else:
+        Path(target).write_bytes(data)
+
+
 def test_a_full_disk_under_collect_out_is_one_line(tmp_path, capsys, monkeypatch):
     root = tmp_path / "outputs"
     runs(root)
 
     def half_then_full(self, path, *args, **kwargs):
-        Path(path).write_bytes(b"PAR1 half a table")
+        write_half(path, b"PAR1 half a table")
         enospc()
 
     monkeypatch.setattr(pd.DataFrame, "to_parquet", half_then_full)
@@ -227,7 +236,7 @@ def test_a_full_disk_under_plot_out_is_one_line(tmp_path, capsys, monkeypatch):
     assert collect.main([str(root), "--out", str(table)]) == 0
 
     def half_then_full(self, fname, *args, **kwargs):
-        Path(fname).write_bytes(b"\x89PNG half a figure")
+        write_half(fname, b"\x89PNG half a figure")
         enospc()
 
     monkeypatch.setattr(Figure, "savefig", half_then_full)
