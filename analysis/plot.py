@@ -12,8 +12,7 @@ figures in the paper's form (analysis/paper/paper_figures.py) with their compani
 other figures (analysis/paper/figures.py), or `leaderboard`; `all` draws every one;
 --page also writes the comparison page (analysis/paper/page.py).
 
-A line is the seed mean with a +-1 standard-error band, SE = std(ddof=0) / sqrt(n_seeds)
-as in the paper. Different config hashes are never pooled.
+A line is the seed mean +-1 SE band, SE = std(ddof=0) / sqrt(n_seeds) as in the paper.
 """
 import argparse
 import re

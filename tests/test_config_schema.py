@@ -110,7 +110,7 @@ def test_committed_runs_hash_from_their_presets(run, overrides, tmp_path):
     ("+epochs=1", "did you mean algo.epochs?"),
     ("++threds=4", "did you mean threads?"),
     ("+experiment=../algo/grpo", "no such experiment; valid choices: ablations"),
-    ("+debug.nan_att=1", "valid keys: checkpoint_pause, nan_at, sleep; did you mean debug.nan_at?"),
+    ("+debug.nan_att=1", "valid keys: checkpoint_pause, nan_at, nan_error_at, sleep; did you mean debug.nan_at?"),
     ("algo.eta_=2", "unknown key algo.eta_ for algorithm 'tpo'; valid keys: anchor, epochs, eta, k"),
     ("algo.eta_=2", "did you mean algo.eta?"),
     ("task.episode=3", "for task 'seq'; valid keys: batch_size, episodes"),

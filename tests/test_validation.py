@@ -183,6 +183,6 @@ def test_single_seed_shows_n1_and_no_plus_minus():
     two = pd.concat([one.assign(config_hash="B"), one.assign(config_hash="B", seed=4, error=[0.5, 0.3, 0.1])])
     text = plot.format_summary(plot.summarise(pd.concat([one, two], ignore_index=True)))
     [line_one] = [ln for ln in text.splitlines() if ln.startswith("tpo") and "n=1" in ln]
-    assert "0.1250" in line_one and "±" not in line_one
+    assert "12.50 %" in line_one and "±" not in line_one
     [line_two] = [ln for ln in text.splitlines() if ln.startswith("tpo") and "n=2" in ln]
-    assert "0.1125 ± 0.0088" in line_two
+    assert "11.25 ± 0.88 %" in line_two

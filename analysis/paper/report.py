@@ -778,9 +778,6 @@ def main(argv=None) -> int:
                         help="also the completed runs under this output root, each replacing "
                              "its copy in the table if any (repeatable): new runs reach the "
                              "report without rewriting a committed table")
-    parser.add_argument("--docs", action="store_true",
-                        help="then rewrite docs/reproducing.md's generated blocks from the report "
-                             "written and the first --add-runs root (analysis/paper/pages.py)")
     parser.add_argument("--quiet", action="store_true", help="no progress lines on stderr")
     args = parser.parse_args(argv)
 
@@ -822,12 +819,6 @@ def main(argv=None) -> int:
     io.write_text(out, text)
     say(f"wrote {out}")
     print(f"wrote {out}")
-    if args.docs:
-        from analysis.paper import pages
-
-        blocks = pages.reproducing_blocks(out, Path(args.add_runs[0]) if args.add_runs else pages.RUNS)
-        pages.write_page("reproducing", blocks)
-        print(f"wrote {pages.PAGES['reproducing']}")
     return 0
 
 
