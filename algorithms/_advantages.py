@@ -20,7 +20,7 @@ import torch
 
 from algorithms.grpo import grpo_advantages
 
-GRPO_EPS = 1e-8   # GRPO's (SPEC 2): added to the std
+GRPO_EPS = 1e-8   # GRPO's (science §Update rules): added to the std
 WHITEN_EPS = 1e-8  # verl's masked_whiten: added to the variance
 
 
@@ -44,7 +44,7 @@ def _batch_mean(x: torch.Tensor, w: torch.Tensor) -> torch.Tensor:
 
 
 def group_std(scores: torch.Tensor, probs: torch.Tensor | None = None) -> torch.Tensor:
-    """GRPO's (s_i - mean_g s) / (std_g s + 1e-8), population std (SPEC 2; the harness's
+    """GRPO's (s_i - mean_g s) / (std_g s + 1e-8), population std (science §Update rules; the harness's
     GRPO itself). TRL divides by the Bessel-corrected std + 1e-4, verl by torch.std
     (Bessel) + 1e-6."""
     return grpo_advantages(scores, probs)

@@ -1,4 +1,4 @@
-"""Pieces several algorithms share, each tied to the SPEC line it implements."""
+"""Pieces several algorithms share, each tied to the formula it implements (docs/science.md)."""
 from __future__ import annotations
 
 import math
@@ -7,13 +7,13 @@ import torch
 
 from contract.batch import Batch
 
-STD_FLOOR = 1e-6  # SPEC 1: below this the centred scores are returned unscaled
+STD_FLOOR = 1e-6  # science §Groups and scores: below this the centred scores are returned unscaled
 LEVELS = ("sequence", "token")
 
 
 def check_level(level: str) -> None:
     """Grouped methods group whole sequences, or (level="token", dense rewards only)
-    K next-token candidates at every prefix state of one behaviour trajectory (SPEC 2)."""
+    K next-token candidates at every prefix state of one behaviour trajectory (science §Update rules)."""
     if level not in LEVELS:
         raise ValueError(f"algo.level={level!r} is not one of {', '.join(LEVELS)}")
 
@@ -31,7 +31,7 @@ def check_non_negative(key: str, value: float, why: str) -> None:
 
 
 def standardise(s: torch.Tensor) -> torch.Tensor:
-    """u_i = (s_i - mean) / std over the group (last axis), population std (SPEC 1).
+    """u_i = (s_i - mean) / std over the group (last axis), population std (science §Groups and scores).
 
     A (near-)constant group keeps its centred scores unscaled: exactly 0 when all
     equal, so TPO's target falls back to p_old there.
@@ -41,7 +41,7 @@ def standardise(s: torch.Tensor) -> torch.Tensor:
     return torch.where(std > STD_FLOOR, centred / std.clamp_min(STD_FLOOR), centred)
 
 
-# The bound on a log-ratio log pi_theta / pi_old before it is exponentiated (SPEC 2's
+# The bound on a log-ratio log pi_theta / pi_old before it is exponentiated (science §Update rules's
 # GRPO; verl's clipped losses): exp(20) is large but finite, a ratio never overflows.
 LOG_RATIO_CLAMP = 20.0
 
@@ -61,8 +61,8 @@ def mean_where(x: torch.Tensor, where: torch.Tensor) -> torch.Tensor:
 def single_sample_advantage(batch: Batch) -> torch.Tensor:
     """The task's per-step advantage for single-sample methods (PG, PPO, DG).
 
-    Tasks own baselines (SPEC 2 batch mean on sequences, SPEC 3.2 label-free on MNIST,
-    SPEC 3.3 constant 0.5 on tabular), so a batch without one is a task bug.
+    Tasks own baselines (science §Update rules batch mean on sequences, science §MNIST bandit label-free on MNIST,
+    science §Tabular bandits constant 0.5 on tabular), so a batch without one is a task bug.
     """
     if batch.advantages is None:
         raise ValueError("this algorithm needs batch.advantages; the task supplied none")
@@ -71,7 +71,7 @@ def single_sample_advantage(batch: Batch) -> torch.Tensor:
 
 def reinforce_sum(weight: torch.Tensor, logp: torch.Tensor, batch: Batch) -> torch.Tensor:
     """-mean over groups of sum over the group's candidates and steps of
-    sg(weight) * logp (SPEC 2, PG and DG form; with k = 1 a mean over samples), each
+    sg(weight) * logp (science §Update rules, PG and DG form; with k = 1 a mean over samples), each
     candidate's term weighted by batch.candidate_weights() (the sampled indicator, or
     the population probability)."""
     per_candidate = (weight.detach() * logp).sum(-1) * batch.candidate_weights()

@@ -1,4 +1,4 @@
-"""Supervised cross-entropy to the correct action (SPEC 2 "CE"): the oracle a bandit
+"""Supervised cross-entropy to the correct action (science §Update rules "CE"): the oracle a bandit
 learner is measured against, on tasks whose label the task may reveal.
 
     L = -mean over contexts of sum_a y_a log_softmax(logp)_a,   y = onehot(batch.label)

@@ -48,12 +48,12 @@ def clipped_objective(rho: torch.Tensor, A: torch.Tensor, eps_low: float,
 
 
 def reverse_kl(d: torch.Tensor) -> torch.Tensor:
-    """The k3 estimator exp(-d) + d - 1 of KL(pi_theta || pi_old) per step (SPEC 2's)."""
+    """The k3 estimator exp(-d) + d - 1 of KL(pi_theta || pi_old) per step (science §Update rules's)."""
     return torch.exp(-d) + d - 1
 
 
 def advantage_diagnostics(A: torch.Tensor, batch: Batch) -> dict[str, float]:
-    """SPEC 6's GRPO weight proxies: mean |A| on successful and on failed candidates."""
+    """science §Measurement's GRPO weight proxies: mean |A| on successful and on failed candidates."""
     absA = A.abs()
     return {"absA_success": mean_where(absA, batch.success),
             "absA_fail": mean_where(absA, ~batch.success)}

@@ -1,4 +1,4 @@
-"""Delightful Policy Gradient (SPEC 2; Osband 2026): each REINFORCE term is gated by
+"""Delightful Policy Gradient (science §Update rules; Osband 2026): each REINFORCE term is gated by
 how surprising a good (or bad) outcome was,
     w_t = sigmoid(A_t * surprisal_t / eta),   surprisal_t = -logp_t of the sampled token
     L = -mean over samples of sum_t sg(w_t A_t) logp_t.

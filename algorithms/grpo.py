@@ -1,4 +1,4 @@
-"""GRPO (SPEC 2): group-relative advantages, sequence-level clipped surrogate and a
+"""GRPO (science §Update rules): group-relative advantages, sequence-level clipped surrogate and a
 reverse-KL penalty to the rollout snapshot.
 
     A_i = (s_i - mean(s)) / (std(s) + 1e-8)                  (population std, no floor)
@@ -25,7 +25,7 @@ from contract.batch import Batch, LossOut
 def group_stats(scores: torch.Tensor, probs: torch.Tensor | None = None):
     """Mean and population std over each group; with exact-population probabilities
     (batch.probs, tabular_multi) the group is the action set under them, which turns the
-    advantage into SPEC 3.3's sqrt(p / (1 - p)) weighting."""
+    advantage into science §Tabular bandits's sqrt(p / (1 - p)) weighting."""
     if probs is None:
         return scores.mean(-1, keepdim=True), scores.std(-1, correction=0, keepdim=True)
     w = probs / probs.sum(-1, keepdim=True)

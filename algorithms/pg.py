@@ -1,4 +1,4 @@
-"""REINFORCE (SPEC 2), and Group PG, its grouped ablation.
+"""REINFORCE (science §Update rules), and Group PG, its grouped ablation.
 
     L = -mean over groups of sum_i sum_t sg(A_it) logp_it
 

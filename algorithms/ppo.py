@@ -1,4 +1,4 @@
-"""PPO (SPEC 2): PG's advantage with a per-token clipped ratio, no KL, no clamp:
+"""PPO (science §Update rules): PG's advantage with a per-token clipped ratio, no KL, no clamp:
     r_t = exp(logp_t - logp_old_t)
     L = -mean over samples of sum_t min(r_t A_t, clip(r_t, 1-eps, 1+eps) A_t)
 """

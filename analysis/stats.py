@@ -1,4 +1,4 @@
-"""Statistics over seeds: what the paper computes (SPEC 4) and what a reviewer also wants.
+"""Statistics over seeds: what the paper computes (science §The paper's numbers) and what a reviewer also wants.
 
 Paper: final error = seed mean at the last step, SE = std(ddof=0) / sqrt(n), steps to a
 threshold = first step where the *seed-mean* curve is below it. Added here: a percentile

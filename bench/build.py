@@ -293,7 +293,7 @@ def _check_writable(root: str) -> None:
 
 
 def _match(rc: RunConfig, cfg: dict[str, Any], task, algo, hparams: dict[str, float]):
-    """SPEC 3.1 matching modes. Interaction matching gives single-sample methods B*K
+    """science §Token sequences matching modes. Interaction matching gives single-sample methods B*K
     prompts and lr * sqrt(K) on both optimizer branches; grouped and token-level
     methods run unchanged (they already see K candidates per prompt), so for them the
     effective mode is "prompts". Returns (task, hparams, notes, effective mode)."""

@@ -1,9 +1,9 @@
 """Optimizers for the benchmark.
 
-SPEC 3.1 "Optimizer": the sequence-task runs use optax.contrib.muon 0.2.8 defaults,
+science §Token sequences "Optimizer": the sequence-task runs use optax.contrib.muon 0.2.8 defaults,
 which is Muon on 2-D tensors and NAdam on everything else. torch.optim.Muon differs
 (no bias-corrected Nesterov, other scaling, no NAdam branch), so we write it out here.
-SPEC 3.2: the MNIST bandit uses plain Adam.
+science §MNIST bandit: the MNIST bandit uses plain Adam.
 
 Our models keep every tensor in the JAX reference's layout (dense kernels (in, out),
 q/k/v kernels (d_model, heads, head_dim), q/k/v biases (heads, head_dim)), so the
@@ -22,23 +22,23 @@ import torch
 # whole scale of the initialisation, so such a value is a typo (1e1 for 1e-1), not a run.
 MAX_STEP_SIZE = 10.0
 
-# SPEC 3.1: quintic Newton-Schulz coefficients used by optax.contrib.muon.
+# science §Token sequences: quintic Newton-Schulz coefficients used by optax.contrib.muon.
 NS_COEFFS = (3.4445, -4.7750, 2.0315)
 
 
 def is_muon(p):
-    # SPEC 3.1: the reference's rule is "2-D tensor -> Muon", on its own shapes.
+    # science §Token sequences: the reference's rule is "2-D tensor -> Muon", on its own shapes.
     return p.ndim == 2
 
 
 def fans(p):
-    # SPEC 3.1: fan_in is the first axis of an (in, out) kernel, V for (V, d) tables
+    # science §Token sequences: fan_in is the first axis of an (in, out) kernel, V for (V, d) tables
     # and heads for the (heads, head_dim) q/k/v biases.
     return p.shape[0], p.shape[1]
 
 
 def muon_scale(p):
-    # SPEC 3.1: optax scales the orthogonal update up for wide matrices only.
+    # science §Token sequences: optax scales the orthogonal update up for wide matrices only.
     fan_in, fan_out = fans(p)
     return math.sqrt(max(1.0, fan_out / fan_in))
 
@@ -52,7 +52,7 @@ def partition(named_params):
 
 
 def orthogonalise(x, steps=5):
-    """Newton-Schulz on a normalised stack x [G, m, n], m <= n (SPEC 3.1, optax 0.2.8
+    """Newton-Schulz on a normalised stack x [G, m, n], m <= n (science §Token sequences, optax 0.2.8
     defaults). Each step is X <- a X + (b A + c A A) X with A = X X^T, as two fused
     baddbmm calls (slice by slice: a stack's slices equal each matrix alone)."""
     a, b, c = NS_COEFFS
@@ -63,7 +63,7 @@ def orthogonalise(x, steps=5):
 
 
 def newton_schulz(m, steps=5, eps=1e-8):
-    """Approximately orthogonalise one 2-D matrix (SPEC 3.1)."""
+    """Approximately orthogonalise one 2-D matrix (science §Token sequences)."""
     # Normalising first puts every singular value below 1, where the iteration converges.
     x = m / (torch.linalg.matrix_norm(m) + eps)
     # Iterating on the short side keeps A = X X^T small.
@@ -73,7 +73,7 @@ def newton_schulz(m, steps=5, eps=1e-8):
 
 
 class MuonNAdam(torch.optim.Optimizer):
-    """Muon for 2-D params, NAdam for the rest, one learning rate (SPEC 3.1).
+    """Muon for 2-D params, NAdam for the rest, one learning rate (science §Token sequences).
 
     `params` is an iterable of tensors or of (name, tensor) pairs (e.g.
     model.named_parameters()). It is split into two param groups, use_muon True/False.
@@ -148,7 +148,7 @@ def _muon_step(bucket):
     beta = group["momentum"]
     torch._foreach_mul_(m, beta)
     torch._foreach_add_(m, g, alpha=1 - beta)
-    # SPEC 3.1: optax's Nesterov look-ahead, each term with its own bias correction.
+    # science §Token sequences: optax's Nesterov look-ahead, each term with its own bias correction.
     m_hat = torch._foreach_add(torch._foreach_mul(m, beta / (1 - beta ** (t + 1))),
                                torch._foreach_mul(g, (1 - beta) / (1 - beta**t)))
     # Normalising first puts every singular value below 1, where the iteration converges.
@@ -177,7 +177,7 @@ def _nadam_step(bucket):
     torch._foreach_add_(m, g, alpha=1 - b1)
     torch._foreach_mul_(v, b2)
     torch._foreach_addcmul_(v, g, g, value=1 - b2)
-    # SPEC 3.1: the non-Muon branch is NAdam (optax's nesterov=True adam), not Adam.
+    # science §Token sequences: the non-Muon branch is NAdam (optax's nesterov=True adam), not Adam.
     m_hat = torch._foreach_add(torch._foreach_mul(m, b1 / (1 - b1 ** (t + 1))),
                                torch._foreach_mul(g, (1 - b1) / (1 - b1**t)))
     denom = torch._foreach_div(v, 1 - b2**t)
@@ -187,7 +187,7 @@ def _nadam_step(bucket):
 
 
 class NormalisedStep(torch.optim.Optimizer):
-    """SPEC 3.3 tabular update: theta -= alpha * grad / ||grad||, one global norm over
+    """science §Tabular bandits tabular update: theta -= alpha * grad / ||grad||, one global norm over
     every parameter (the whole N x K logit table), 1e-30 under the square root."""
 
     def __init__(self, params, alpha=0.1):
@@ -204,14 +204,14 @@ class NormalisedStep(torch.optim.Optimizer):
 
 
 def _adam(params, lr):
-    # SPEC 3.2: plain Adam, no Nesterov, no weight decay. foreach: one op per step for
+    # science §MNIST bandit: plain Adam, no Nesterov, no weight decay. foreach: one op per step for
     # all parameters (on the CPU each parameter's numbers are the per-tensor loop's).
     return torch.optim.Adam(params, lr=lr, betas=(0.9, 0.999), eps=1e-8, weight_decay=0.0,
                             foreach=True)
 
 
 def _adamw(params, lr, weight_decay):
-    # SPEC 7: the paper's LLM runs (verl) use AdamW; decoupled weight decay.
+    # science §Language models: the paper's LLM runs (verl) use AdamW; decoupled weight decay.
     return torch.optim.AdamW(params, lr=lr, betas=(0.9, 0.999), eps=1e-8, weight_decay=weight_decay)
 
 

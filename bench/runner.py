@@ -5,7 +5,7 @@ the only module that runs tasks and algorithms together (bench.build joins them)
                    another process holds), resume or start, train, record the verdict
     _train(...)    the loop over episodes: metrics rows, evaluations, progress lines,
                    checkpoints at episode boundaries
-    train_episode  one episode (SPEC 2), shared with the speed benchmark
+    train_episode  one episode (science §Update rules), shared with the speed benchmark
 
 A run's state in the process is a Seat, and the steps of the story (_claim, _open,
 _start, _record, _close) take one, so that bench.batched can run several seeds' seats
@@ -41,7 +41,7 @@ OVER_EPOCHS = ("clip_frac", "kl")
 # ---------------------------------------------------------------- one episode
 
 def _group_diagnostics(batch: Batch) -> dict[str, torch.Tensor | float]:
-    """SPEC 6: all-fail and zero-variance fractions (NaN for single samples), left on the
+    """science §Measurement: all-fail and zero-variance fractions (NaN for single samples), left on the
     device (`read_rows` reads them)."""
     success = _kept(batch.success.any(-1).float().mean())
     out = {"success_prompt_frac": success, "all_fail_frac": math.nan, "zero_var_frac": math.nan}
@@ -114,7 +114,7 @@ class EpisodeRow:
 def micro_batches(batch: Batch, micro_groups: int) -> list[tuple[Batch, float]]:
     """The batch cut into parts of `micro_groups` whole groups (0: one part), each with
     its share of the groups: gradient accumulation never splits a group (TPO's loss is a
-    function of the whole group, SPEC 7). A loss that is a mean over groups accumulates
+    function of the whole group, science §Language models). A loss that is a mean over groups accumulates
     exactly; a token-mean one is normalised within each part (as TRL's per-device loss)."""
     N = batch.num_groups
     if not micro_groups or micro_groups >= N:
@@ -134,7 +134,7 @@ def _backward(task, algo, batch: Batch, policy, kl_ref: float) -> tuple[Any, dic
         logp = task.logprobs(policy, part)
         out = algo.loss(part, logp)
         loss = out.loss
-        if kl_ref:  # the task's KL penalty to its reference, whatever the algorithm (SPEC 7)
+        if kl_ref:  # the task's KL penalty to its reference, whatever the algorithm (science §Language models)
             loss = loss + kl_ref * reference_kl(part, logp)
         (loss if len(parts) == 1 else loss * share).backward()
         loss_value = loss_value + _kept(loss) * share
@@ -154,7 +154,7 @@ def _phase_mark(clock: dict[str, float] | None, device: torch.device) -> float:
 
 def train_episode(task, algo, request: Request, policy, opt, streams: Streams,
                   clock: dict[str, float] | None = None) -> dict[str, float]:
-    """One episode: sample, then algo.epochs full-batch optimizer steps on it (SPEC 2).
+    """One episode: sample, then algo.epochs full-batch optimizer steps on it (science §Update rules).
     Loss and gradient norm are the first epoch's (before any update on this batch), the
     OVER_EPOCHS metrics the mean over epochs; `group_size` is the K the batch really
     had. `clock`, if given, accumulates seconds per phase (the speed benchmark reads it)."""
@@ -533,7 +533,7 @@ def _start(seat: Seat) -> None:
     seat.opt = build_optimizer(spec.optim_name, list(seat.policy.parameters()), **spec.optim_hparams)
     # Tasks with held-out evaluation log one row per evaluation, step = updates done
     # (the first before any update); the others one row per episode, step = its
-    # 0-based index, error measured on its rollouts before its update (SPEC 3.1).
+    # 0-based index, error measured on its rollouts before its update (science §Token sequences).
     eval_every = getattr(spec.task, "eval_every", 0)
     if seat.state is not None:
         state = seat.state

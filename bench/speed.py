@@ -227,7 +227,7 @@ def sweep_throughput(episodes: int = 20) -> list[dict]:
 
 # ---------------------------------------------------------------- seed-batched mode
 
-STUDY = ("k_sweep", "epoch_sweep", "zero_variance_masking")  # the mechanism study (SPEC 4)
+STUDY = ("k_sweep", "epoch_sweep", "zero_variance_masking")  # the mechanism study (science §The paper's numbers)
 # The study's shared config (reverse_h8, B 256, K 32, 4 epochs) is this preset's tpo and grpo.
 CENTRE = "zero_variance_masking"
 # The goals on one H200: the headline's 20 seeds x 2000 episodes of reverse_h10

@@ -45,11 +45,11 @@ class Batch:
     sampled: torch.Tensor | None = None
     """[N, K] bool, action-set groups of a sampling bandit only: which action the context
     sampled (one True per row). A candidate's term in a group's sums counts only where
-    it is True: the other actions of the set were not tried (MNIST Group PG, SPEC 3.2).
+    it is True: the other actions of the set were not tried (MNIST Group PG, science §MNIST bandit).
     Group statistics (GRPO's mean and std) ignore it."""
     probs: torch.Tensor | None = None
     """[N, K], action-set groups of an exact bandit only: the population probability of
-    each action under the behaviour policy (tabular_multi, SPEC 3.3). A candidate's term
+    each action under the behaviour policy (tabular_multi, science §Tabular bandits). A candidate's term
     in a group's sums is weighted by it and group statistics are taken under it, which
     turns a sampled method into its expectation. At most one of `sampled` and `probs`
     is set; neither means every candidate weighs 1."""
@@ -87,7 +87,7 @@ class Batch:
         return self.logp_old.shape[1]
 
     def seq_logp_old(self) -> torch.Tensor:
-        """[N, K] candidate log-probs: the sum of its step log-probs (SPEC 1)."""
+        """[N, K] candidate log-probs: the sum of its step log-probs (science §Groups and scores)."""
         return self.logp_old.sum(-1)
 
     def step_mask(self) -> torch.Tensor:
@@ -210,7 +210,7 @@ def reference_kl(batch: Batch, logp: torch.Tensor) -> torch.Tensor:
     """KL(pi || pi_ref) per real token, k3 estimator exp(r - l) - (r - l) - 1 with l the
     log-probs `logp` of pi and r = batch.logp_ref, averaged over the batch's real tokens:
     the penalty a task with a frozen reference asks for (`kl_ref`, the LLM family), added
-    to whatever loss the algorithm returns, as the paper does for TPO and GRPO (SPEC 7);
+    to whatever loss the algorithm returns, as the paper does for TPO and GRPO (science §Language models);
     with logp = logp_old, the acting policy's distance from its reference."""
     d = batch.logp_ref - logp
     return batch.step_mean(torch.exp(d) - d - 1)
@@ -260,7 +260,7 @@ class Request:
     k: int
     """group size for sampled groups (1 for single samples)"""
     level: str = "sequence"
-    """"sequence", or "token": K next-token candidates per prefix state (SPEC 2)"""
+    """"sequence", or "token": K next-token candidates per prefix state (science §Update rules)"""
     needs: str = "sample"
     """one of NEEDS"""
     k_explicit: bool = False
@@ -281,7 +281,7 @@ class Rollout:
 
     batch: Batch
     error: float | torch.Tensor
-    """SPEC 3.1 training error of this episode's behaviour rollouts, before the update
+    """science §Token sequences training error of this episode's behaviour rollouts, before the update
     (a 0-d tensor is fine: the runner reads it once the episode is done)."""
     reward_mean: float | torch.Tensor
     rollouts: int
@@ -310,7 +310,7 @@ class Algorithm(Protocol):
     k: int
     """group size (1 for single-sample methods)"""
     epochs: int
-    """gradient epochs per rollout batch (SPEC 2)"""
+    """gradient epochs per rollout batch (science §Update rules)"""
 
     def loss(self, batch: Batch, logp: torch.Tensor) -> LossOut:
         """The loss on `batch` given the current policy's log-probs of its candidates,
@@ -339,7 +339,7 @@ class Task(Protocol):
         ...
 
     def make_policy(self, gen: torch.Generator) -> torch.nn.Module:
-        """SPEC's model and initialisation, drawn from `gen`."""
+        """the science page's model and initialisation, drawn from `gen`."""
         ...
 
     def rollout(self, policy: torch.nn.Module, request: Request, streams: Streams) -> Rollout:

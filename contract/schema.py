@@ -63,7 +63,7 @@ METRIC_COLUMNS = (
 # that records one otherwise as diverged.
 UNDEFINED_WHEN_EMPTY = ("all_fail_frac", "zero_var_frac", "q_success", "q_fail",
                         "absA_success", "absA_fail")
-# SPEC 6: a group whose scores' population std is below this has zero variance
+# science §Measurement: a group whose scores' population std is below this has zero variance
 # (zero_var_frac); DAPO's dynamic sampling replaces such groups.
 ZERO_VAR_STD = 1e-6
 

@@ -130,14 +130,14 @@ def main() -> int:
         lp = fm.apply(p_, jnp.asarray(states.reshape(B * H, 2 * H)))[jnp.arange(B * H), H + step - 1]
         return lp[jnp.arange(B * H)[:, None], jnp.asarray(cands.reshape(B * H, K))]
 
-    def jtpo(p_):  # SPEC 2 TPO_token: -sum_i q_i log_softmax(logp_theta)_i, mean over states
+    def jtpo(p_):  # science §Update rules TPO_token: -sum_i q_i log_softmax(logp_theta)_i, mean over states
         return -(q * jax.nn.log_softmax(candidate_logp(p_), -1)).sum(-1).mean()
 
     def answer_logp(p_, seqs):  # [rows, H] log-probs of the answer half of prompt + answer rows
         lp = fm.apply(p_, seqs)[:, H - 1:2 * H - 1]
         return jnp.take_along_axis(lp, seqs[:, H:, None], -1)[..., 0]
 
-    def group_adv(s_):  # SPEC 2 GRPO: (s - mean) / (std + 1e-8) over each group
+    def group_adv(s_):  # science §Update rules GRPO: (s - mean) / (std + 1e-8) over each group
         return (s_ - s_.mean(-1, keepdims=True)) / (s_.std(-1, keepdims=True) + 1e-8)
 
     def compare(name, loss, jfn, at) -> None:
@@ -160,7 +160,7 @@ def main() -> int:
     adv = group_adv(sc)
     load(ours, p["params"])
 
-    def jgrpo(p_):  # SPEC 2 GRPO_token: clipped surrogate - beta KL, summed over K, mean over states
+    def jgrpo(p_):  # science §Update rules GRPO_token: clipped surrogate - beta KL, summed over K, mean over states
         return grpo_loss(candidate_logp(p_), old, adv, epsilon=0.2, beta=0.04)
 
     compare("GRPO_token (sequential batch, moved weights)",
@@ -173,7 +173,7 @@ def main() -> int:
     sample_adv = jnp.asarray(sb.advantages.numpy().reshape(-1, H))
     load(ours, p["params"])
 
-    def jppo(p_):  # SPEC 2 PPO: per-token ratio, no clamp, sum over tokens, mean over samples
+    def jppo(p_):  # science §Update rules PPO: per-token ratio, no clamp, sum over tokens, mean over samples
         return ppo_loss(answer_logp(p_, samples), jnp.asarray(sb.logp_old.numpy().reshape(-1, H)),
                         sample_adv, epsilon=0.2)
 
@@ -211,7 +211,7 @@ def main() -> int:
                     GRPO(kl_coef=beta).loss(b, task.logprobs(ours, b)).loss,
                     lambda p_: grpo_loss(seq_logp(p_), old_seq, a_seq, epsilon=0.2, beta=beta), p)
 
-    def jdg(p_):  # SPEC 2 DG: sigmoid(A * surprisal / eta) gates each REINFORCE term
+    def jdg(p_):  # science §Update rules DG: sigmoid(A * surprisal / eta) gates each REINFORCE term
         return dg_loss(answer_logp(p_, samples), sample_adv, eta=1.0)
 
     # DG's one on-policy epoch: at the weights that drew the samples (surprisal = -logp_old).

@@ -1,4 +1,4 @@
-"""What the one-step bandit tasks share: what they refuse (SPEC 3.2, 3.3), and the batch
+"""What the one-step bandit tasks share: what they refuse (science §MNIST bandit, §Tabular bandits), and the batch
 of one sampled action per context."""
 from __future__ import annotations
 
@@ -22,7 +22,7 @@ def sampled_batch(req: Request, logp: torch.Tensor, reward: torch.Tensor,
                   advantage: torch.Tensor, obs: Any) -> Batch:
     """B sampled actions, their log-probs, rewards and the task's advantages (all [B]):
     single samples for "sample", one group of all B for "sample_group" (on a bandit the
-    minibatch is GRPO's group, SPEC 3.2-3.3)."""
+    minibatch is GRPO's group, science §MNIST bandit, §Tabular bandits)."""
     if req.needs == "sample":
         return Batch.single_samples(logp, reward, advantage, reward > 0, obs=obs)
     return Batch.sampled_group(logp[None], reward[None], (reward > 0)[None], obs=obs)

@@ -1,4 +1,4 @@
-"""Initialisation shared by the policies (SPEC 3.1, 3.2)."""
+"""Initialisation shared by the policies (science §Token sequences, §MNIST bandit)."""
 from __future__ import annotations
 
 import math

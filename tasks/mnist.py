@@ -37,7 +37,7 @@ from tasks._nn import lecun_truncated_
 
 
 class MLP(nn.Module):
-    """784-50-50-10 ReLU policy, truncated LeCun kernels, zero biases (SPEC 3.2)."""
+    """784-50-50-10 ReLU policy, truncated LeCun kernels, zero biases (science §MNIST bandit)."""
 
     def __init__(self, sizes: tuple[int, ...], gen: torch.Generator):
         super().__init__()
@@ -161,7 +161,7 @@ class MnistTask:
     """folder of the four IDX files; empty: $TPO_BENCH_MNIST_DIR or the user cache"""
     download: bool = field(default=True, metadata=NOT_IDENTITY)
     base_url: str = field(default=BASE_URL, metadata=NOT_IDENTITY)
-    steps_per_batch: ClassVar[int] = 1  # one Adam step per batch for every method (SPEC 3.2)
+    steps_per_batch: ClassVar[int] = 1  # one Adam step per batch for every method (science §MNIST bandit)
 
     def __post_init__(self):
         for key in ("batch_size", "episodes", "eval_every"):
@@ -210,7 +210,7 @@ class MnistTask:
         a = torch.multinomial(logp.exp(), 1, generator=streams.action)[:, 0]
         r = (a == y).float()
         B, A = self.batch_size, self.num_actions
-        adv = r - logp.exp().pow(2).sum(-1)  # label-free baseline, keep it (SPEC 3.2)
+        adv = r - logp.exp().pow(2).sum(-1)  # label-free baseline, keep it (science §MNIST bandit)
         if req.needs in ("sample", "sample_group"):
             batch = sampled_batch(req, logp.gather(1, a[:, None])[:, 0], r, adv,
                                   MnistObs(x, a[:, None]))

@@ -1,4 +1,4 @@
-"""Token-sequence tasks (SPEC 3.1): copy, flip, reverse_copy, reverse_flip of a random
+"""Token-sequence tasks (science §Token sequences): copy, flip, reverse_copy, reverse_flip of a random
 prompt, scored per token by bag_of_tokens, sequential or terminal reward.
 
 Prompt x: H tokens uniform over V, fresh every episode. The policy writes H tokens
@@ -27,7 +27,7 @@ def target_tokens(prompts: torch.Tensor, target: str, vocab_size: int) -> torch.
 
 
 def token_rewards(correct: torch.Tensor, reward: str) -> torch.Tensor:
-    """Per-token reward [..., H] from per-token correctness (SPEC 3.1)."""
+    """Per-token reward [..., H] from per-token correctness (science §Token sequences)."""
     c = correct.float()
     if reward == "bag_of_tokens":
         return c
@@ -48,7 +48,7 @@ class SeqObs:
 
 @dataclass(frozen=True)
 class TokenObs:
-    """Token-level candidates (SPEC 2): one behaviour trajectory per prompt and the K
+    """Token-level candidates (science §Update rules): one behaviour trajectory per prompt and the K
     next-token candidates drawn at each of its H prefix states."""
 
     prompts: torch.Tensor
@@ -112,7 +112,7 @@ class SeqTask:
         rewards = token_rewards(correct, self.reward)
         obs = SeqObs(prompts, tokens)
         if k == 1:
-            # Single-sample methods: reward_t minus its batch mean at that position (SPEC 2).
+            # Single-sample methods: reward_t minus its batch mean at that position (science §Update rules).
             advantages = rewards - rewards.mean(0, keepdim=True)
             batch = Batch.single_samples(logp[:, 0], rewards[:, 0], advantages[:, 0],
                                          correct.all(-1)[:, 0], obs=obs)
@@ -124,7 +124,7 @@ class SeqTask:
 
     def _token_rollout(self, policy: Transformer, prompts: torch.Tensor, k: int,
                        gen: torch.Generator) -> Rollout:
-        """SPEC 2 token-level groups: one behaviour trajectory per prompt, K next-token
+        """science §Update rules token-level groups: one behaviour trajectory per prompt, K next-token
         candidates per prefix state (candidate 0 the behaviour token), B*H groups."""
         return self._token_groups(prompts, *generate(policy, prompts, 1, gen, candidates=k))
 
@@ -143,7 +143,7 @@ class SeqTask:
         batch = Batch.sampled_group(logp.reshape(B * H, k), rewards.reshape(B * H, k),
                                     correct.reshape(B * H, k),
                                     obs=TokenObs(prompts, behaviour.view(B, H), cands))
-        # SPEC 3.1: the error of token-level methods is the behaviour rollouts'.
+        # science §Token sequences: the error of token-level methods is the behaviour rollouts'.
         reward_mean = rewards[..., 0].mean()
         return Rollout(batch, error=1.0 - reward_mean, reward_mean=reward_mean, rollouts=B)
 
@@ -210,7 +210,7 @@ class SeqTask:
         return out
 
     def evaluate(self, policy: Transformer) -> None:
-        return None  # SPEC 3.1: no greedy or held-out evaluation on these tasks
+        return None  # science §Token sequences: no greedy or held-out evaluation on these tasks
 
 
 @torch.no_grad()

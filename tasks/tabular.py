@@ -148,7 +148,7 @@ class TabularMulti:
     num_actions: int = 10
     episodes: int = 1000
     eval_every: int = 1
-    """SPEC 3.3 measures this error after every step"""
+    """science §Tabular bandits measures this error after every step"""
     steps_per_batch: ClassVar[int] = 1
 
     def check_algorithm(self, req: Request) -> None:
@@ -198,7 +198,7 @@ class TabularMulti:
 def analytic_weight(algo: str, p: float = 0.1, k: int = TabularMulti.num_actions,
                     eta: float = 1.0) -> float:
     """Per-context weight w of tabular_multi's exact update w (e_y - pi) for method `algo`
-    at pi_y = p, the other k - 1 actions sharing 1 - p equally (SPEC 3.3's formulas; the
+    at pi_y = p, the other k - 1 actions sharing 1 - p equally (science §Tabular bandits's formulas; the
     reproduction report checks the paper's weights at p = 0.1 against these)."""
     import math
 

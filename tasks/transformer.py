@@ -1,4 +1,4 @@
-"""The token-sequence policy of SPEC 3.1: a 2-layer, 2-head, pre-norm causal transformer.
+"""The token-sequence policy of science §Token sequences: a 2-layer, 2-head, pre-norm causal transformer.
 
 Parameters are stored in the JAX reference's layout -- dense kernels (in, out), q/k/v
 kernels (d_model, heads, head_dim), q/k/v biases (heads, head_dim), the out kernel
@@ -98,7 +98,7 @@ class Transformer(nn.Module):
         self.head_w, self.head_b = _param(d_model, vocab_size), _param(vocab_size)
 
     def init_(self, gen: torch.Generator) -> "Transformer":
-        """SPEC 3.1 initialisation; biases stay zero, LayerNorm scales one."""
+        """science §Token sequences initialisation; biases stay zero, LayerNorm scales one."""
         d = self.tok_emb.shape[1]
         with torch.no_grad():
             self.tok_emb.normal_(0.0, 1.0 / math.sqrt(d), generator=gen)

@@ -1,4 +1,4 @@
-"""Losses on hand-computed groups (SPEC 1-2), and the Batch they read: its four named
+"""Losses on hand-computed groups (science §Groups and scores, §Update rules), and the Batch they read: its four named
 constructors, what each field means, and the two Protocols."""
 import dataclasses
 import math

@@ -1,4 +1,4 @@
-"""MNIST contextual bandit and tabular bandits (SPEC 3.2, 3.3)."""
+"""MNIST contextual bandit and tabular bandits (science §MNIST bandit, §Tabular bandits)."""
 import json
 import math
 import os
@@ -43,7 +43,7 @@ def direction(task, policy, name, **kw):
 @pytest.mark.parametrize("name,weight", [
     ("tpo", 0.73), ("grpo", 1 / 3), ("dg", 0.1 / (1 + 0.1)), ("pg", 0.1), ("ce", 1.0)])
 def test_per_context_weights_at_p_01(name, weight):
-    """SPEC 3.3: every exact direction is c (e_y - pi); at p = 0.1 (K = 10) c is
+    """science §Tabular bandits: every exact direction is c (e_y - pi); at p = 0.1 (K = 10) c is
     TPO 0.73, GRPO 0.33, DG 0.09 (p sigmoid(-log p)), PG p, CE 1."""
     task = TabularMulti(num_contexts=1, num_actions=10)
     policy = task.make_policy(torch.Generator().manual_seed(0))
@@ -206,7 +206,7 @@ def test_mnist_scoring_per_need(mnist_dir):
             a = b.obs.actions[:, 0]
             r = (a == y).float()
             assert torch.equal(b.scores[:, 0], r)
-            # label-free baseline sum_a pi(a)^2 (SPEC 3.2)
+            # label-free baseline sum_a pi(a)^2 (science §MNIST bandit)
             assert torch.allclose(b.advantages[:, 0, 0], r - (pi ** 2).sum(-1), atol=1e-6)
             assert ro.error == pytest.approx(1 - r.mean().item())
         elif need == "sample_group":
@@ -227,7 +227,7 @@ def test_mnist_scoring_per_need(mnist_dir):
 
 
 def test_mnist_group_pg_weights_only_the_sampled_action(mnist_dir):
-    """SPEC 3.2: Group PG has TPO's s and u over the 10 classes but REINFORCEs only the
+    """science §MNIST bandit: Group PG has TPO's s and u over the 10 classes but REINFORCEs only the
     sampled action, with weight u_a / eta; the other nine classes get no direct push."""
     task = MnistTask(data_dir=str(mnist_dir), batch_size=8)
     policy = task.make_policy(Streams.from_seed(0).init)

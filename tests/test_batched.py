@@ -188,7 +188,7 @@ def test_bandit_batched_seeds_equal_their_single_runs(task, args, mnist_dir):
 
 
 def test_mnist_batched_equals_single_at_the_paper_shape(mnist_dir):
-    """B = 100 (SPEC 3.2), TPO with Adam, one episode (real MNIST where it is available)."""
+    """B = 100 (science §MNIST bandit), TPO with Adam, one episode (real MNIST where it is available)."""
     spec = _bandit("mnist", ["algo=tpo"], mnist_dir)
     rows_single, rows_batched, single, stacked = _batched_vs_single(spec, range(2), episodes=1)
     assert all(_same_row(a, b) for a, b in zip(rows_single[0], rows_batched[0]))

@@ -52,7 +52,7 @@ def test_multirun_to_parquet_collect_and_plot(out):
     assert tpo[["q_success", "q_fail"]].stack().dropna().between(0, 1, inclusive="neither").all()
     assert tpo["all_fail_frac"].notna().all() and tpo["grad_norm"].gt(0).all()
     pg = pd.read_parquet(next(d for d in dirs if "/pg/" in str(d)) / "metrics.parquet")
-    assert pg["all_fail_frac"].isna().all()  # undefined for single samples (SPEC 6)
+    assert pg["all_fail_frac"].isna().all()  # undefined for single samples (science §Measurement)
 
     results = out / "results.parquet"
     run_script("analysis/collect.py", str(out), "--out", str(results))

@@ -1,4 +1,4 @@
-"""SPEC 6 diagnostics as the runner records them, each against a value computed here by
+"""science §Measurement diagnostics as the runner records them, each against a value computed here by
 hand (plain Python on a tiny hand-built batch, or the policy's own parameters and
 gradients on a real tiny episode), so that a diagnostic that is inverted, pinned,
 mis-normalised or swapped turns a test red.
@@ -33,7 +33,7 @@ SCORES = [
     [1.0, 0.0, 0.0],         # one success
     [1.0, 1.0, 1.0],         # all succeed, zero variance
     [0.5, 0.0, 0.5],         # partial credit, no success, variance
-    [0.3, 0.3 + 1e-5, 0.3],  # no success, std 4.7e-6: above SPEC 6's 1e-6
+    [0.3, 0.3 + 1e-5, 0.3],  # no success, std 4.7e-6: above science §Measurement's 1e-6
     [0.3, 0.3 + 1e-8, 0.3],  # no success, std 4.7e-9: zero variance
 ]
 SUCCESS = [[False] * 3, [True, False, False], [True] * 3, [False] * 3, [False] * 3, [False] * 3]
@@ -99,7 +99,7 @@ def split_by_success(values):
 
 
 def tpo_q_by_hand():
-    """SPEC 2 target with eta = 1: q = softmax(log p_old + u), u standardised with the
+    """science §Update rules target with eta = 1: q = softmax(log p_old + u), u standardised with the
     population std (centred, unscaled below 1e-6)."""
     out = []
     for s, p in zip(SCORES, P_OLD):
@@ -117,7 +117,7 @@ def test_group_fractions_on_hand_batch():
 
 
 def test_group_fractions_undefined_for_single_samples():
-    """SPEC 6: NaN for single-sample methods; the success fraction is still defined."""
+    """science §Measurement: NaN for single-sample methods; the success fraction is still defined."""
     spec = build(compose(*TINY, "algo=pg"))
     task = Recording(spec.task)
     streams = Streams.from_seed(0)
@@ -283,7 +283,7 @@ class Recording:
 
 
 def test_recorded_diagnostics_on_a_tiny_tpo_run():
-    """`python -m bench` TINY's TPO (Muon/NAdam, 4 epochs): every SPEC 6 column recorded for
+    """`python -m bench` TINY's TPO (Muon/NAdam, 4 epochs): every science §Measurement column recorded for
     two episodes against what the batch and the parameters say."""
     spec = build(compose(*TINY, "task.batch_size=6"))
     task = Recording(spec.task)

@@ -1,4 +1,4 @@
-"""bench.optim against an independent float64 numpy reference written from SPEC 3.1."""
+"""bench.optim against an independent float64 numpy reference written from science §Token sequences."""
 
 import numpy as np
 import pytest
@@ -8,7 +8,7 @@ from bench.optim import MuonNAdam, build_optimizer, fans, muon_scale, newton_sch
 
 LR = 1e-3
 
-# Shapes in the JAX reference layout (SPEC 3.1), covering both branches.
+# Shapes in the JAX reference layout (science §Token sequences), covering both branches.
 SHAPES = {
     "ffn_wide": (64, 256),  # (in, out), out > in: Muon, scale 2
     "ffn_narrow": (256, 64),  # in > out: Muon, scale 1, transposed inside NS
@@ -20,7 +20,7 @@ SHAPES = {
 MUON = {"ffn_wide", "ffn_narrow", "tok_embed", "q_bias"}
 
 
-# ---- numpy reference, straight from SPEC 3.1 ------------------------------------
+# ---- numpy reference, straight from science §Token sequences ------------------------------------
 
 
 def np_orthogonalise(m):

@@ -124,7 +124,7 @@ def test_rows_no_rule_judges_keep_their_status_whatever_runs_exist(tmp_path):
 
 @pytest.mark.slow  # long in process
 def test_the_papers_llm_rows_need_weights_and_a_gpu(tmp_path):
-    """SPEC 7's seven LLM numbers and claims are listed with the status, none judged, even
+    """science §Language models's seven LLM numbers and claims are listed with the status, none judged, even
     beside a run of the GSM8K experiment; adding them moves no other verdict."""
     from analysis.paper.rule_log import verdict_rows
 
@@ -161,7 +161,7 @@ def test_paper_numbers_file():
     assert set(p["metric"]) <= {"final_error_pct", "steps_to_1pct", "steps_to_5pct", "auc_error",
                                 "mean_misalignment", "mean_log10_error",
                                 "mean_log10_misalignment", "weight_p0.1",
-                                # SPEC 7's LLM rows (unjudged: family llm_rlvr)
+                                # science §Language models's LLM rows (unjudged: family llm_rlvr)
                                 "step_reaching_50pct_test_accuracy", "final_test_accuracy_pct",
                                 "final_train_score"}
     assert (p["citation"] != "").all()
@@ -561,7 +561,7 @@ def test_summary_counts_formula_checks_apart(tmp_path):
     assert (paper["metric"] == "weight_p0.1").sum() == 3
     text = report.build(df, tmp_path / "R.md", tmp_path / "figures", paper=paper)
     total = summary_table(text)["**total, each once**"]
-    # the weights come from SPEC's formulas: three formula checks, none a run-based "reproduced"
+    # the weights come from the science page's formulas: three formula checks, none a run-based "reproduced"
     assert total[V.FORMULA] == "3" and total[V.REPRODUCED] == "0"
     assert total["paper numbers"] == "3" and total["claims"] == str((paper["kind"] == "ordering").sum())
     assert sum(int(total[v]) for v in report.VERDICT_ORDER) == int(total["claims"])

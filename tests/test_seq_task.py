@@ -1,4 +1,4 @@
-"""Token-sequence task (SPEC 3.1): targets, rewards, model, generation, partition."""
+"""Token-sequence task (science §Token sequences): targets, rewards, model, generation, partition."""
 import math
 
 import pytest
@@ -57,7 +57,7 @@ def test_each_target_and_reward_scores_a_rollout(target, reward, monkeypatch):
     assert torch.equal(b.success, correct.all(-1))
     assert ro.error == pytest.approx(1 - b.token_rewards.mean().item())
     assert ro.rollouts == 6 * 4 and b.advantages is None
-    # A policy that writes the target, spelled out here from SPEC 3.1 (reverse_: the
+    # A policy that writes the target, spelled out here from science §Token sequences (reverse_: the
     # prompt backwards; flip: V - 1 - token), earns full reward and succeeds; one that
     # gets every token wrong earns nothing. Both through the task's own rollout.
     def answer(p):

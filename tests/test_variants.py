@@ -1,4 +1,4 @@
-"""Ablations, token-level grouping and matching modes (SPEC 2, 3.1)."""
+"""Ablations, token-level grouping and matching modes (science §Update rules, §Token sequences)."""
 import math
 from pathlib import Path
 

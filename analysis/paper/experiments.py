@@ -35,7 +35,7 @@ SEQ_HOLD = ("K", "epochs", "eta", "surprisal")
 TARGETS = ("copy", "flip", "reverse_copy", "reverse_flip")
 DENSE = ("tpo_token", "grpo_token", "dg", "ppo")
 TERMINAL = ("tpo", "grpo", "grpo_no_kl", "ppo", "dg")
-PAPER_LR = 1e-3  # SPEC 3.1 / 3.2: Muon + NAdam and Adam, every method (Experiment.lr)
+PAPER_LR = 1e-3  # science §Token sequences / 3.2: Muon + NAdam and Adam, every method (Experiment.lr)
 
 
 @dataclass(frozen=True)
@@ -47,7 +47,7 @@ class Experiment:
     where: tuple[dict, ...]
     sources: tuple[str, ...] = ()  # experiment-column values that belong here (default: name)
     note: str = ""  # for the report, where the paper gives no numbers of its own
-    lr: float = PAPER_LR  # the paper's learning rate for these runs (SPEC 7's LLMs: 1e-5)
+    lr: float = PAPER_LR  # the paper's learning rate for these runs (science §Language models's LLMs: 1e-5)
     run_args: str = ""  # what the preset's command needs beyond +experiment=<name>
 
     @property
@@ -113,18 +113,18 @@ EXPERIMENTS = {e.name: e for e in [
                (terminal(algo="dg", match="prompts", hold=("K", "eta"), same_task=True),
                 dense(reward=["bag_of_tokens", "sequential"], algo="dg", hold=("K", "eta"))),
                sources=("dg_epochs", "dg_epochs_dense")),
-    # SPEC 7: pretrained models on GPUs; their rows are unjudged (verdicts.UNJUDGED).
-    Experiment("llm_gsm8k", "LLM RLVR (SPEC 7): GSM8K, Qwen3-1.7B",
+    # science §Language models: pretrained models on GPUs; their rows are unjudged (verdicts.UNJUDGED).
+    Experiment("llm_gsm8k", "LLM RLVR (science §Language models): GSM8K, Qwen3-1.7B",
                ({"task": "llm", "task.dataset": "gsm8k"},), lr=1e-5,
                run_args="task.model_path=/path/to/Qwen3-1.7B device=cuda"),
-    Experiment("llm_graph_color", "LLM RLVR (SPEC 7): graph colouring, Qwen3-1.7B and R1-Distill-Qwen-1.5B",
+    Experiment("llm_graph_color", "LLM RLVR (science §Language models): graph colouring, Qwen3-1.7B and R1-Distill-Qwen-1.5B",
                ({"task": "llm", "task.dataset": "graph_color"},), lr=1e-5,
                run_args="task.model_path=/path/to/Qwen3-1.7B device=cuda"),
     # No preset of its own: the diagnostics are logged by the mechanism-study runs.
     Experiment("diagnostics", "Mechanism diagnostics (gradient norm, all-fail, target mass, |A|)",
                ({**MECH, "K": 32, "epochs": 4},),
                sources=("k_sweep", "epoch_sweep", "zero_variance_masking"),
-               note="SPEC 4 gives no numbers for the diagnostics (K = 32, 4 epochs runs)."),
+               note="science §The paper's numbers gives no numbers for the diagnostics (K = 32, 4 epochs runs)."),
 ]}
 
 

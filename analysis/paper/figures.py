@@ -1,4 +1,4 @@
-"""The paper's figures (SPEC 5) as a declarative table: figure -> panels.
+"""The paper's figures (docs/figures.md) as a declarative table: figure -> panels.
 
 A panel picks rows of its experiment (analysis/paper/experiments.py) with a filter and draws
 one of three kinds:

@@ -129,7 +129,7 @@ def measure(rows: pd.DataFrame, metric: str, n_paper: int | None = None) -> Ours
         return None
     wide = stats.seed_curves(rows, y)
     if metric.startswith("mean_log10_"):
-        # The paper draws these panels on log axes (SPEC 5): "faster" and "lower" there are
+        # The paper draws these panels on log axes (docs/figures.md): "faster" and "lower" there are
         # read in log space. Below LOG_FLOOR a float32 value is rounding, not signal.
         wide = np.log10(wide.clip(lower=LOG_FLOOR))
     if metric == "final_error_pct":
@@ -151,7 +151,7 @@ def config_rows(sel: pd.DataFrame, row, algo: str, quals=None) -> pd.DataFrame:
 def ours_for(sel: pd.DataFrame, row, algo: str, quals=None, rows=None) -> Ours | None:
     if row["metric"] == "weight_p0.1":
         w = analytic_weight(algo)
-        return Ours(w, 0.0, w, w, 0, source="SPEC 3.3 formula")
+        return Ours(w, 0.0, w, w, 0, source="science §Tabular bandits formula")
     rows = config_rows(sel, row, algo, quals) if rows is None else rows
     return measure(rows, row["metric"], int(row["seeds"]) if row["seeds"] else None)
 
@@ -204,7 +204,7 @@ def bimodal_seeds(row, paper_seeds: dict) -> tuple:
 
 def number_verdict(row, ours: Ours, paper_seeds: dict | None = None) -> str:
     paper = V.parse_paper(row["value"])
-    if ours.source:  # computed from SPEC's formulas, not from runs
+    if ours.source:  # computed from the science page's formulas, not from runs
         return V.formula_verdict(paper, ours.value)
     n = ours.n_seeds
     theirs = bimodal_seeds(row, paper_seeds or {})
@@ -621,7 +621,7 @@ def summarise(parts: list[dict], table_runs: frozenset = frozenset()) -> tuple[l
     below = total["below paper's seeds"]
     text = [
         f"Counted once: {total['paper numbers']} paper numbers ({total[V.FORMULA]} of them "
-        f"*formula checks*, computed from SPEC 3.3's formulas, not from runs, and counted apart "
+        f"*formula checks*, computed from science §Tabular bandits's formulas, not from runs, and counted apart "
         f"from the run-based verdicts) and {total['claims']} claims. {total['repeats']} rows "
         "repeat a number or claim an earlier section already judges (`mnist_holdout` "
         "re-judges `mnist`'s on a validation split; tables that reprint a value for the same "

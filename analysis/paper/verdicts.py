@@ -25,7 +25,7 @@ NEVER = ("—", "-", "never")
 # with their status, never judged (and no margin is declared for them); judging one would
 # first need its margin declared, a rule change.
 UNJUDGED = {
-    "llm_rlvr": NEEDS_GPU,  # SPEC 7: pretrained 1.5-1.7B models (weights) on GPUs
+    "llm_rlvr": NEEDS_GPU,  # science §Language models: pretrained 1.5-1.7B models (weights) on GPUs
 }
 RANGE = re.compile(r"^~?(\d+(?:\.\d+)?)\s*[–-]\s*(\d+(?:\.\d+)?)$")
 
@@ -101,7 +101,7 @@ is the 90 % two-sided interval, i.e. two one-sided tests at 5 % each (TOST).
   (GRPO "differs" from its own row 5.3 %). Those two rows are bimodal and judged by the
   rule above; the t-interval rule would pass 20-seed redraws of TPO's seeds 77 % of the
   time and of GRPO's never, which is why.
-- **Formula check** rows (per-context weights) are computed from SPEC's formulas, not from
+- **Formula check** rows (per-context weights) are computed from the science page's formulas, not from
   runs: *reproduced (formula check)* when the formula rounds to the printed value.
 - **Ordering claims** ("TPO lowest", "PPO later than DG or never") compare our seed means
   ("never" later than any step). *Fails* as soon as the results so far contradict it: an
@@ -114,7 +114,7 @@ is the 90 % two-sided interval, i.e. two one-sided tests at 5 % each (TOST).
   in different tables) and, where its per-seed values are known, where our n-seed mean
   falls among the means of n of its seeds.
 - *Not run yet*: no results for that row (or for a claim, none that contradict it yet).
-- *{needs_gpu}*: the paper's LLM results (SPEC 7; family `llm_rlvr`), read from its text
+- *{needs_gpu}*: the paper's LLM results (science §Language models; family `llm_rlvr`), read from its text
   and figure, from pretrained 1.5–1.7B models on GPUs. This project has had neither the
   weights nor a GPU, so they are listed with this status and never judged, whatever runs
   exist: no margin is declared for them (judging them would be a rule change). Their
