@@ -43,7 +43,7 @@ CONFIGS = [
 ]
 COMMON = ["task.batch_size=8", "task.sequence_length=4", "threads=1", "log_every=1000"]
 # The code-edit fault's config: TPO through a plugin module the trial edits.
-PLUGIN_CONFIG = ["task=demo", "algo=tpo", "+algo.impl=tpo_fault", "plugins=[fault_plugin]",
+PLUGIN_CONFIG = ["task=demo", "algo=tpo", "algo.impl=tpo_fault", "plugins=[fault_plugin]",
                  "task.episodes=10", "checkpoint_every=5"]
 PLUGIN = '''"""TPO through a plugin module (bench.faults edits it between launches)."""
 from dataclasses import dataclass

@@ -9,7 +9,7 @@ pytestmark = pytest.mark.slow  # every test here spawns a subprocess
 # (override, what the refusal names): the name check's, Hydra's, then the harness's.
 BAD = [
     ("algo=nope", "algo=nope: no such algorithm"),
-    ("+experiment=nope", "experiment/nope"),
+    ("+experiment=nope", "experiment=nope: no such experiment"),
     ("hydra/launcher=nope", "hydra/launcher/nope"),
     ("task.foo=1", "task.foo"),
     ("algo=[a", "no viable alternative"),

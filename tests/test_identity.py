@@ -116,9 +116,13 @@ def test_a_migrated_checkpoint_resumes_to_the_uninterrupted_curve(tmp_path):
     run_bench(*INTERRUPTED, f"output_root={fresh_root}", env=LEGACY_KERNELS)
     fresh = pd.read_parquet(_spec(*INTERRUPTED, root=fresh_root).run_dir / schema.METRICS)
     assert len(resumed) == 200
-    # bit for bit (assert_frame_equal's default is a 1e-5 relative tolerance)
-    pd.testing.assert_frame_equal(resumed.drop(columns="wall_s"), fresh.drop(columns="wall_s"),
-                                  check_exact=True)
+    # Bit for bit (assert_frame_equal's default is a 1e-5 relative tolerance), except the
+    # masked-mean diagnostics: the legacy rows took an indexed mean, today's code a masked
+    # sum over n, which rounds otherwise (measured: within 1e-6 relative).
+    masked = [c for c in ("absA_success", "absA_fail", "q_success", "q_fail") if c in fresh]
+    pd.testing.assert_frame_equal(resumed.drop(columns=["wall_s", *masked]),
+                                  fresh.drop(columns=["wall_s", *masked]), check_exact=True)
+    pd.testing.assert_frame_equal(resumed[masked], fresh[masked], check_exact=False, rtol=1e-6)
 
 
 def test_migration_leaves_what_it_cannot_place(tmp_path):

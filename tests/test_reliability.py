@@ -113,7 +113,7 @@ def test_seeds_per_job_packs_seeds_into_one_job(tmp_path):
 
 @pytest.mark.parametrize("args,message", [
     (["-m", "algo=tpo,grpo", "task.batch_size=0"], "task.batch_size must be a positive integer"),
-    (["-m", "algo=tpo,nope"], "algo/nope"),
+    (["-m", "algo=tpo,nope"], "algo=nope: no such algorithm"),
     (["-m", "seed=0,1", "algo=grpo_token", "task=reverse_h7"], "algo.level=token"),
     (["seeds_per_job=0"], "seeds_per_job must be a positive integer"),
     (["checkpoint_every=0"], "checkpoint_every must be a positive integer"),

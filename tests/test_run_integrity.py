@@ -383,7 +383,7 @@ def test_a_plugin_loss_edited_between_launches_is_not_silently_skipped(tmp_path)
     plugin = tmp_path / "plugin"
     plugin.mkdir()
     (plugin / "fault_plugin.py").write_text(PLUGIN)
-    args = [*TINY, "+algo.impl=tpo_fault", "plugins=[fault_plugin]", f"output_root={tmp_path / 'out'}"]
+    args = [*TINY, "algo.impl=tpo_fault", "plugins=[fault_plugin]", f"output_root={tmp_path / 'out'}"]
     env = {"PYTHONPATH": os.pathsep.join([str(plugin), os.environ.get("PYTHONPATH", "")])}
     run_bench(*args, env=env)
     [d] = run_dirs(tmp_path / "out")
