@@ -574,3 +574,29 @@ def test_report_draws_the_per_seed_distributions(shared_runs_report):
     assert links == ["figures/terminal_seeds.png"]  # one figure, in the first section with the seeds
     assert (tmp / links[0]).is_file() and (tmp / links[0]).with_suffix(".pdf").is_file()
     assert text.index("terminal_seeds.png") < text.index("(`ablations`)")
+
+
+def test_findings_mnist_holdout_numbers_are_the_committed_data():
+    """The findings' validation-split prose quotes final errors and test-minus-validation
+    gaps: each is recomputed from the committed table (last step, 20 seeds)."""
+    from conftest import REPO
+    text = " ".join((REPO / "reproduction" / "findings.md").read_text().split())
+    d = pd.read_parquet(REPO / "reproduction" / "results.parquet")
+    h = d[d["experiment"] == "mnist_holdout"]
+    last = h[h["step"] == h.groupby(["algo.name", "seed"])["step"].transform("max")]
+    g = last.groupby("algo.name")
+    val = g["error"].mean() * 100
+    gap = (g["test_error"].mean() - g["error"].mean()) * 100
+    assert (g["seed"].nunique() == 20).all()
+    quoted_gaps = dict(re.findall(r"(CE|TPO|DG) \+(\d\.\d\d)", text))
+    assert set(quoted_gaps) == {"CE", "TPO", "DG"}
+    for name, value in quoted_gaps.items():
+        assert gap[name.lower()] == pytest.approx(float(value), abs=0.005), name
+    assert "one to two points above the validation split for every method" in text
+    assert gap.between(1, 2).all(), gap.to_dict()
+    m = re.search(r"TPO ends at (\d\.\d\d) ± (\d\.\d\d) %.*?PG at (\d\.\d\d) %.*?DG at (\d\.\d\d) %", text)
+    assert m, "the validation-split final errors are not quoted"
+    assert val["tpo"] == pytest.approx(float(m[1]), abs=0.005)
+    assert g["error"].sem()["tpo"] * 100 == pytest.approx(float(m[2]), abs=0.005)
+    assert val["pg"] == pytest.approx(float(m[3]), abs=0.005)
+    assert val["dg"] == pytest.approx(float(m[4]), abs=0.005)
