@@ -1,4 +1,5 @@
 """The speed benchmark runs and reports what it claims (its numbers live in docs/performance.md)."""
+import re
 import subprocess
 import sys
 
@@ -159,3 +160,31 @@ def test_the_performance_page_shows_the_committed_measurements(csv):
     df = pd.read_csv(REPO / "reproduction" / "perf" / csv)
     table = ops_table(df) if csv == "ops.csv" else vs_loop_table(df)
     assert table in (REPO / "docs" / "performance.md").read_text()
+
+
+def test_the_performance_page_quotes_the_recorded_artifact_comparison():
+    """docs/performance.md carries the artifact comparison as `scripts/vs_artifact.py
+    --table` prints it from the committed CSV, and its quoted median is the CSV's."""
+    from conftest import run_script
+    csv = REPO / "reproduction" / "perf" / "vs_artifact.csv"
+    df = pd.read_csv(csv)
+    ratio = df["artifact_cpu_s"] / df["ours_cpu_s"]
+    assert (ratio - df["ratio_cpu"]).abs().max() < 1e-9
+    printed = run_script("scripts/vs_artifact.py", "--table", str(csv)).stdout.strip()
+    page = (REPO / "docs" / "performance.md").read_text()
+    for line in printed.splitlines():
+        assert line in page, line
+    quoted = re.search(r"per CPU-second at one thread: ([0-9.]+)x median \(([0-9.]+)-([0-9.]+)\)", page)
+    assert quoted, "the page quotes no median ratio"
+    assert [float(v) for v in quoted.groups()] == [
+        round(ratio.median(), 2), round(ratio.min(), 2), round(ratio.max(), 2)]
+
+
+@pytest.mark.parametrize("args, key", [(["--artifact-src", "/nonexistent"], "--artifact-src"),
+                                       (["--episodes", "1"], "--episodes")])
+def test_vs_artifact_refuses_bad_input_in_one_line(args, key):
+    from conftest import run_script
+    proc = run_script("scripts/vs_artifact.py", *args, check=False)
+    assert proc.returncode != 0
+    lines = proc.stderr.strip().splitlines()
+    assert len(lines) == 1 and lines[0].startswith(f"vs_artifact: {key}"), proc.stderr
