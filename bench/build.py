@@ -262,7 +262,7 @@ def _locate(root: str, task: str, algo: str, config: dict[str, Any], seed: int) 
     if old is not None:
         raise ConfigError(f"{old} is this run (task={task} algo={algo} seed={seed}) recorded under "
                           f"its legacy hash (preset names included); re-key it first: "
-                          f"python -m bench.migrate {root}")
+                          f"python -m tools.migrate {root}")
     return schema.run_dir(root, task, algo, h, seed)
 
 

@@ -222,6 +222,23 @@ def run_config(cfg: dict[str, Any]) -> RunConfig:
 
 # ---------------------------------------------------------------- Hydra's view
 
+def composed(*overrides: str, hydra: bool = False):
+    """The config `python -m bench OVERRIDES` composes (an OmegaConf node, unresolved;
+    with `hydra`, Hydra's own node too), without a subprocess."""
+    from hydra import compose as hydra_compose, initialize_config_dir
+
+    register()  # the schema nodes conf/ composes
+    with initialize_config_dir(config_dir=str(CONF), version_base="1.3"):
+        return hydra_compose(config_name="config", overrides=list(overrides), return_hydra_config=hydra)
+
+
+def compose(*overrides: str) -> dict:
+    """The resolved config a run of `python -m bench OVERRIDES` sees, as plain containers."""
+    from omegaconf import OmegaConf
+
+    return OmegaConf.to_container(composed(*overrides), resolve=True)
+
+
 def register() -> None:
     """Store the defaults where conf/ composes them: `run_schema` (config.yaml's first
     default) and each registered algorithm and task under schema/algo, schema/task (a

@@ -7,8 +7,8 @@ algo.name): they are labels, and `task=reversal_v2` and `task=seq` with the same
 or `algo=grpo_no_kl` and `algo=grpo algo.kl_coef=0`, are one run under one hash.
 
 Runs recorded before the names left the hash carry a `legacy_hash` (names included):
-`python -m bench.migrate ROOT` re-keys their directories, and tables written before
-are re-keyed as they are read (`bench.migrate.rekey_table`).
+`python -m tools.migrate ROOT` re-keys their directories, and tables written before
+are re-keyed as they are read (`tools.migrate.rekey_table`).
 """
 from __future__ import annotations
 

@@ -17,7 +17,7 @@ from bench import batched, interrupts, rundir
 from bench.build import build
 from bench.optim import build_optimizer
 from bench.runner import run as run_single, train_episode
-from bench.speed import compose
+from bench.config import compose
 from conftest import REPO, TINY, metrics, run_bench, run_dirs, summary, wait_for
 from contract.rng import Streams
 from test_data import make_mnist

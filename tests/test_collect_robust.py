@@ -1,5 +1,5 @@
 """collect, plot and migrate over damaged, partial, mixed-code, symlinked and stale run
-trees, with run directories made by hand (scripts/bench_collect.py's `write_run`, shaped
+trees, with run directories made by hand (tools/bench_collect.py's `write_run`, shaped
 like the runner's): no training, each test well under a second."""
 import json
 import sys
@@ -11,10 +11,9 @@ import pandas as pd
 import pytest
 
 from analysis import collect
+from tools.bench_collect import demo_config, write_run
 
 REPO = Path(__file__).resolve().parents[1]
-sys.path.insert(0, str(REPO / "scripts"))
-from bench_collect import demo_config, write_run  # noqa: E402
 
 
 def runs(root, seeds=(0, 1), lr=1e-3, episodes=3, **summary):
@@ -287,7 +286,7 @@ def test_plot_warns_when_runs_finished_after_its_table(tmp_path, capsys):
 # ------------------------------------------------------------ migrate over damaged runs
 
 def legacy_run(root, seed):
-    """A run recorded under the hash with the preset names in (bench.migrate re-keys it)."""
+    """A run recorded under the hash with the preset names in (tools.migrate re-keys it)."""
     from bench.identity import legacy_hash
 
     config = demo_config()

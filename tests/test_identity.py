@@ -1,6 +1,6 @@
 """The hash is of the science, not the preset names, and runs recorded
 under the hash from before (names included) are still found: directories through
-`python -m bench.migrate`, tables re-keyed as they are read."""
+`python -m tools.migrate`, tables re-keyed as they are read."""
 import json
 import os
 import shutil
@@ -72,11 +72,11 @@ def _legacy_tree(tmp_path) -> Path:
 def test_a_legacy_run_is_refused_until_migrated_then_found(tmp_path):
     root = _legacy_tree(tmp_path)
     old = next(schema.run_dirs(root / "tabular_single" / "tpo"))
-    with pytest.raises(ConfigError, match=r"legacy hash.*python -m bench\.migrate"):
+    with pytest.raises(ConfigError, match=r"legacy hash.*python -m tools\.migrate"):
         _spec(*COMPLETED, root=root)
     before = pd.read_parquet(old / schema.METRICS)
 
-    proc = subprocess.run([sys.executable, "-m", "bench.migrate", str(root)], cwd=REPO,
+    proc = subprocess.run([sys.executable, "-m", "tools.migrate", str(root)], cwd=REPO,
                           capture_output=True, text=True, timeout=300)
     assert proc.returncode == 0, proc.stderr
     assert "moved 2, already current 0, left 0" in proc.stdout
@@ -92,7 +92,7 @@ def test_a_legacy_run_is_refused_until_migrated_then_found(tmp_path):
     proc = run_bench(*COMPLETED, f"output_root={root}")
     assert "[skip]" in proc.stdout
     # a second migration finds nothing to do
-    again = subprocess.run([sys.executable, "-m", "bench.migrate", str(root)], cwd=REPO,
+    again = subprocess.run([sys.executable, "-m", "tools.migrate", str(root)], cwd=REPO,
                            capture_output=True, text=True, timeout=300)
     assert again.returncode == 0 and "moved 0, already current 2, left 0" in again.stdout
 

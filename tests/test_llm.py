@@ -236,7 +236,7 @@ def test_the_paper_scale_presets_refuse_without_weights():
     for preset in ("llm_gsm8k", "llm_graph_color"):
         with pytest.raises(ConfigError) as e:
             build(compose(f"task={preset}", "algo=tpo"))
-        assert "task.model_path" in str(e.value) and f"bench.llm_scale task={preset}" in str(e.value)
+        assert "task.model_path" in str(e.value) and f"tools.llm_scale task={preset}" in str(e.value)
 
 
 def test_random_weights_are_asked_for_explicitly_and_alone(base_dir, tmp_path):

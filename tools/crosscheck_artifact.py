@@ -7,7 +7,7 @@ gradients at moved weights, so that ratios and clipping are exercised; and the
 terminal-reward tables' sequence-level TPO, GRPO and GRPO-no-KL on groups of K = 8
 answers, and DG on single samples. Needs jax, flax and optax (0.2.8); not run by CI:
 
-    python reproduction/crosscheck_artifact.py --artifact-src /path/to/tpo/src
+    python -m tools.crosscheck_artifact --artifact-src /path/to/tpo/src
 
 Exits non-zero if any check is outside its tolerance.
 """
@@ -16,12 +16,9 @@ from __future__ import annotations
 import argparse
 import dataclasses
 import sys
-from pathlib import Path
 
 import numpy as np
 import torch
-
-sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 H, V = 10, 2
 

@@ -2,7 +2,7 @@
 demo run, each followed by the same command again until the run says `completed`, then
 every run directory checked against an uninterrupted reference of its config.
 
-    python -m bench.faults --trials 100 --root outputs/faults
+    python -m tools.faults --trials 100 --root outputs/faults
 
 Faults: SIGKILL, SIGTERM, SIGINT at a random moment; a duplicate launch; ENOSPC (a 512 KiB
 tmpfs; needs root, else left out and said so); a symlinked `.lock` (refused, target
@@ -45,7 +45,7 @@ COMMON = ["task.batch_size=8", "task.sequence_length=4", "threads=1", "log_every
 # The code-edit fault's config: TPO through a plugin module the trial edits.
 PLUGIN_CONFIG = ["task=demo", "algo=tpo", "algo.impl=tpo_fault", "plugins=[fault_plugin]",
                  "task.episodes=10", "checkpoint_every=5"]
-PLUGIN = '''"""TPO through a plugin module (bench.faults edits it between launches)."""
+PLUGIN = '''"""TPO through a plugin module (tools.faults edits it between launches)."""
 from dataclasses import dataclass
 
 from algorithms import register

@@ -1,4 +1,4 @@
-"""`python -m bench.llm_base task=<llm preset> [overrides] [--rebuild]`: build the base
+"""`python -m tools.llm_base task=<llm preset> [overrides] [--rebuild]`: build the base
 model an LLM task built from `task.arch` starts from (the architecture, the character
 tokenizer and its supervised warm start), or rebuild it, and say where it is cached.
 
@@ -14,7 +14,7 @@ import time
 from pathlib import Path
 
 from bench.build import ConfigError, build
-from bench.speed import compose
+from bench.config import compose
 
 
 def main(argv: list[str]) -> int:

@@ -1,6 +1,6 @@
 """Re-key runs recorded before the preset names left the config hash (bench.identity).
 
-    python -m bench.migrate ROOT [ROOT ...] [--dry-run]
+    python -m tools.migrate ROOT [ROOT ...] [--dry-run]
 
 moves every `<task>/<algo>/<legacy hash>/seed=<n>` under ROOT to its current hash and
 rewrites the hash inside (summary.json, config.json, metrics.parquet, checkpoint.pt), so
@@ -229,7 +229,7 @@ def migrate_run(path: Path) -> tuple[str, str]:
 
 
 def main(argv: list[str] | None = None) -> int:
-    p = argparse.ArgumentParser(prog="python -m bench.migrate", description=__doc__.split("\n\n")[0])
+    p = argparse.ArgumentParser(prog="python -m tools.migrate", description=__doc__.split("\n\n")[0])
     p.add_argument("roots", nargs="+", type=Path, metavar="ROOT", help="an output_root to re-key")
     p.add_argument("--dry-run", action="store_true", help="say what would move; move nothing")
     args = p.parse_args(argv)

@@ -1,4 +1,4 @@
-"""Speed benchmark: `python -m bench.speed [--episodes N] [--threads T ...]`.
+"""Speed benchmark: `python -m tools.speed [--episodes N] [--threads T ...]`.
 
 Times each algorithm on its representative task after warm-up: episodes/s, ms per phase
 and achieved GFLOP/s against the measured fp32 matmul rate, beside a plain eager TPO
@@ -31,6 +31,7 @@ from torch.utils._python_dispatch import TorchDispatchMode
 from bench.optim import build_optimizer
 from contract.rng import Streams
 from bench.build import build
+from bench.config import compose, composed
 from bench.jobs import explicit_keys, job_specs
 from bench.runner import train_episode
 
@@ -38,22 +39,6 @@ CASES = (("tpo", "reverse_h10"), ("grpo", "reverse_h10"), ("dg", "reverse_h10"),
          ("ppo", "reverse_h10"), ("tpo_token", "reversal_v16"), ("grpo", "reversal_v16"),
          ("dg", "reversal_v16"), ("tpo", "mnist"))
 REPO = Path(__file__).resolve().parent.parent
-
-
-def compose(*overrides: str) -> dict:
-    from hydra import compose as hydra_compose, initialize_config_dir
-    from omegaconf import OmegaConf
-
-    from bench.config import register
-
-
-    register()  # the schema nodes conf/ composes
-
-    with initialize_config_dir(config_dir=str(REPO / "conf"), version_base="1.3"):
-        cfg = hydra_compose(config_name="config", overrides=list(overrides))
-    cfg = OmegaConf.to_container(cfg, resolve=True)
-    cfg.pop("hydra", None)
-    return cfg
 
 
 def machine() -> dict[str, str]:
@@ -430,18 +415,11 @@ def vs_loop_mode(args) -> int:
 def sweep_jobs(*overrides: str) -> list[list[str]]:
     """Each job's overrides in `python -m bench -m OVERRIDES`, expanded as the sweeper
     expands them: the preset's hydra.sweeper.params, then the command line."""
-    from hydra import compose as hydra_compose, initialize_config_dir
     from hydra._internal.core_plugins.basic_sweeper import BasicSweeper
     from hydra.core.override_parser.overrides_parser import OverridesParser
     from omegaconf import OmegaConf
 
-    from bench.config import register
-
-
-    register()  # the schema nodes conf/ composes
-
-    with initialize_config_dir(config_dir=str(REPO / "conf"), version_base="1.3"):
-        cfg = hydra_compose(config_name="config", overrides=list(overrides), return_hydra_config=True)
+    cfg = composed(*overrides, hydra=True)
     params = OmegaConf.to_container(cfg.hydra.sweeper.params, resolve=True) or {}
     parsed = OverridesParser.create().parse_overrides(
         [f"{k}={v}" for k, v in params.items()] + list(overrides))
