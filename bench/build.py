@@ -17,7 +17,7 @@ import torch
 from algorithms import ALGORITHMS
 from bench.config import ConfigError, RunConfig, check_fields, identity_keys, run_config
 from bench.fingerprint import code_fingerprint
-from bench.identity import config_hash, legacy_hash
+from contract.identity import config_hash, legacy_hash
 from bench.optim import check_optimizer
 from bench.tracking import logger_config
 from contract import schema
@@ -239,7 +239,7 @@ def _science(rc: RunConfig, cfg: dict[str, Any], task_impl: str, task, algo_impl
              optim: dict, match: str) -> dict[str, Any]:
     """What config.json and the table's config columns record: the dataclasses' full
     field values, defaults included, and the preset names beside them as labels (the hash
-    leaves the names out: bench.identity)."""
+    leaves the names out: contract.identity)."""
     science = {k: getattr(rc, k) for k in identity_keys()}
     # Interaction matching is the identity for a method that already draws K candidates per
     # prompt: the run is the prompt-matched one, stored (and skipped) under one hash.

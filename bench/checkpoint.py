@@ -74,7 +74,7 @@ def check_identity(run_dir: Path, state: dict[str, Any], ours: dict[str, Any],
     path = run_dir / CHECKPOINT
     theirs = state.get("identity")
     if theirs is None:
-        from bench.identity import config_hash
+        from contract.identity import config_hash
         try:
             config = io.read_json_object(run_dir / CONFIG)
         except (OSError, io.DamagedFile) as e:

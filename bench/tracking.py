@@ -23,7 +23,7 @@ from pathlib import Path
 from typing import Any
 
 from bench.config import LOGGERS, ConfigError, check_fields, did_you_mean
-from bench.identity import flatten
+from contract.identity import flatten
 
 
 PACKAGES = {"tensorboard": "tensorboard", "wandb": "wandb", "mlflow": "mlflow"}

@@ -194,6 +194,11 @@ class TabularMulti:
     def evaluate(self, policy: Logits) -> dict[str, float]:
         return {"error": 1.0 - float(torch.softmax(policy.logits, -1)[:, CORRECT].mean())}
 
+    @staticmethod
+    def analytic_weight(algo: str, p: float = 0.1, eta: float = 1.0) -> float:
+        """`analytic_weight` at this task's K (the report reads it through the task table)."""
+        return analytic_weight(algo, p, TabularMulti.num_actions, eta)
+
 
 def analytic_weight(algo: str, p: float = 0.1, k: int = TabularMulti.num_actions,
                     eta: float = 1.0) -> float:

@@ -337,14 +337,14 @@ def _specs(tmp_path, *args, nan_at: dict[int, int] | None = None):
 
 def _when(monkeypatch, seed: int, step: int, act) -> None:
     """`act()` just before seed `seed` records step `step` (after the seeds before it have)."""
-    record = batched._record
+    record = batched.record_step
 
     def recording(seat, at, row, asked, why):
         if seat.spec.seed == seed and at == step:
             act()
         return record(seat, at, row, asked, why)
 
-    monkeypatch.setattr(batched, "_record", recording)
+    monkeypatch.setattr(batched, "record_step", recording)
 
 
 def _kill_self(signum):

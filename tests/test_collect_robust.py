@@ -24,7 +24,7 @@ def runs(root, seeds=(0, 1), lr=1e-3, episodes=3, **summary):
 
 
 def demo_hash(lr=1e-3, episodes=3):
-    from bench.identity import config_hash
+    from contract.identity import config_hash
 
     return config_hash(demo_config(episodes, lr))
 
@@ -287,7 +287,7 @@ def test_plot_warns_when_runs_finished_after_its_table(tmp_path, capsys):
 
 def legacy_run(root, seed):
     """A run recorded under the hash with the preset names in (tools.migrate re-keys it)."""
-    from bench.identity import legacy_hash
+    from contract.identity import legacy_hash
 
     config = demo_config()
     d = write_run(root, config, seed, [0.9, 0.5, 0.2])
@@ -306,7 +306,7 @@ def test_migrate_names_and_skips_damaged_runs_and_moves_the_rest(tmp_path, capsy
 
     import torch
 
-    from bench import migrate
+    from tools import migrate
 
     root = tmp_path / "outputs"
     runs = {seed: legacy_run(root, seed) for seed in range(5)}

@@ -71,6 +71,15 @@ def test_top_level_defaults_live_in_the_dataclass_only():
     assert run_config(cfg) == RunConfig()
 
 
+def test_the_hash_leaves_out_exactly_the_keys_the_schema_marks():
+    """contract.identity's list of keys outside a run's identity is the run config's
+    fields not marked identity (plus Hydra's node, the logger, an experiment's seeds)."""
+    from contract.identity import NON_IDENTITY_KEYS
+
+    marked = {f.name for f in dataclasses.fields(RunConfig) if not f.metadata["identity"]}
+    assert NON_IDENTITY_KEYS == marked | {"hydra", "logger", "seeds"}
+
+
 @pytest.mark.parametrize("preset", sorted(
     str(p.relative_to(CONF / "experiment"))[:-5] for p in (CONF / "experiment").rglob("*.yaml")))
 def test_every_experiment_fits_the_schema(preset):

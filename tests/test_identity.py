@@ -11,10 +11,11 @@ from pathlib import Path
 import pandas as pd
 import pytest
 
-from bench import migrate
+from analysis import rekey
 from bench.build import ConfigError, build
-from bench.identity import config_hash, legacy_hash
 from contract import schema
+from contract.identity import config_hash, legacy_hash
+from tools import migrate
 from conftest import REPO, compose, run_bench
 
 # Runs written by the code of commit 1d90937 (names in the hash): a completed
@@ -148,16 +149,16 @@ def test_a_legacy_table_is_rekeyed_to_the_hashes_build_gives(tmp_path):
     the hash `build` gives the same config today."""
     table = pd.read_parquet(REPO / "reproduction" / "results.parquet",
                             columns=None).drop_duplicates("config_hash")
-    rekeyed, mapping = migrate.rekey_table(table)
+    rekeyed, mapping = rekey.rekey_table(table)
     assert set(mapping) == set(table["config_hash"])
     row = table[(table["task.name"] == "reverse_h10") & (table["algo.name"] == "tpo")
                 & (table["match"] == "prompts")].iloc[0]
     spec = _spec("task=reverse_h10", "algo=tpo", root=tmp_path)
     assert mapping[row["config_hash"]] == spec.config_hash
     # a table already current is left alone, and a hash nobody can recompute is not guessed
-    assert migrate.rekey_table(rekeyed)[1] == {}
+    assert rekey.rekey_table(rekeyed)[1] == {}
     forged = table.head(1).assign(config_hash="0123456789")
-    assert migrate.rekey_table(forged)[1] == {}
+    assert rekey.rekey_table(forged)[1] == {}
 
 
 def test_legacy_hash_is_the_old_formula():

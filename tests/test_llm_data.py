@@ -352,7 +352,7 @@ def test_cli_dispatches_gsm8k(tmp_path, served):
 
 
 def test_bench_data_refuses_unknown(capsys):
-    from bench import data
+    from tools import data
     with pytest.raises(SystemExit) as e:
         data.main(["cifar10"])
     assert e.value.code == 2

@@ -9,7 +9,7 @@ import pytest
 pytest.importorskip("transformers")
 pytest.importorskip("reasoning_gym")
 
-from bench import llm_scale  # noqa: E402
+from tools import llm_scale  # noqa: E402
 from bench.build import ConfigError  # noqa: E402
 from bench.config import compose  # noqa: E402
 from test_llm_data import make_gsm8k  # noqa: E402

@@ -27,7 +27,7 @@ import pyarrow as pa
 import pyarrow.parquet as pq
 
 REPO = Path(__file__).resolve().parents[1]
-from bench.identity import config_hash, flatten
+from contract.identity import config_hash, flatten
 from contract import schema
 
 CONFIG = {  # conf/task/demo.yaml under algo=tpo, shrunk as the tests shrink it

@@ -223,7 +223,7 @@ STUDY_GOAL_H = 2.0
 
 def seed_policies(spec, seeds: int) -> tuple[list, list, list[Streams]]:
     """Policies, optimizers and streams of seeds 0..seeds-1 on spec.device, each made as
-    a run makes its own (bench.runner._open)."""
+    a run makes its own (bench.runner.open_seat)."""
     streams = [Streams.from_seed(s, spec.device) for s in range(seeds)]
     policies = [spec.task.make_policy(st.init).to(spec.device) for st in streams]
     opts = [build_optimizer(spec.optim_name, list(p.parameters()), **spec.optim_hparams) for p in policies]

@@ -97,7 +97,7 @@ def status_block(root: Path = RUNS) -> str:
 def cost_block(root: Path = RUNS, table: Path = TABLE) -> str:
     """Training wall time (the last logged wall_s) of each completed terminal-reward run:
     the committed table's and those under root, apart (they ran under different loads)."""
-    from tools.migrate import rekey_table
+    from analysis.rekey import rekey_table
 
     by, here = {}, set()
     for s in summaries(root):

@@ -35,7 +35,7 @@ from analysis.paper.experiments import ALIASES, EXPERIMENTS
 from analysis.style import fmt
 from analysis.tuning import tuned
 from contract import io, schema
-from tasks.tabular import analytic_weight
+from contract.registry import TASKS
 
 PAPER = Path(__file__).with_name("paper_numbers.csv")
 PAPER_SEEDS = Path(__file__).with_name("paper_seeds.csv")
@@ -141,6 +141,12 @@ def measure(rows: pd.DataFrame, metric: str, n_paper: int | None = None) -> Ours
                     per_seed=tuple(v * scale for v in f.values))
     c = stats.curve_mean(wide)
     return c and Ours(c.mean * scale, c.se * scale, None, None, c.n_seeds, int(wide.index[-1]))
+
+
+def analytic_weight(algo: str) -> float:
+    """science §Tabular bandits' weight w of `algo` at pi_y = 0.1, by the formula kept with
+    the task (tasks/tabular.py), looked up in the task table."""
+    return TASKS.get("tabular_multi").analytic_weight(algo)
 
 
 def config_rows(sel: pd.DataFrame, row, algo: str, quals=None) -> pd.DataFrame:
