@@ -9,7 +9,7 @@ An algorithm is a frozen dataclass registered under a name; its fields are its c
 Losses weigh each candidate's term in a group's sums by `batch.candidate_weights()`
 (the sampled action's indicator, or the population probability, where the task set one).
 """
-from contract.registry import ALGORITHMS
+from tpo_bench.contract.registry import ALGORITHMS
 
 register = ALGORITHMS.register
 

@@ -26,9 +26,9 @@ import pyarrow as pa
 import pyarrow.ipc  # noqa: F401 (pa.ipc)
 import pyarrow.parquet as pq
 
-from analysis.rekey import config_columns, current_hash, rekey_table
-from contract import io, schema
-from contract.schema import STALE_AFTER_S  # a running run silent this long lost its process
+from tpo_bench.analysis.rekey import config_columns, current_hash, rekey_table
+from tpo_bench.contract import io, schema
+from tpo_bench.contract.schema import STALE_AFTER_S  # a running run silent this long lost its process
 
 DEFAULT_ROOT = "outputs"
 # Runs that are not (yet) a result: reported and left out of the table without stopping

@@ -22,13 +22,13 @@ from typing import Any
 
 import torch
 
-from bench import debug, dynamic, interrupts, rundir
-from bench.build import RunSpec
-from bench.optim import step_seeds
-from bench.runner import (EpisodeRow, Seat, as_kept, claim_run, close_seat, failure, flat_params,
+from tpo_bench.bench import debug, dynamic, interrupts, rundir
+from tpo_bench.bench.build import RunSpec
+from tpo_bench.bench.optim import step_seeds
+from tpo_bench.bench.runner import (EpisodeRow, Seat, as_kept, claim_run, close_seat, failure, flat_params,
                           open_seat, read_rows, record_step, start_seat, train_episode)
-from contract import schema
-from contract.batch import Batch, Request
+from tpo_bench.contract import schema
+from tpo_bench.contract.batch import Batch, Request
 
 
 def train_episodes(task, algo, request: Request, policies: list, opts: list,

@@ -14,16 +14,16 @@ from typing import Any
 
 import torch
 
-from algorithms import ALGORITHMS
-from bench.config import ConfigError, RunConfig, check_fields, identity_keys, run_config
-from bench.fingerprint import code_fingerprint
-from contract.identity import config_hash, legacy_hash
-from bench.optim import check_optimizer
-from bench.tracking import logger_config
-from contract import schema
-from contract.batch import GROUP_NEEDS, NEEDS, Request
-from contract.registry import UnknownName, load_plugins
-from tasks import TASKS
+from tpo_bench.algorithms import ALGORITHMS
+from tpo_bench.bench.config import ConfigError, RunConfig, check_fields, identity_keys, run_config
+from tpo_bench.bench.fingerprint import code_fingerprint
+from tpo_bench.contract.identity import config_hash, legacy_hash
+from tpo_bench.bench.optim import check_optimizer
+from tpo_bench.bench.tracking import logger_config
+from tpo_bench.contract import schema
+from tpo_bench.contract.batch import GROUP_NEEDS, NEEDS, Request
+from tpo_bench.contract.registry import UnknownName, load_plugins
+from tpo_bench.tasks import TASKS
 
 @dataclass(frozen=True)
 class RunSpec:
@@ -262,7 +262,7 @@ def _locate(root: str, task: str, algo: str, config: dict[str, Any], seed: int) 
     if old is not None:
         raise ConfigError(f"{old} is this run (task={task} algo={algo} seed={seed}) recorded under "
                           f"its legacy hash (preset names included); re-key it first: "
-                          f"python -m tools.migrate {root}")
+                          f"python -m tpo_bench.tools.migrate {root}")
     return schema.run_dir(root, task, algo, h, seed)
 
 

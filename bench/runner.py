@@ -25,14 +25,14 @@ from typing import Any
 import pandas as pd
 import torch
 
-from algorithms import OVER_EPOCHS
-from bench import checkpoint, debug, dynamic, interrupts, rundir, tracking
-from bench.build import RunSpec
-from contract.identity import flatten
-from bench.optim import build_optimizer
-from contract import io, schema
-from contract.batch import Batch, Request, Rollout, reference_kl
-from contract.rng import Streams
+from tpo_bench.algorithms import OVER_EPOCHS
+from tpo_bench.bench import checkpoint, debug, dynamic, interrupts, rundir, tracking
+from tpo_bench.bench.build import RunSpec
+from tpo_bench.contract.identity import flatten
+from tpo_bench.bench.optim import build_optimizer
+from tpo_bench.contract import io, schema
+from tpo_bench.contract.batch import Batch, Request, Rollout, reference_kl
+from tpo_bench.contract.rng import Streams
 
 
 

@@ -72,5 +72,5 @@ def load_plugins(modules: list[str] | tuple[str, ...] = ()) -> None:
 # The two tables: a task module registers with `tasks.register`, an algorithm with
 # `algorithms.register` (each package's __init__ hands out these). Held here so that a
 # reader of records (analysis) can look a class up without importing either package.
-TASKS = Registry("task", "tasks")
-ALGORITHMS = Registry("algorithm", "algorithms")
+TASKS = Registry("task", "tpo_bench.tasks")
+ALGORITHMS = Registry("algorithm", "tpo_bench.algorithms")

@@ -9,6 +9,6 @@ A task is a frozen dataclass registered under a name; its fields are its config
 keeps what it needs to re-score its candidates in a frozen dataclass of its own
 (`batch.obs`), read only by its `logprobs`.
 """
-from contract.registry import TASKS
+from tpo_bench.contract.registry import TASKS
 
 register = TASKS.register

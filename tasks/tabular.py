@@ -22,10 +22,10 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
-from contract.batch import Batch, Request, Rollout
-from contract.rng import Streams
-from tasks import register
-from tasks._bandit import check_bandit_request, sampled_batch
+from tpo_bench.contract.batch import Batch, Request, Rollout
+from tpo_bench.contract.rng import Streams
+from tpo_bench.tasks import register
+from tpo_bench.tasks._bandit import check_bandit_request, sampled_batch
 
 CORRECT = 0
 

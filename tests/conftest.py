@@ -60,6 +60,6 @@ def out(tmp_path: Path) -> Path:
 
 def compose(*overrides: str) -> dict:
     """The resolved config `python -m bench` would see, without a subprocess."""
-    from bench.config import compose as bench_compose
+    from tpo_bench.bench.config import compose as bench_compose
 
     return bench_compose(*overrides)

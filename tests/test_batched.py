@@ -13,13 +13,13 @@ import pandas as pd
 import pytest
 import torch
 
-from bench import batched, interrupts, rundir
-from bench.build import build
-from bench.optim import build_optimizer
-from bench.runner import run as run_single, train_episode
-from bench.config import compose
+from tpo_bench.bench import batched, interrupts, rundir
+from tpo_bench.bench.build import build
+from tpo_bench.bench.optim import build_optimizer
+from tpo_bench.bench.runner import run as run_single, train_episode
+from tpo_bench.bench.config import compose
 from conftest import REPO, TINY, metrics, run_bench, run_dirs, summary, wait_for
-from contract.rng import Streams
+from tpo_bench.contract.rng import Streams
 from test_data import make_mnist
 
 # Odd sizes (B 5, H 3, V 3): every per-seed tensor off the SIMD width, where a stacked

@@ -3,8 +3,8 @@ Transformer; a wrong mapping would make the cross-check compare the wrong tensor
 import numpy as np
 import torch
 
-from tasks.transformer import Transformer
-from tools import crosscheck_artifact as crosscheck
+from tpo_bench.tasks.transformer import Transformer
+from tpo_bench.tools import crosscheck_artifact as crosscheck
 
 
 def _flax_tree(m: Transformer) -> dict:

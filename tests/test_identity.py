@@ -11,11 +11,11 @@ from pathlib import Path
 import pandas as pd
 import pytest
 
-from analysis import rekey
-from bench.build import ConfigError, build
-from contract import schema
-from contract.identity import config_hash, legacy_hash
-from tools import migrate
+from tpo_bench.analysis import rekey
+from tpo_bench.bench.build import ConfigError, build
+from tpo_bench.contract import schema
+from tpo_bench.contract.identity import config_hash, legacy_hash
+from tpo_bench.tools import migrate
 from conftest import REPO, compose, run_bench
 
 # Runs written by the code of commit 1d90937 (names in the hash): a completed
@@ -77,7 +77,7 @@ def test_a_legacy_run_is_refused_until_migrated_then_found(tmp_path):
         _spec(*COMPLETED, root=root)
     before = pd.read_parquet(old / schema.METRICS)
 
-    proc = subprocess.run([sys.executable, "-m", "tools.migrate", str(root)], cwd=REPO,
+    proc = subprocess.run([sys.executable, "-m", "tpo_bench.tools.migrate", str(root)], cwd=REPO,
                           capture_output=True, text=True, timeout=300)
     assert proc.returncode == 0, proc.stderr
     assert "moved 2, already current 0, left 0" in proc.stdout
@@ -93,7 +93,7 @@ def test_a_legacy_run_is_refused_until_migrated_then_found(tmp_path):
     proc = run_bench(*COMPLETED, f"output_root={root}")
     assert "[skip]" in proc.stdout
     # a second migration finds nothing to do
-    again = subprocess.run([sys.executable, "-m", "tools.migrate", str(root)], cwd=REPO,
+    again = subprocess.run([sys.executable, "-m", "tpo_bench.tools.migrate", str(root)], cwd=REPO,
                            capture_output=True, text=True, timeout=300)
     assert again.returncode == 0 and "moved 0, already current 2, left 0" in again.stdout
 

@@ -1,10 +1,11 @@
 """The house's rooms and floors, read from the source with `ast` (every import, at the top
-or inside a function, so a lazy import cannot hide an arrow): the contract imports none of
-the rest; tasks and algorithms never import each other nor the runner; analysis reads the
-records through the contract alone; the tools may import anything and nothing but the tests
-imports them; no import cycle. Inside analysis/: no cycle, the generic modules stay out of
-the paper's and the tuning's rooms, no module uses another's underscore names. The runner
-reads no task or algorithm member that contract.batch does not declare."""
+or inside a function, so a lazy import cannot hide an arrow): the harness imports itself
+only as tpo_bench.<room>; the contract imports none of the rest; tasks and algorithms never
+import each other nor the runner; analysis reads the records through the contract alone;
+the tools may import anything and nothing but the tests imports them; no import cycle.
+Inside analysis/: no cycle, the generic modules stay out of the paper's and the tuning's
+rooms, no module uses another's underscore names (nor in bench/). The runner reads no task
+or algorithm member that contract.batch does not declare."""
 import ast
 import re
 from pathlib import Path
@@ -14,6 +15,8 @@ import pytest
 from conftest import REPO
 
 PACKAGES = ("contract", "bench", "tasks", "algorithms", "analysis", "hydra_plugins", "tools")
+NAMESPACE = "tpo_bench"  # every harness package is imported as tpo_bench.<package>
+HARNESS = ("contract", "bench", "tasks", "algorithms", "analysis", "tools", "conf")
 # package -> the project packages it may import (itself always); none but tools may import
 # tools, and the tests may import any
 MAY_IMPORT = {
@@ -45,23 +48,41 @@ def modules(packages=PACKAGES) -> dict[str, Path]:
     return out
 
 
+def room_name(module: str) -> str:
+    """tpo_bench.bench.runner -> bench.runner: the harness imports itself under tpo_bench."""
+    return module.removeprefix(f"{NAMESPACE}.")
+
+
 def imports(path: Path, known: set[str]) -> dict[str, str]:
-    """Local name -> project module, for every import of a project module in the file (a
-    `from pkg import name` counts pkg.name when that is a module, else pkg)."""
+    """Local name -> project module (its room name), for every import of a project module in
+    the file (a `from pkg import name` counts pkg.name when that is a module, else pkg)."""
     names = {}
     for node in ast.walk(ast.parse(path.read_text())):
         if isinstance(node, ast.Import):
             for a in node.names:
-                if a.name in known:
-                    names[a.asname or a.name] = a.name
+                if room_name(a.name) in known:
+                    names[a.asname or a.name] = room_name(a.name)
         elif isinstance(node, ast.ImportFrom) and node.module and node.level == 0:
+            module = room_name(node.module)
             for a in node.names:
-                full = f"{node.module}.{a.name}"
-                if full in known:  # from analysis.paper import figures
+                full = f"{module}.{a.name}"
+                if full in known:  # from tpo_bench.analysis.paper import figures
                     names[a.asname or a.name] = full
-                elif node.module in known:  # from analysis.style import fmt
-                    names.setdefault(f"<{node.module}>", node.module)
+                elif module in known:  # from tpo_bench.analysis.style import fmt
+                    names.setdefault(f"<{module}>", module)
     return names
+
+
+def bare_imports(path: Path) -> list[str]:
+    """Imports of a harness package by its top-level name (`tasks`, not `tpo_bench.tasks`):
+    a project's own package of that name would be imported instead."""
+    found = []
+    for node in ast.walk(ast.parse(path.read_text())):
+        names = [a.name for a in node.names] if isinstance(node, ast.Import) else \
+            [node.module] if isinstance(node, ast.ImportFrom) and node.module and node.level == 0 else []
+        found += [f"{path.relative_to(REPO)}:{node.lineno} {n}" for n in names
+                  if n.split(".")[0] in HARNESS]
+    return found
 
 
 def graph(packages=PACKAGES) -> dict[str, set[str]]:
@@ -99,14 +120,24 @@ def test_no_import_cycle():
     assert cycle(graph()) is None, cycle(graph())
 
 
+def test_the_harness_imports_itself_only_under_its_namespace():
+    """No module of the harness, its tests or the docs' build imports `tasks`, `bench`, ...
+    by the top-level name: from a project that has its own, that would be the project's
+    (and in a checkout, a second copy of ours with its own registries)."""
+    files = [*modules().values(), *sorted((REPO / "tests").glob("*.py")),
+             *sorted((REPO / "docs").rglob("*.py")), *sorted((REPO / "tpo_bench").rglob("*.py"))]
+    found = [hit for path in files for hit in bare_imports(path)]
+    assert len(files) > 100 and not found, found
+
+
 def test_the_checker_sees_an_arrow_and_a_cycle(tmp_path, monkeypatch):
     """The rules can fail: a task importing an algorithm, analysis importing a tool, and two
     modules importing each other, are all caught."""
     for pkg in ("tasks", "algorithms", "analysis", "tools"):
         (tmp_path / pkg).mkdir()
-    (tmp_path / "tasks" / "t.py").write_text("from algorithms import a\n")
-    (tmp_path / "algorithms" / "a.py").write_text("def f():\n    import tasks.t\n")
-    (tmp_path / "analysis" / "c.py").write_text("from tools.m import x\n")
+    (tmp_path / "tasks" / "t.py").write_text("from tpo_bench.algorithms import a\n")
+    (tmp_path / "algorithms" / "a.py").write_text("def f():\n    import tpo_bench.tasks.t\n")
+    (tmp_path / "analysis" / "c.py").write_text("from tpo_bench.tools.m import x\n")
     (tmp_path / "tools" / "m.py").write_text("x = 1\n")
     monkeypatch.setattr(__import__(__name__), "REPO", tmp_path)
     with pytest.raises(AssertionError, match="tasks reaches up"):
@@ -148,7 +179,8 @@ def test_no_module_uses_another_modules_private_names():
                         and not node.attr.startswith("__") and isinstance(node.value, ast.Name) \
                         and node.value.id in local:
                     found.append(f"{path.relative_to(REPO)}:{node.lineno} {node.value.id}.{node.attr}")
-                if isinstance(node, ast.ImportFrom) and node.module and node.module.startswith(room):
+                if isinstance(node, ast.ImportFrom) and node.module \
+                        and room_name(node.module).startswith(room):
                     found += [f"{path.relative_to(REPO)}:{node.lineno} from {node.module} import {a.name}"
                               for a in node.names if a.name.startswith("_")]
     assert not found, found
@@ -177,7 +209,7 @@ def declared(*protocols) -> set[str]:
 
 
 def test_the_contract_declares_every_member_the_runner_probes():
-    from contract.batch import Algorithm, AlgorithmOptions, Task, TaskOptions
+    from tpo_bench.contract.batch import Algorithm, AlgorithmOptions, Task, TaskOptions
 
     allowed = {"task": declared(Task, TaskOptions), "algo": declared(Algorithm, AlgorithmOptions)}
     probes = probed_members()

@@ -16,11 +16,11 @@ from omegaconf import OmegaConf
 pytest.importorskip("transformers")
 pytest.importorskip("reasoning_gym")
 
-from bench.build import ConfigError, build  # noqa: E402
-from bench.runner import _backward, reference_kl  # noqa: E402
+from tpo_bench.bench.build import ConfigError, build  # noqa: E402
+from tpo_bench.bench.runner import _backward, reference_kl  # noqa: E402
 from conftest import REPO, compose, run_bench  # noqa: E402
-from contract.rng import Streams  # noqa: E402
-from tasks import _lm  # noqa: E402
+from tpo_bench.contract.rng import Streams  # noqa: E402
+from tpo_bench.tasks import _lm  # noqa: E402
 
 SMALL = ["task=llm_chain_sum", "task/arch=micro_qwen3", "task.train_size=64", "task.test_size=8",
          "task.warm_start_steps=20", "task.warm_start_lr=1e-2", "task.warm_start_batch=16",
@@ -79,7 +79,7 @@ def test_the_mask_ends_each_completion_at_its_eos(rolled):
 
 
 def test_scores_are_the_verifiers(rolled):
-    from tasks import _problems
+    from tpo_bench.tasks import _problems
     spec, policy, ro = rolled
     texts = [policy.tokenizer.decode(r[m].tolist(), skip_special_tokens=True)
              for r, m in zip(ro.batch.obs.tokens.reshape(12, -1), ro.batch.mask.reshape(12, -1))]

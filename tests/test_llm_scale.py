@@ -9,9 +9,9 @@ import pytest
 pytest.importorskip("transformers")
 pytest.importorskip("reasoning_gym")
 
-from tools import llm_scale  # noqa: E402
-from bench.build import ConfigError  # noqa: E402
-from bench.config import compose  # noqa: E402
+from tpo_bench.tools import llm_scale  # noqa: E402
+from tpo_bench.bench.build import ConfigError  # noqa: E402
+from tpo_bench.bench.config import compose  # noqa: E402
 from test_llm_data import make_gsm8k  # noqa: E402
 
 N, K, T = 3, 2, 3

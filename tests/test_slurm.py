@@ -125,7 +125,7 @@ def _launcher_config(*overrides: str) -> dict:
     from hydra import compose, initialize_config_dir
     from omegaconf import OmegaConf
 
-    from bench.config import register
+    from tpo_bench.bench.config import register
 
 
     register()  # the schema nodes conf/ composes
@@ -242,7 +242,7 @@ def test_plugin_preset_logs_beside_the_results_and_says_sacct_once(slurm, tmp_pa
     assert not list((out / ".hydra").rglob(".submitit"))
     said = proc.stdout + proc.stderr
     assert "Bypassing sacct error" not in said
-    from bench import slurm
+    from tpo_bench.bench import slurm
     if slurm.accounting_disabled():  # tools/slurm-local.sh's cluster: sacct is not asked
         assert said.count("[slurm] accounting is disabled on this cluster") == 1, said
         assert "Slurm accounting storage is disabled" not in said, said

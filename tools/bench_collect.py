@@ -27,8 +27,8 @@ import pyarrow as pa
 import pyarrow.parquet as pq
 
 REPO = Path(__file__).resolve().parents[1]
-from contract.identity import config_hash, flatten
-from contract import schema
+from tpo_bench.contract.identity import config_hash, flatten
+from tpo_bench.contract import schema
 
 CONFIG = {  # conf/task/demo.yaml under algo=tpo, shrunk as the tests shrink it
     "algo": {"anchor": True, "epochs": 4, "eta": 1.0, "impl": "tpo", "k": 8,

@@ -66,15 +66,15 @@ def main() -> int:
     from tpo.algorithms import dg_loss, grpo_loss, ppo_loss, tpo_target
     from tpo.models import CausalTransformer
 
-    from algorithms.dg import DG
-    from algorithms.grpo import GRPO
-    from algorithms.ppo import PPO
-    from algorithms.tpo import TPO
-    from contract.batch import Request
-    from bench.optim import build_optimizer
-    from contract.rng import Streams
-    from tasks.seq import SeqTask
-    from tasks.transformer import Transformer
+    from tpo_bench.algorithms.dg import DG
+    from tpo_bench.algorithms.grpo import GRPO
+    from tpo_bench.algorithms.ppo import PPO
+    from tpo_bench.algorithms.tpo import TPO
+    from tpo_bench.contract.batch import Request
+    from tpo_bench.bench.optim import build_optimizer
+    from tpo_bench.contract.rng import Streams
+    from tpo_bench.tasks.seq import SeqTask
+    from tpo_bench.tasks.transformer import Transformer
 
     fm = CausalTransformer(vocab_size=V, max_seq_len=2 * H, d_model=64, num_heads=2,
                            num_layers=2, ffn_mult=4)

@@ -25,13 +25,13 @@ from types import SimpleNamespace
 import numpy as np
 import torch
 
-from algorithms._advantages import (group_mean_centred, group_std, reinforce_pp_baseline,
+from tpo_bench.algorithms._advantages import (group_mean_centred, group_std, reinforce_pp_baseline,
                                     rloo)
-from algorithms._aggregate import aggregate
-from algorithms.cispo import CISPO
-from algorithms.clipped import ClippedSurrogate
-from algorithms.gpg import GPG
-from contract.batch import Batch
+from tpo_bench.algorithms._aggregate import aggregate
+from tpo_bench.algorithms.cispo import CISPO
+from tpo_bench.algorithms.clipped import ClippedSurrogate
+from tpo_bench.algorithms.gpg import GPG
+from tpo_bench.contract.batch import Batch
 
 D = torch.float64
 TOL = 1e-12

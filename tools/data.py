@@ -6,7 +6,7 @@ import argparse
 import importlib
 import sys
 
-STAGERS = {"mnist": "tasks._data", "gsm8k": "tasks._problems"}
+STAGERS = {"mnist": "tpo_bench.tasks._data", "gsm8k": "tpo_bench.tasks._problems"}
 
 
 def main(argv: list[str] | None = None) -> int:

@@ -28,8 +28,8 @@ from pathlib import Path
 
 import pandas as pd
 
-from contract import io
-from contract.schema import CHECKPOINT, LOCK, METRICS, SUMMARY
+from tpo_bench.contract import io
+from tpo_bench.contract.schema import CHECKPOINT, LOCK, METRICS, SUMMARY
 
 SIGNALS = {"sigkill": signal.SIGKILL, "sigterm": signal.SIGTERM, "sigint": signal.SIGINT}
 FAULTS = (*SIGNALS, "duplicate", "enospc", "symlink_lock", "nan_metric", "code_edit")
@@ -48,8 +48,8 @@ PLUGIN_CONFIG = ["task=demo", "algo=tpo", "algo.impl=tpo_fault", "plugins=[fault
 PLUGIN = '''"""TPO through a plugin module (tools.faults edits it between launches)."""
 from dataclasses import dataclass
 
-from algorithms import register
-from algorithms.tpo import TPO
+from tpo_bench.algorithms import register
+from tpo_bench.algorithms.tpo import TPO
 
 
 @register("tpo_fault")

@@ -13,8 +13,8 @@ import sys
 import time
 from pathlib import Path
 
-from bench.build import ConfigError, build
-from bench.config import compose
+from tpo_bench.bench.build import ConfigError, build
+from tpo_bench.bench.config import compose
 
 
 def main(argv: list[str]) -> int:

@@ -27,13 +27,13 @@ from pathlib import Path
 
 import torch
 
-from bench.build import ConfigError, build
-from bench.optim import build_optimizer
-from bench.runner import train_episode
-from bench.config import compose
-from contract.rng import Streams
-from tasks import _lm
-from tasks.llm import DTYPES, compute
+from tpo_bench.bench.build import ConfigError, build
+from tpo_bench.bench.optim import build_optimizer
+from tpo_bench.bench.runner import train_episode
+from tpo_bench.bench.config import compose
+from tpo_bench.contract.rng import Streams
+from tpo_bench.tasks import _lm
+from tpo_bench.tasks.llm import DTYPES, compute
 
 GIB = 2 ** 30
 CPU_MAX_GIB = 12.0

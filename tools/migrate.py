@@ -19,8 +19,8 @@ from pathlib import Path
 
 import pandas as pd
 
-from contract import io, schema
-from contract.identity import config_hash, legacy_hash
+from tpo_bench.contract import io, schema
+from tpo_bench.contract.identity import config_hash, legacy_hash
 
 
 class Unreadable(ValueError):
@@ -37,7 +37,7 @@ def _read(path: Path) -> tuple[pd.DataFrame | None, dict | None, dict | None]:
         except Exception as e:  # pyarrow raises several types for a torn or foreign file
             raise Unreadable(f"{schema.METRICS} unreadable ({type(e).__name__})") from None
     if (path / schema.CHECKPOINT).exists():
-        from bench import checkpoint  # only here: reading a table needs no torch
+        from tpo_bench.bench import checkpoint  # only here: reading a table needs no torch
 
         try:
             state = checkpoint.load(path)
@@ -101,7 +101,7 @@ def migrate_run(path: Path) -> tuple[str, str]:
     elsewhere = schema.find_run(path.parents[3], new, where.seed)
     if target.exists() or elsewhere is not None:
         return "left", f"{target if target.exists() else elsewhere} already holds this run"
-    from bench import rundir  # only here: its checkpoint module needs torch
+    from tpo_bench.bench import rundir  # only here: its checkpoint module needs torch
 
     rd = rundir.RunDir(path)
     holder = rd.acquire()

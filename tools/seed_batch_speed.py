@@ -21,13 +21,13 @@ import warnings
 import torch
 from torch.func import functional_call, stack_module_state, vmap
 
-from bench import batched
-from bench.build import build
-from bench.runner import train_episode
-from bench.config import compose
-from tools.speed import seed_policies
-from tasks import stacked
-from tasks.seq import generate, generate_seeds
+from tpo_bench.bench import batched
+from tpo_bench.bench.build import build
+from tpo_bench.bench.runner import train_episode
+from tpo_bench.bench.config import compose
+from tpo_bench.tools.speed import seed_policies
+from tpo_bench.tasks import stacked
+from tpo_bench.tasks.seq import generate, generate_seeds
 
 
 class _SharedPrefix(torch.nn.Module):

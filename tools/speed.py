@@ -28,12 +28,12 @@ import pandas as pd
 import torch
 from torch.utils._python_dispatch import TorchDispatchMode
 
-from bench.optim import build_optimizer
-from contract.rng import Streams
-from bench.build import build
-from bench.config import compose, composed
-from bench.jobs import explicit_keys, job_specs
-from bench.runner import train_episode
+from tpo_bench.bench.optim import build_optimizer
+from tpo_bench.contract.rng import Streams
+from tpo_bench.bench.build import build
+from tpo_bench.bench.config import compose, composed
+from tpo_bench.bench.jobs import explicit_keys, job_specs
+from tpo_bench.bench.runner import train_episode
 
 CASES = (("tpo", "reverse_h10"), ("grpo", "reverse_h10"), ("dg", "reverse_h10"),
          ("ppo", "reverse_h10"), ("tpo_token", "reversal_v16"), ("grpo", "reversal_v16"),
@@ -126,8 +126,8 @@ def _eager_generate(policy, prompts, k, gen):
 
 def time_eager_tpo(episodes: int, warmup: int, threads: int) -> dict:
     """The yardstick TPO episode on reverse_h10, same model, loss and optimizer."""
-    from algorithms.tpo import tpo_target
-    from tasks.seq import target_tokens, token_rewards
+    from tpo_bench.algorithms.tpo import tpo_target
+    from tpo_bench.tasks.seq import target_tokens, token_rewards
 
     spec = build(compose("algo=tpo", "task=reverse_h10"))
     t, a = spec.task, spec.algo
@@ -239,7 +239,7 @@ def _sync(device: str) -> None:
 def time_seeds(overrides: tuple[str, ...], seeds: int, episodes: int, warmup: int) -> dict:
     """Seed-episodes/s of bench.batched.train_episodes over `seeds` policies of the config
     `overrides` compose to (a later override of a key wins), and the peak device memory."""
-    from bench import batched
+    from tpo_bench.bench import batched
 
     spec = build(compose(*overrides), explicit_keys(overrides))
     t, device = spec.task, spec.device
@@ -293,7 +293,7 @@ class OpCount(TorchDispatchMode):
 def count_ops(overrides: tuple[str, ...], seeds: int, episodes: int = 2, warmup: int = 1) -> dict:
     """Ops per episode of bench.batched.train_episodes over `seeds` policies (S = 1 is the
     single run's own train_episode), the mean of `episodes` after `warmup`."""
-    from bench import batched
+    from tpo_bench.bench import batched
 
     spec = build(compose(*overrides), explicit_keys(overrides))
     t = spec.task
@@ -353,7 +353,7 @@ def vs_loop(overrides: tuple[str, ...], seeds: int, rounds: int, warmup: int = 1
     """Paired, alternating timings of one episode for `seeds` seeds: the per-seed loop
     (train_episode seed after seed, as batch_seeds=false) and the batched path
     (bench.batched.train_episodes), each round timing both, in alternating order."""
-    from bench import batched
+    from tpo_bench.bench import batched
 
     spec = build(compose(*overrides), explicit_keys(overrides))
     t = spec.task
@@ -442,7 +442,7 @@ class Job:
 def study_jobs(experiment: str, *overrides: str) -> list[Job]:
     """The jobs of `python -m bench -m +experiment=NAME OVERRIDES`, each config composed
     once (its seeds differ only in the directory), as the sweeper validates them."""
-    from contract.schema import seed_dir
+    from tpo_bench.contract.schema import seed_dir
 
     jobs, configs = [], {}
     for job in sweep_jobs(f"+experiment={experiment}", *overrides):

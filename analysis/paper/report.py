@@ -27,15 +27,15 @@ from pathlib import Path
 import numpy as np
 import pandas as pd
 
-from analysis import collect, stats
-from analysis.configs import pick_config
-from analysis.paper import experiments, figures, paper_figures
-from analysis.paper import verdicts as V
-from analysis.paper.experiments import ALIASES, EXPERIMENTS
-from analysis.style import fmt
-from analysis.tuning import tuned
-from contract import io, schema
-from contract.registry import TASKS
+from tpo_bench.analysis import collect, stats
+from tpo_bench.analysis.configs import pick_config
+from tpo_bench.analysis.paper import experiments, figures, paper_figures
+from tpo_bench.analysis.paper import verdicts as V
+from tpo_bench.analysis.paper.experiments import ALIASES, EXPERIMENTS
+from tpo_bench.analysis.style import fmt
+from tpo_bench.analysis.tuning import tuned
+from tpo_bench.contract import io, schema
+from tpo_bench.contract.registry import TASKS
 
 PAPER = Path(__file__).with_name("paper_numbers.csv")
 PAPER_SEEDS = Path(__file__).with_name("paper_seeds.csv")
