@@ -272,9 +272,9 @@ def test_the_harness_imports_without_the_llm_extra():
         "import sys; sys.modules['transformers'] = None; sys.modules['reasoning_gym'] = None\n"
         "sys.path.insert(0, 'tests')\n"
         "from conftest import compose\n"
-        "from tasks import TASKS; from algorithms import ALGORITHMS\n"
+        "from tpo_bench.tasks import TASKS; from tpo_bench.algorithms import ALGORITHMS\n"
         "assert 'llm' in TASKS.names() and 'tpo' in ALGORITHMS.names()\n"
-        "from bench.build import build, ConfigError\n"
+        "from tpo_bench.bench.build import build, ConfigError\n"
         "build(compose('task=demo'))\n"
         "try:\n    build(compose('task=llm_chain_sum'))\nexcept ConfigError as e:\n    print('REFUSED', e)\n")
     out = subprocess.run([sys.executable, "-c", code], cwd=REPO, capture_output=True, text=True, timeout=300)
