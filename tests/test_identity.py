@@ -73,7 +73,7 @@ def _legacy_tree(tmp_path) -> Path:
 def test_a_legacy_run_is_refused_until_migrated_then_found(tmp_path):
     root = _legacy_tree(tmp_path)
     old = next(schema.run_dirs(root / "tabular_single" / "tpo"))
-    with pytest.raises(ConfigError, match=r"legacy hash.*python -m tools\.migrate"):
+    with pytest.raises(ConfigError, match=r"legacy hash.*python -m tpo_bench\.tools\.migrate"):
         _spec(*COMPLETED, root=root)
     before = pd.read_parquet(old / schema.METRICS)
 
