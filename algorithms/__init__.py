@@ -3,13 +3,18 @@ log-probs into a loss. They never import tasks.
 
 An algorithm is a frozen dataclass registered under a name; its fields are its config
 (`conf/algo/<name>.yaml` sets them). What it exposes is `contract.batch.Algorithm`, a
-`typing.Protocol`: `k`, `epochs`, `loss(batch, logp) -> LossOut`, and optionally `needs`
-(one of contract.batch.NEEDS) and `level`.
+`typing.Protocol`: `k`, `epochs`, `loss(batch, logp) -> LossOut`; its optional members
+(`needs`, `level`, `dynamic_sampling`) are `contract.batch.AlgorithmOptions`.
 
 Losses weigh each candidate's term in a group's sums by `batch.candidate_weights()`
 (the sampled action's indicator, or the population probability, where the task set one).
 """
-from contract.registry import Registry
+from tpo_bench.contract.registry import ALGORITHMS
 
-ALGORITHMS = Registry("algorithm", "algorithms")
 register = ALGORITHMS.register
+
+# Loss metrics that describe the whole update, so the runner averages them over its
+# epochs: at the first epoch the policy still is the actor (a ratio of 1: no clipping,
+# no KL), so a first-epoch value would say nothing. Loss and gradient norm stay the
+# first epoch's, the gradient at the behaviour policy.
+OVER_EPOCHS = ("clip_frac", "kl")

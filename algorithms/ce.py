@@ -11,8 +11,8 @@ from typing import ClassVar
 import torch
 import torch.nn.functional as F
 
-from algorithms import register
-from contract.batch import Batch, LossOut
+from tpo_bench.algorithms import register
+from tpo_bench.contract.batch import Batch, LossOut
 
 
 @register("ce")

@@ -21,12 +21,12 @@ from typing import ClassVar
 
 import torch
 
-from algorithms import register
-from algorithms._advantages import ADVANTAGES, advantages
-from algorithms._aggregate import AGGREGATIONS, aggregate
-from algorithms._common import (check_choice, check_level, check_non_negative, check_positive,
+from tpo_bench.algorithms import register
+from tpo_bench.algorithms._advantages import ADVANTAGES, advantages
+from tpo_bench.algorithms._aggregate import AGGREGATIONS, aggregate
+from tpo_bench.algorithms._common import (check_choice, check_level, check_non_negative, check_positive,
                                 clamp_log_ratio, mean_where)
-from contract.batch import Batch, LossOut, mean_over_steps
+from tpo_bench.contract.batch import Batch, LossOut, mean_over_steps
 
 RATIOS = ("token", "sequence")
 

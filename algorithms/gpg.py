@@ -20,13 +20,13 @@ from typing import ClassVar
 
 import torch
 
-from algorithms import register
-from algorithms._advantages import ADVANTAGES, advantages
-from algorithms._aggregate import AGGREGATIONS, aggregate
-from algorithms._common import STD_FLOOR, check_choice, check_level
-from algorithms.clipped import advantage_diagnostics
-from algorithms.grpo import group_stats
-from contract.batch import Batch, LossOut
+from tpo_bench.algorithms import register
+from tpo_bench.algorithms._advantages import ADVANTAGES, advantages
+from tpo_bench.algorithms._aggregate import AGGREGATIONS, aggregate
+from tpo_bench.algorithms._common import STD_FLOOR, check_choice, check_level
+from tpo_bench.algorithms.clipped import advantage_diagnostics
+from tpo_bench.algorithms.grpo import group_stats
+from tpo_bench.contract.batch import Batch, LossOut
 
 
 def gpg_alpha(scores: torch.Tensor, probs: torch.Tensor | None = None) -> torch.Tensor:

@@ -16,10 +16,10 @@ from typing import ClassVar
 
 import torch
 
-from algorithms import register
-from algorithms._common import (STD_FLOOR, check_level, check_non_negative, check_positive,
+from tpo_bench.algorithms import register
+from tpo_bench.algorithms._common import (STD_FLOOR, check_level, check_non_negative, check_positive,
                                 clamp_log_ratio, mean_where)
-from contract.batch import Batch, LossOut
+from tpo_bench.contract.batch import Batch, LossOut
 
 
 def group_stats(scores: torch.Tensor, probs: torch.Tensor | None = None):

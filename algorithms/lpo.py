@@ -21,9 +21,9 @@ from typing import ClassVar
 
 import torch
 
-from algorithms import register
-from algorithms._common import STD_FLOOR, check_level, mean_where
-from contract.batch import Batch, LossOut
+from tpo_bench.algorithms import register
+from tpo_bench.algorithms._common import STD_FLOOR, check_level, mean_where
+from tpo_bench.contract.batch import Batch, LossOut
 
 PROJECTIONS = ("forward", "reverse")
 TAUS = ("std", "mean", "one")

@@ -12,9 +12,9 @@ from dataclasses import dataclass
 
 import torch
 
-from algorithms import register
-from algorithms._common import check_positive, reinforce_sum, single_sample_advantage, standardise
-from contract.batch import Batch, LossOut
+from tpo_bench.algorithms import register
+from tpo_bench.algorithms._common import check_positive, reinforce_sum, single_sample_advantage, standardise
+from tpo_bench.contract.batch import Batch, LossOut
 
 ADVANTAGES = ("task", "group")
 

@@ -21,10 +21,10 @@ from typing import ClassVar
 
 import torch
 
-from algorithms import register
-from algorithms._common import check_level, check_positive, mean_where, standardise
-from contract.batch import Batch, LossOut, mean_over_steps
-from contract.schema import IF_SET
+from tpo_bench.algorithms import register
+from tpo_bench.algorithms._common import check_level, check_positive, mean_where, standardise
+from tpo_bench.contract.batch import Batch, LossOut, mean_over_steps
+from tpo_bench.contract.schema import IF_SET
 
 LOGP_NORMS = ("sum", "mean")
 

@@ -26,9 +26,9 @@ import pyarrow as pa
 import pyarrow.ipc  # noqa: F401 (pa.ipc)
 import pyarrow.parquet as pq
 
-from bench.migrate import config_columns, current_hash, rekey_table
-from contract import io, schema
-from contract.schema import STALE_AFTER_S  # a running run silent this long lost its process
+from tpo_bench.analysis.rekey import config_columns, current_hash, rekey_table
+from tpo_bench.contract import io, schema
+from tpo_bench.contract.schema import STALE_AFTER_S  # a running run silent this long lost its process
 
 DEFAULT_ROOT = "outputs"
 # Runs that are not (yet) a result: reported and left out of the table without stopping
@@ -340,7 +340,7 @@ def load_runs(runs: list[RunInfo], root=None,
 
 
 def _rekeyed(df: pa.Table, current: dict) -> pa.Table:
-    """The run's table under its current config hash (bench.migrate.current_hash), worked
+    """The run's table under its current config hash (analysis.rekey.current_hash), worked
     out once per hash and config (the cache `current`)."""
     if "config_hash" not in df.column_names:
         return df
@@ -537,7 +537,7 @@ def read_results(path, what: str = "nothing to work on", say=None,
         legacy_runs.update((legacy[h], int(s)) for h, s in old.itertuples(index=False))
     if legacy:
         print(f"note: {path}: {len(legacy)} config hash{'es' * (len(legacy) != 1)} from before the "
-              f"hash left the preset names re-keyed as read (bench.migrate)", file=sys.stderr)
+              f"hash left the preset names re-keyed as read (analysis.rekey)", file=sys.stderr)
     df = check_code(df, split_code)
     return 1 if df is None else df
 

@@ -35,8 +35,7 @@ def _preset(group: str, name: str) -> dict:
 def _dataclass_defaults(group: str, impl: str) -> dict:
     import dataclasses
 
-    from algorithms import ALGORITHMS
-    from tasks import TASKS
+    from tpo_bench.contract.registry import ALGORITHMS, TASKS
 
     cls = {"algo": ALGORITHMS, "task": TASKS}[group].get(impl)
     return {"impl": impl, **{f.name: f.default for f in dataclasses.fields(cls)

@@ -24,10 +24,10 @@ from typing import Sequence
 import numpy as np
 import pandas as pd
 
-from analysis.collect import GROUP, last_step, read_results
-from analysis.configs import pick_config
-from analysis.style import COLUMN_IN, LEGEND_PT, SUPTITLE_PT, TITLE_PT, color_for, legend_below, plt, wrap
-from contract import io
+from tpo_bench.analysis.collect import GROUP, last_step, read_results
+from tpo_bench.analysis.configs import pick_config
+from tpo_bench.analysis.style import COLUMN_IN, LEGEND_PT, SUPTITLE_PT, TITLE_PT, color_for, legend_below, plt, wrap
+from tpo_bench.contract import io
 
 IQM_CUT = 0.25  # trimmed from each end: the interquartile mean
 LAST_FRAC = 0.1

@@ -23,18 +23,18 @@ import numpy as np
 import pandas as pd
 from matplotlib.ticker import FuncFormatter
 
-from analysis import leaderboard
-from analysis import collect
-from analysis.collect import GROUP, last_step, os_errors_in_one_line, read_results, warn_if_stale
-from analysis.labels import SHORT, compact_labels, label_text, legend_labels, se_text, title_items
-from analysis.paper import figures
-from analysis.configs import pick_config
-from analysis.paper import paper_figures
-from analysis.style import (COLUMN_IN, DPI, LINESTYLES, png_dpi, LOG_FLOOR, TITLE_PT, legend_below, method_label,
+from tpo_bench.analysis import leaderboard
+from tpo_bench.analysis import collect
+from tpo_bench.analysis.collect import GROUP, last_step, os_errors_in_one_line, read_results, warn_if_stale
+from tpo_bench.analysis.labels import SHORT, compact_labels, label_text, legend_labels, se_text, title_items
+from tpo_bench.analysis.paper import figures
+from tpo_bench.analysis.configs import pick_config
+from tpo_bench.analysis.paper import paper_figures
+from tpo_bench.analysis.style import (COLUMN_IN, DPI, LINESTYLES, png_dpi, LOG_FLOOR, TITLE_PT, legend_below, method_label,
                             method_styles, plt, threshold_line)
-from contract import io
+from tpo_bench.contract import io
 # The statistics live in stats.py (shared with the paper report); re-exported here for callers.
-from analysis.stats import THRESHOLD, mean_se, seed_curves, seed_hits, steps_to_threshold  # noqa: F401
+from tpo_bench.analysis.stats import THRESHOLD, mean_se, seed_curves, seed_hits, steps_to_threshold  # noqa: F401
 
 
 # percent ticks on linear and log axes alike ("0.1 %", "50 %")
@@ -391,7 +391,7 @@ def main(argv=None) -> int:
             return 1
     if args.figure:
         if args.page:  # the page draws the paper's figures itself
-            from analysis.paper import page
+            from tpo_bench.analysis.paper import page
             print(f"wrote {page.write(df, Path(args.page), Path(args.out))}")
         rc = draw_figures(df, args.figure, args.out, paper=not args.page)
         return rc or int(bool(refused))

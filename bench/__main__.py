@@ -7,7 +7,7 @@ from pathlib import Path
 import hydra
 from omegaconf import DictConfig, OmegaConf
 
-from bench import config
+from tpo_bench.bench import config
 
 
 def groups_help() -> str:
@@ -53,11 +53,11 @@ def register_sweepers() -> None:
 def main(cfg: DictConfig) -> dict:
     from hydra.core.hydra_config import HydraConfig
 
-    from bench import batched, interrupts
-    from bench.build import ConfigError
-    from bench.jobs import explicit_keys, job_result, job_specs
-    from bench.runner import run
-    from contract import schema
+    from tpo_bench.bench import batched, interrupts
+    from tpo_bench.bench.build import ConfigError
+    from tpo_bench.bench.jobs import explicit_keys, job_result, job_specs
+    from tpo_bench.bench.runner import run
+    from tpo_bench.contract import schema
 
     try:
         resolved = OmegaConf.to_container(cfg, resolve=True)

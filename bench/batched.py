@@ -22,13 +22,13 @@ from typing import Any
 
 import torch
 
-from bench import debug, dynamic, interrupts, rundir
-from bench.build import RunSpec
-from bench.optim import step_seeds
-from bench.runner import (EpisodeRow, Seat, _claim, _close, _flat_params, _kept, _open, _record,
-                          _start, failure, read_rows, train_episode)
-from contract import schema
-from contract.batch import Batch, Request
+from tpo_bench.bench import debug, dynamic, interrupts, rundir
+from tpo_bench.bench.build import RunSpec
+from tpo_bench.bench.optim import step_seeds
+from tpo_bench.bench.runner import (EpisodeRow, Seat, as_kept, claim_run, close_seat, failure, flat_params,
+                          open_seat, read_rows, record_step, start_seat, train_episode)
+from tpo_bench.contract import schema
+from tpo_bench.contract.batch import Batch, Request
 
 
 def train_episodes(task, algo, request: Request, policies: list, opts: list,
@@ -47,7 +47,7 @@ def train_episodes(task, algo, request: Request, policies: list, opts: list,
             ros[s], extras[s] = dynamic.top_up(
                 ros[s], lambda policy=policy, st=st: task.rollout(policy, request, st.extra()),
                 algo.dynamic_sampling)
-    books = [EpisodeRow(_flat_params(p), dict(extra)) for p, extra in zip(policies, extras)]
+    books = [EpisodeRow(flat_params(p), dict(extra)) for p, extra in zip(policies, extras)]
     batches = [ro.batch for ro in ros]
     forward = captured(task, algo, policies) if compile and not getattr(algo, "dynamic_sampling", 0) else None
     for epoch in range(algo.epochs):
@@ -59,7 +59,7 @@ def train_episodes(task, algo, request: Request, policies: list, opts: list,
             opt.zero_grad(set_to_none=True)
         # d(sum)/d(loss_s) = 1 exactly, and no loss reaches another seed's parameters.
         losses.sum().backward()
-        kept = _kept(losses).unbind()
+        kept = as_kept(losses).unbind()
         for s, (book, policy) in enumerate(zip(books, policies)):
             book.after_backward(epoch, task, policy, kept[s], {k: v[s] for k, v in metrics.items()})
         step_seeds(opts)  # one update for all seeds (bench.optim)
@@ -95,11 +95,11 @@ def seed_losses(algo, batches: list[Batch], logps: list[torch.Tensor]):
                 raise
             _NOT_VMAPPABLE.add(type(algo))
         else:
-            return loss, {k: _kept(v) for k, v in zip(names, values)}
+            return loss, {k: as_kept(v) for k, v in zip(names, values)}
     outs = [algo.loss(b, lp) for b, lp in zip(batches, logps)]
     keys = list(outs[0].metrics)
     return torch.stack([o.loss for o in outs]), {
-        k: torch.stack([torch.as_tensor(_kept(o.metrics[k]), dtype=torch.float64) for o in outs])
+        k: torch.stack([torch.as_tensor(as_kept(o.metrics[k]), dtype=torch.float64) for o in outs])
         for k in keys}
 
 
@@ -146,7 +146,7 @@ def run(specs: list[RunSpec], compile: bool = False) -> list[dict[str, Any]]:
     try:
         claimed = []
         for i, (spec, rd) in enumerate(zip(specs, rds)):
-            prev, answer = _claim(spec, rd)
+            prev, answer = claim_run(spec, rd)
             if answer is None:
                 claimed.append((i, spec, rd, prev))
             else:
@@ -176,7 +176,7 @@ class _Seats:
 
     def end(self, i: int, status: str, reason: str | None = None, kind: str | None = None) -> None:
         seat = self.live.pop(i)
-        self.answers[i] = _close(seat, status, reason, kind)
+        self.answers[i] = close_seat(seat, status, reason, kind)
         seat.rd.release()
 
 
@@ -186,7 +186,7 @@ def _attempt(claimed: list, boundary: interrupts.Boundary, answers: dict[int, di
     its own, trained together; their summaries go into `answers`, even when interrupted."""
     seats = _Seats({}, answers)
     for i, spec, rd, prev in claimed:
-        seat = _open(spec, rd, prev, batched=True)
+        seat = open_seat(spec, rd, prev, batched=True)
         if isinstance(seat, dict):
             answers[i] = seat
         else:
@@ -209,7 +209,7 @@ def _train(seats: _Seats, boundary: interrupts.Boundary, compile: bool = False) 
     batch with its verdict (`_Seats.end`)."""
     for i, seat in list(seats.live.items()):
         try:  # a damaged checkpoint fails its own seed only
-            _start(seat)
+            start_seat(seat)
         except Exception as e:
             seats.end(i, *failure(e))
     if not seats.live:
@@ -237,7 +237,7 @@ def _train(seats: _Seats, boundary: interrupts.Boundary, compile: bool = False) 
         for (i, seat), row in zip(active.items(), rows):
             try:
                 row = debug.inject(lambda row=row: row, seat.spec.debug)(step)
-                checkpointed |= _record(seat, step, row, asked, boundary.why)
+                checkpointed |= record_step(seat, step, row, asked, boundary.why)
             except Exception as e:
                 seats.end(i, *failure(e))
         if checkpointed:  # after every seat's checkpoint: a stop then leaves all resumable

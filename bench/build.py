@@ -14,16 +14,16 @@ from typing import Any
 
 import torch
 
-from algorithms import ALGORITHMS
-from bench.config import ConfigError, RunConfig, check_fields, identity_keys, run_config
-from bench.fingerprint import code_fingerprint
-from bench.identity import config_hash, legacy_hash
-from bench.optim import check_optimizer
-from bench.tracking import logger_config
-from contract import schema
-from contract.batch import GROUP_NEEDS, NEEDS, Request
-from contract.registry import UnknownName, load_plugins
-from tasks import TASKS
+from tpo_bench.algorithms import ALGORITHMS
+from tpo_bench.bench.config import ConfigError, RunConfig, check_fields, identity_keys, run_config
+from tpo_bench.bench.fingerprint import code_fingerprint
+from tpo_bench.contract.identity import config_hash, legacy_hash
+from tpo_bench.bench.optim import check_optimizer
+from tpo_bench.bench.tracking import logger_config
+from tpo_bench.contract import schema
+from tpo_bench.contract.batch import GROUP_NEEDS, NEEDS, Request
+from tpo_bench.contract.registry import UnknownName, load_plugins
+from tpo_bench.tasks import TASKS
 
 @dataclass(frozen=True)
 class RunSpec:
@@ -239,7 +239,7 @@ def _science(rc: RunConfig, cfg: dict[str, Any], task_impl: str, task, algo_impl
              optim: dict, match: str) -> dict[str, Any]:
     """What config.json and the table's config columns record: the dataclasses' full
     field values, defaults included, and the preset names beside them as labels (the hash
-    leaves the names out: bench.identity)."""
+    leaves the names out: contract.identity)."""
     science = {k: getattr(rc, k) for k in identity_keys()}
     # Interaction matching is the identity for a method that already draws K candidates per
     # prompt: the run is the prompt-matched one, stored (and skipped) under one hash.
@@ -262,7 +262,7 @@ def _locate(root: str, task: str, algo: str, config: dict[str, Any], seed: int) 
     if old is not None:
         raise ConfigError(f"{old} is this run (task={task} algo={algo} seed={seed}) recorded under "
                           f"its legacy hash (preset names included); re-key it first: "
-                          f"python -m bench.migrate {root}")
+                          f"python -m tpo_bench.tools.migrate {root}")
     return schema.run_dir(root, task, algo, h, seed)
 
 

@@ -222,15 +222,32 @@ def run_config(cfg: dict[str, Any]) -> RunConfig:
 
 # ---------------------------------------------------------------- Hydra's view
 
+def composed(*overrides: str, hydra: bool = False):
+    """The config `python -m bench OVERRIDES` composes (an OmegaConf node, unresolved;
+    with `hydra`, Hydra's own node too), without a subprocess."""
+    from hydra import compose as hydra_compose, initialize_config_dir
+
+    register()  # the schema nodes conf/ composes
+    with initialize_config_dir(config_dir=str(CONF), version_base="1.3"):
+        return hydra_compose(config_name="config", overrides=list(overrides), return_hydra_config=hydra)
+
+
+def compose(*overrides: str) -> dict:
+    """The resolved config a run of `python -m bench OVERRIDES` sees, as plain containers."""
+    from omegaconf import OmegaConf
+
+    return OmegaConf.to_container(composed(*overrides), resolve=True)
+
+
 def register() -> None:
     """Store the defaults where conf/ composes them: `run_schema` (config.yaml's first
     default) and each registered algorithm and task under schema/algo, schema/task (a
     preset's first default); plug-ins advertised as entry points included."""
     from hydra.core.config_store import ConfigStore
 
-    from algorithms import ALGORITHMS
-    from contract.registry import load_plugins
-    from tasks import TASKS
+    from tpo_bench.algorithms import ALGORITHMS
+    from tpo_bench.contract.registry import load_plugins
+    from tpo_bench.tasks import TASKS
 
     cs = ConfigStore.instance()
     if cs.repo.get("run_schema.yaml") is not None:
@@ -246,10 +263,10 @@ def register() -> None:
 def section_keys(section: str, node: dict[str, Any]) -> tuple[list[str], str] | None:
     """The keys a composed algo/task/optim section may hold and what to call it, or None
     when its implementation cannot be looked up (build then says why)."""
-    from algorithms import ALGORITHMS
-    from bench.optim import OPTIMIZERS
-    from contract.registry import UnknownName
-    from tasks import TASKS
+    from tpo_bench.algorithms import ALGORITHMS
+    from tpo_bench.bench.optim import OPTIMIZERS
+    from tpo_bench.contract.registry import UnknownName
+    from tpo_bench.tasks import TASKS
 
     if section == "logger":
         cls = LOGGERS.get(node.get("name"))
@@ -331,8 +348,8 @@ def check_overrides(overrides: list[str]) -> None:
 
 def _in_section(name: str) -> str:
     """"; did you mean algo.NAME?" where NAME is a key of an algorithm or task."""
-    from algorithms import ALGORITHMS
-    from tasks import TASKS
+    from tpo_bench.algorithms import ALGORITHMS
+    from tpo_bench.tasks import TASKS
 
     for section, registry in (("algo", ALGORITHMS), ("task", TASKS)):
         if any(name in {f.name for f in dataclasses.fields(registry.get(n))} for n in registry.names()):
@@ -351,7 +368,7 @@ def _check_section_keys(sectioned: list[tuple[str, str]], choices: list[str]) ->
     from hydra.core.global_hydra import GlobalHydra
     from omegaconf import OmegaConf
 
-    from contract.registry import load_plugins
+    from tpo_bench.contract.registry import load_plugins
 
     first = [c.split(",")[0] if "=" in c and "[" not in c else c for c in choices]
     try:

@@ -15,9 +15,9 @@ import hashlib
 import importlib.util
 from pathlib import Path
 
-from contract.io import REPO_ROOT
+from tpo_bench.contract.io import REPO_ROOT
 
-PROJECT = ("algorithms", "tasks", "contract")
+PROJECT = ("tpo_bench.algorithms", "tpo_bench.tasks", "tpo_bench.contract")
 _cache: dict[tuple, tuple[str, tuple[str, ...]]] = {}
 
 
@@ -54,7 +54,8 @@ def _imports(tree: ast.AST, module: str, is_package: bool) -> set[str]:
                 continue
             out.add(base)
             out.update(f"{base}.{a.name}" for a in node.names)
-    return {m for m in out if m.split(".")[0] in PROJECT and _origin(m) is not None}
+    inside = tuple(f"{p}." for p in PROJECT)
+    return {m for m in out if (m in PROJECT or m.startswith(inside)) and _origin(m) is not None}
 
 
 def _file(module: str, path: Path) -> tuple[str, tuple[str, ...]]:

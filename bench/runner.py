@@ -1,15 +1,17 @@
 """One run: roll out, take `algo.epochs` optimizer steps on the batch, record, repeat;
 the only module that runs tasks and algorithms together (bench.build joins them).
 
-    run(spec)      the story: claim the run directory (skip a completed run, leave one
-                   another process holds), resume or start, train, record the verdict
-    _train(...)    the loop over episodes: metrics rows, evaluations, progress lines,
-                   checkpoints at episode boundaries
-    train_episode  one episode (science §Update rules), shared with the speed benchmark
+    run(spec)      the story: claim, open, start, train (_train), close
+    train_episode  one episode (science §Update rules), shared with bench.batched and tools
 
-A run's state in the process is a Seat, and the steps of the story (_claim, _open,
-_start, _record, _close) take one, so that bench.batched can run several seeds' seats
-through the same steps with one batched episode between them.
+A run's state in the process is a Seat; each step of the story takes one, so bench.batched
+runs several seeds' seats through the same steps (its API here, beside EpisodeRow, read_rows):
+    claim_run    the run directory's lock, or the answer for a run not to train
+    open_seat    the checkpoint read and checked, config.json and a `running` summary
+    start_seat   the seat's policy, optimizer and streams, fresh or resumed
+    record_step  an episode's row into the record: progress line, checkpoint when due
+    close_seat   the metrics table and the verdict
+    as_kept      a metric as a row keeps it; flat_params: the trained weights as one vector
 """
 from __future__ import annotations
 
@@ -23,19 +25,15 @@ from typing import Any
 import pandas as pd
 import torch
 
-from bench import checkpoint, debug, dynamic, interrupts, rundir, tracking
-from bench.build import RunSpec
-from bench.identity import flatten
-from bench.optim import build_optimizer
-from contract import io, schema
-from contract.batch import Batch, Request, Rollout, reference_kl
-from contract.rng import Streams
+from tpo_bench.algorithms import OVER_EPOCHS
+from tpo_bench.bench import checkpoint, debug, dynamic, interrupts, rundir, tracking
+from tpo_bench.bench.build import RunSpec
+from tpo_bench.contract.identity import flatten
+from tpo_bench.bench.optim import build_optimizer
+from tpo_bench.contract import io, schema
+from tpo_bench.contract.batch import Batch, Request, Rollout, reference_kl
+from tpo_bench.contract.rng import Streams
 
-# Algorithm metrics that describe the whole update, so they are averaged over its
-# epochs: at the first epoch the policy still is the actor (a ratio of 1: no clipping,
-# no KL), so a first-epoch value would say nothing. Loss and gradient norm stay the
-# first epoch's, the gradient at the behaviour policy.
-OVER_EPOCHS = ("clip_frac", "kl")
 
 
 # ---------------------------------------------------------------- one episode
@@ -43,7 +41,7 @@ OVER_EPOCHS = ("clip_frac", "kl")
 def _group_diagnostics(batch: Batch) -> dict[str, torch.Tensor | float]:
     """science §Measurement: all-fail and zero-variance fractions (NaN for single samples), left on the
     device (`read_rows` reads them)."""
-    success = _kept(batch.success.any(-1).float().mean())
+    success = as_kept(batch.success.any(-1).float().mean())
     out = {"success_prompt_frac": success, "all_fail_frac": math.nan, "zero_var_frac": math.nan}
     if batch.group_size > 1:
         out["all_fail_frac"] = 1.0 - success
@@ -51,7 +49,7 @@ def _group_diagnostics(batch: Batch) -> dict[str, torch.Tensor | float]:
     return out
 
 
-def _kept(value: torch.Tensor | float) -> torch.Tensor | float:
+def as_kept(value: torch.Tensor | float) -> torch.Tensor | float:
     """A metric as a row keeps it until `read_rows`: a tensor detached, in float64 (the
     arithmetic done on it then rounds as it did on the Python float it used to be read
     into at once), a number as a float."""
@@ -89,21 +87,21 @@ class EpisodeRow:
         if epoch == 0:
             grads = [p.grad.reshape(-1) for p in policy.parameters() if p.grad is not None]
             self.row["grad_norm"] = torch.cat(grads).norm() if grads else 0.0
-            self.row["loss"] = _kept(loss)
-            self.row.update({k: _kept(v) for k, v in metrics.items() if k not in OVER_EPOCHS})
+            self.row["loss"] = as_kept(loss)
+            self.row.update({k: as_kept(v) for k, v in metrics.items() if k not in OVER_EPOCHS})
             if hasattr(task, "grad_metrics"):  # e.g. misalignment to an oracle direction
                 self.row.update(task.grad_metrics(policy))
         for k in OVER_EPOCHS:
             if k in metrics:
-                self.over_epochs[k] = self.over_epochs.get(k, 0.0) + _kept(metrics[k])
+                self.over_epochs[k] = self.over_epochs.get(k, 0.0) + as_kept(metrics[k])
 
     def finish(self, epochs: int, ro: Rollout, first: Batch, policy) -> dict[str, Any]:
         """The row, once the episode's `epochs` steps are taken: `ro` what was trained on,
         `first` the episode's own batch (what the group diagnostics describe)."""
         row = self.row
         row.update({k: total / epochs for k, total in self.over_epochs.items()})
-        row["param_change"] = (_flat_params(policy) - self.before).norm()
-        row.update(error=_kept(ro.error), reward_mean=_kept(ro.reward_mean), rollouts=ro.rollouts,
+        row["param_change"] = (flat_params(policy) - self.before).norm()
+        row.update(error=as_kept(ro.error), reward_mean=as_kept(ro.reward_mean), rollouts=ro.rollouts,
                    group_size=ro.batch.group_size, **ro.metrics)
         if ro.tokens is not None:
             row["tokens"] = ro.tokens
@@ -126,7 +124,7 @@ def micro_batches(batch: Batch, micro_groups: int) -> list[tuple[Batch, float]]:
 
 def _backward(task, algo, batch: Batch, policy, kl_ref: float) -> tuple[Any, dict[str, Any]]:
     """One full-batch gradient (accumulated over micro-batches): the loss and the
-    algorithm's metrics, each the groups-weighted mean over the parts (kept: `_kept`)."""
+    algorithm's metrics, each the groups-weighted mean over the parts (kept: `as_kept`)."""
     # task.micro_batch counts completions; the task has checked it holds whole groups.
     parts = micro_batches(batch, getattr(task, "micro_batch", 0) // batch.group_size)
     loss_value, metrics = 0.0, {}
@@ -137,9 +135,9 @@ def _backward(task, algo, batch: Batch, policy, kl_ref: float) -> tuple[Any, dic
         if kl_ref:  # the task's KL penalty to its reference, whatever the algorithm (science §Language models)
             loss = loss + kl_ref * reference_kl(part, logp)
         (loss if len(parts) == 1 else loss * share).backward()
-        loss_value = loss_value + _kept(loss) * share
+        loss_value = loss_value + as_kept(loss) * share
         for k, v in out.metrics.items():
-            metrics[k] = metrics.get(k, 0.0) + _kept(v) * share
+            metrics[k] = metrics.get(k, 0.0) + as_kept(v) * share
     return loss_value, metrics
 
 
@@ -167,7 +165,7 @@ def train_episode(task, algo, request: Request, policy, opt, streams: Streams,
         ro, extra = dynamic.top_up(ro, lambda: task.rollout(policy, request, streams.extra()),
                                    algo.dynamic_sampling)
     t1 = _phase_mark(clock, device)
-    book = EpisodeRow(_flat_params(policy), dict(extra))
+    book = EpisodeRow(flat_params(policy), dict(extra))
     kl_ref = getattr(task, "kl_ref", 0.0) if ro.batch.logp_ref is not None else 0.0
     for epoch in range(algo.epochs):
         opt.zero_grad(set_to_none=True)
@@ -183,8 +181,9 @@ def train_episode(task, algo, request: Request, policy, opt, streams: Streams,
     return row
 
 
-def _flat_params(model: torch.nn.Module) -> torch.Tensor:
-    # Trained parameters only: a LoRA run's frozen base would be copied every episode.
+def flat_params(model: torch.nn.Module) -> torch.Tensor:
+    """The trained parameters as one detached vector (a LoRA run's frozen base left out:
+    it would be copied every episode)."""
     return torch.cat([p.detach().reshape(-1) for p in model.parameters() if p.requires_grad])
 
 
@@ -276,7 +275,7 @@ def run(spec: RunSpec) -> dict[str, Any]:
     interrupted one resumes from its checkpoint, if that checkpoint is this run's; a
     failure is recorded (status, reason, partial metrics) and returned, not raised."""
     rd = rundir.RunDir(spec.run_dir, pause_s=spec.debug.get("checkpoint_pause", 0.0))
-    prev, answer = _claim(spec, rd)
+    prev, answer = claim_run(spec, rd)
     if answer is not None:
         return answer
     try:
@@ -287,7 +286,7 @@ def run(spec: RunSpec) -> dict[str, Any]:
         rd.release()
 
 
-def _claim(spec: RunSpec, rd: rundir.RunDir) -> tuple[dict, dict | None]:
+def claim_run(spec: RunSpec, rd: rundir.RunDir) -> tuple[dict, dict | None]:
     """(the previous summary, None) with the lock taken, or (_, the answer) for a run this
     process must not train: completed, held by another process, unreadable, a symbolic
     link in its path, or a folder this user cannot write (nothing is written then)."""
@@ -380,10 +379,10 @@ def _table_damage(path) -> str | None:
 
 @dataclass
 class Seat:
-    """One run as a process carries it: its directory and record, then (from `_start`)
+    """One run as a process carries it: its directory and record, then (from `start_seat`)
     its policy, optimizer and streams and where it stands. A single run has one seat; a
     seed-batched job one per seed (bench.batched), which is why the loop's bookkeeping
-    (`_start`, `_record`) takes a seat and not the loop's locals."""
+    (`start_seat`, `record_step`) takes a seat and not the loop's locals."""
 
     spec: RunSpec
     rd: rundir.RunDir
@@ -409,7 +408,7 @@ class Seat:
 def _attempt(spec: RunSpec, rd: rundir.RunDir, prev: dict, boundary: interrupts.Boundary) -> dict[str, Any]:
     """One attempt at a run whose lock this process holds: resume or start, train, and
     record how it ended, whatever the ending."""
-    seat = _open(spec, rd, prev)
+    seat = open_seat(spec, rd, prev)
     if isinstance(seat, dict):
         return seat
     status, reason, kind = schema.COMPLETED, None, None
@@ -421,7 +420,7 @@ def _attempt(spec: RunSpec, rd: rundir.RunDir, prev: dict, boundary: interrupts.
         status, reason = schema.INTERRUPTED, getattr(e, "signame", type(e).__name__)
         raise
     finally:
-        summary = _close(seat, status, reason, kind)
+        summary = close_seat(seat, status, reason, kind)
     return summary
 
 
@@ -432,7 +431,7 @@ def failure(e: Exception) -> tuple[str, str, str]:
     return schema.FAILED, f"{type(e).__name__}: {e}", kind
 
 
-def _open(spec: RunSpec, rd: rundir.RunDir, prev: dict, batched: bool = False) -> Seat | dict[str, Any]:
+def open_seat(spec: RunSpec, rd: rundir.RunDir, prev: dict, batched: bool = False) -> Seat | dict[str, Any]:
     """The attempt's start on disk: the checkpoint read and checked, config.json and a
     `running` summary written (`batched`: this attempt trains in a seed batch,
     bench.batched). Returns the seat, or the answer for a refused checkpoint."""
@@ -465,7 +464,7 @@ def _open(spec: RunSpec, rd: rundir.RunDir, prev: dict, batched: bool = False) -
     return seat
 
 
-def _close(seat: Seat, status: str, reason: str | None, kind: str | None) -> dict[str, Any]:
+def close_seat(seat: Seat, status: str, reason: str | None, kind: str | None) -> dict[str, Any]:
     """The attempt's end on disk: metrics and the verdict; a completed run's checkpoint goes."""
     try:
         df = _metrics_frame(seat.spec, seat.rows, seat.effective, status)
@@ -515,17 +514,17 @@ def _train(seat: Seat, boundary: interrupts.Boundary) -> None:
     filling `seat.effective` with what the batches really were. It checkpoints every
     spec.checkpoint_every episodes and whenever a signal asks (interrupts.Boundary),
     always at an episode boundary."""
-    _start(seat)
+    start_seat(seat)
     spec = seat.spec
     episode = debug.inject(lambda: train_episode(spec.task, spec.algo, spec.request, seat.policy,
                                                  seat.opt, seat.streams), spec.debug)
     for step in range(seat.start, spec.task.episodes):
         row = episode(step)
-        if _record(seat, step, row, boundary.pending, boundary.why):
+        if record_step(seat, step, row, boundary.pending, boundary.why):
             boundary.after_checkpoint()
 
 
-def _start(seat: Seat) -> None:
+def start_seat(seat: Seat) -> None:
     """The seat's policy, optimizer and streams, fresh or resumed from its checkpoint."""
     spec = seat.spec
     seat.streams = Streams.from_seed(spec.seed, spec.device)
@@ -563,7 +562,7 @@ def check_finite(row: dict[str, Any], step: int, when: str = "") -> None:
         raise FloatingPointError(f"non-finite {', '.join(bad)} at {when}step {step}")
 
 
-def _record(seat: Seat, step: int, row: dict[str, Any], asked: bool, why: str) -> bool:
+def record_step(seat: Seat, step: int, row: dict[str, Any], asked: bool, why: str) -> bool:
     """Episode `step`'s row into the seat's record: a metrics row (or an evaluation), the
     progress line, a checkpoint when due or `asked` (a signal, read once per step by the
     caller so that every seat of a batch sees the same answer). Returns whether it

@@ -43,7 +43,7 @@ def problem(partition: str | None) -> str | None:
 
 
 def accounting_disabled() -> bool:
-    """Whether sacct says the cluster keeps no accounting (as scripts/slurm-local.sh's)."""
+    """Whether sacct says the cluster keeps no accounting (as tools/slurm-local.sh's)."""
     try:
         proc = subprocess.run(["sacct", "--noheader", "--jobs=1"], capture_output=True, text=True,
                               timeout=SINFO_TIMEOUT_S)

@@ -2,7 +2,8 @@
 nothing else. It imports none of them.
 
     batch     the Batch a task hands an algorithm, the Request, the two Protocols
-    registry  name -> implementation tables (a new module registers itself)
+    registry  name -> implementation tables, TASKS and ALGORITHMS (a module registers itself)
+    identity  a run's config hash (its science, the preset names left out)
     rng       a run's three random streams
     schema    what a run leaves on disk: layout, file names, status words, metric columns
     io        the one atomic writer, and the provenance a record carries

@@ -18,12 +18,12 @@ from __future__ import annotations
 
 import dataclasses
 from dataclasses import dataclass
-from typing import Any, Protocol, runtime_checkable
+from typing import Any, ClassVar, Protocol, runtime_checkable
 
 import torch
 import torch.nn.functional as F
 
-from contract.rng import Streams
+from tpo_bench.contract.rng import Streams
 
 
 # The per-step tensors whose padded steps hold 0 (checked where a batch has a mask).
@@ -301,10 +301,7 @@ class Algorithm(Protocol):
     """An algorithm: a frozen dataclass registered in `algorithms` (its fields are its
     config, `conf/algo/<name>.yaml`). It never imports a task.
 
-    Optional members, read with a default by the runner:
-        needs: str   what it consumes, one of NEEDS; default "sample" when the default
-                     k is 1, else "sample_group"
-        level: str   "sequence" (default) or "token"
+    Optional members (the runner reads each with a default): `AlgorithmOptions`.
     """
 
     k: int
@@ -323,11 +320,7 @@ class Task(Protocol):
     """A task: a frozen dataclass registered in `tasks` (its fields are its config,
     `conf/task/<preset>.yaml`). It owns the policy and never imports an algorithm.
 
-    Optional members:
-        steps_per_batch: ClassVar[int]           fixed optimizer steps per batch (the
-                                                 bandits: 1); algo.epochs is then refused
-        grad_metrics(policy) -> dict[str, float] read after the first epoch's backward
-                                                 (e.g. misalignment to an oracle)
+    Optional members (the runner reads each with a default): `TaskOptions`.
     """
 
     name: str
@@ -354,3 +347,54 @@ class Task(Protocol):
         """Held-out metrics, or None where the task has none."""
         ...
 
+
+# ---------------------------------------------------------------- optional members
+# Not part of the two Protocols (isinstance would then demand them): every member the
+# runner reads from a task or an algorithm beyond them is declared here, and only these
+# (tests/test_layers.py reads bench/ for getattr and hasattr on a task or an algorithm).
+
+class AlgorithmOptions(Protocol):
+    """What an algorithm may have beyond `Algorithm`; absent, the runner's default holds."""
+
+    needs: ClassVar[str]
+    """what it consumes, one of NEEDS (default: sample when the default k is 1, else
+    sample_group)"""
+    level: str
+    """sequence (default) or token: the level its ratios and groups live at"""
+    dynamic_sampling: int
+    """DAPO's dynamic sampling: at most this many extra rollout batches to fill the batch
+    with groups of unequal scores (default 0: off; needs a task with splits_groups)"""
+
+
+class TaskOptions(Protocol):
+    """What a task may have beyond `Task`; absent, the runner's default holds."""
+
+    steps_per_batch: ClassVar[int]
+    """fixed optimizer steps per batch (the bandits: 1); algo.epochs is then refused"""
+    batch_size: int
+    """prompts per episode: interaction matching scales it, and the effective batch is
+    recorded (default: neither)"""
+    splits_groups: ClassVar[bool]
+    """whether its batches split into groups that can be dropped and topped up (dynamic
+    sampling's requirement; default False)"""
+    micro_batch: int
+    """candidates per backward pass (gradient accumulation), whole groups only (default
+    0: the whole batch at once)"""
+    kl_ref: float
+    """coefficient of a KL penalty to the initial policy, added to every method's loss,
+    where the rollout carries reference log-probs (default 0.0)"""
+    eval_every: int
+    """episodes between held-out evaluations; only those episodes' rows are recorded, each
+    with its evaluation (default 0: every episode's row, its error from the rollouts)"""
+
+    def grad_metrics(self, policy: torch.nn.Module) -> dict[str, float]:
+        """Read after the first epoch's backward (e.g. misalignment to an oracle)."""
+        ...
+
+    def rollout_seeds(self, policies: list, request: Request, streams: list) -> list[Rollout]:
+        """`rollout` for S seeds' policies at once (batch_seeds=true; absent: refused)."""
+        ...
+
+    def logprobs_seeds(self, policies: list, batches: list[Batch]) -> list[torch.Tensor]:
+        """`logprobs` for S seeds' policies at once (with rollout_seeds)."""
+        ...

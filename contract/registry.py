@@ -67,3 +67,10 @@ def load_plugins(modules: list[str] | tuple[str, ...] = ()) -> None:
         except ImportError as e:
             raise ImportError(f"plugins: cannot import {mod!r} ({e}); "
                               "put it on PYTHONPATH or install its package") from e
+
+
+# The two tables: a task module registers with `tasks.register`, an algorithm with
+# `algorithms.register` (each package's __init__ hands out these). Held here so that a
+# reader of records (analysis) can look a class up without importing either package.
+TASKS = Registry("task", "tpo_bench.tasks")
+ALGORITHMS = Registry("algorithm", "tpo_bench.algorithms")

@@ -5,11 +5,10 @@ algorithms.
 A task is a frozen dataclass registered under a name; its fields are its config
 (`conf/task/<preset>.yaml`). What it exposes is `contract.batch.Task`, a
 `typing.Protocol`: `name`, `episodes`, `check_algorithm`, `make_policy`, `rollout`,
-`logprobs`, `evaluate`, and optionally `steps_per_batch` and `grad_metrics`. Each task
+`logprobs`, `evaluate`; its optional members are `contract.batch.TaskOptions`. Each task
 keeps what it needs to re-score its candidates in a frozen dataclass of its own
 (`batch.obs`), read only by its `logprobs`.
 """
-from contract.registry import Registry
+from tpo_bench.contract.registry import TASKS
 
-TASKS = Registry("task", "tasks")
 register = TASKS.register

@@ -4,7 +4,7 @@ Files already in the data folder get structural checks only (magic number, item 
 against payload, label range): copies re-compressed by someone else are fine. Files that
 we download ourselves must also match the official MD5s.
 
-    python -m bench.data mnist --dir DIR   # pre-stage on a machine with internet
+    python -m tpo_bench.tools.data mnist --dir DIR   # pre-stage on a machine with internet
 """
 from __future__ import annotations
 
@@ -23,7 +23,7 @@ from pathlib import Path
 import numpy as np
 import torch
 
-from contract import io
+from tpo_bench.contract import io
 
 BASE_URL = "https://ossci-datasets.s3.amazonaws.com/mnist/"
 ENV_VAR = "TPO_BENCH_MNIST_DIR"
@@ -119,7 +119,7 @@ def _missing_message(folder: Path, missing: list[str], why: str) -> str:
     return (f"MNIST files missing from {folder}: {', '.join(missing)} ({why}). Put the four "
             f"files {', '.join(FILES)} in that folder, or point task.data_dir (or the "
             f"{ENV_VAR} environment variable) at a folder that holds them. To pre-stage "
-            f"them, run `python -m bench.data mnist --dir DIR` on a machine with internet.")
+            f"them, run `python -m tpo_bench.tools.data mnist --dir DIR` on a machine with internet.")
 
 
 def _download(url: str, dest: Path, md5: str) -> None:
@@ -180,7 +180,7 @@ def load_mnist(data_dir: str | Path | None = None, download: bool = True,
 
 
 def main(argv: list[str] | None = None) -> int:
-    p = argparse.ArgumentParser(prog="python -m bench.data",
+    p = argparse.ArgumentParser(prog="python -m tpo_bench.tools.data",
                                 description="Download (if missing) and check a data set.")
     p.add_argument("dataset", choices=["mnist"])
     p.add_argument("--dir", default=None, help=f"target folder (default: ${ENV_VAR} or "

@@ -7,7 +7,7 @@ in the lowest TEST_SHARE of their range, else in train; both read one stream of 
 Random(seed + i), so neighbouring plain seeds would shift the same items). So train and
 test never share a prompt, a split of n is the first n of any larger one, and a split not
 filled within DRAWS_PER_ITEM draws per item is refused. GSM8K: the official files from
-`data_dir` (else $TPO_BENCH_GSM8K_DIR, else the user cache; `python -m bench.data gsm8k`
+`data_dir` (else $TPO_BENCH_GSM8K_DIR, else the user cache; `python -m tpo_bench.tools.data gsm8k`
 stages them); train less any test question; the seed permutes a split, `size` a prefix.
 Scores in [0, 1]: reasoning-gym's own score_answer on the last <answer>...</answer> (else
 the whole completion); GSM8K the number after the last "####", else in the last \\boxed{},
@@ -34,8 +34,8 @@ from decimal import Decimal
 from pathlib import Path
 from typing import Any
 
-from contract import io
-from tasks._data import DataError
+from tpo_bench.contract import io
+from tpo_bench.tasks._data import DataError
 
 GSM8K = "gsm8k"
 SPLITS = ("train", "test")
@@ -304,7 +304,7 @@ def _missing_message(folder: Path, missing: list[str], why: str) -> str:
     return (f"GSM8K files missing from {folder}: {', '.join(missing)} ({why}). Put "
             f"{' and '.join(GSM8K_FILES.values())} (from {GSM8K_URL}) in that folder, or "
             f"point task.data_dir (or the {GSM8K_ENV} environment variable) at a folder "
-            f"that holds them. To stage them, run `python -m bench.data gsm8k --dir DIR` on "
+            f"that holds them. To stage them, run `python -m tpo_bench.tools.data gsm8k --dir DIR` on "
             f"a machine with internet and copy DIR here.")
 
 
@@ -367,7 +367,7 @@ def fetch_gsm8k(data_dir: str | Path | None = None, base_url: str = GSM8K_URL,
 
 
 def main(argv: list[str] | None = None) -> int:
-    p = argparse.ArgumentParser(prog="python -m bench.data",
+    p = argparse.ArgumentParser(prog="python -m tpo_bench.tools.data",
                                 description="Download (if missing) and check GSM8K's files.")
     p.add_argument("dataset", choices=[GSM8K])
     p.add_argument("--dir", default=None, help=f"target folder (default: ${GSM8K_ENV} or "

@@ -23,11 +23,11 @@ from typing import Any, ClassVar
 
 import torch
 
-from contract.batch import Batch, Request, Rollout, reference_kl
-from contract.rng import Streams
-from contract.schema import IF_SET, NOT_IDENTITY
-from tasks import _lm, _problems, register
-from tasks._checks import positive
+from tpo_bench.contract.batch import Batch, Request, Rollout, reference_kl
+from tpo_bench.contract.rng import Streams
+from tpo_bench.contract.schema import IF_SET, NOT_IDENTITY
+from tpo_bench.tasks import _lm, _problems, register
+from tpo_bench.tasks._checks import positive
 
 # task.dtype -> (the weights' dtype, the dtype forwards autocast to; None: the weights').
 # A full fine-tune keeps float32 weights: AdamW's steps at the paper's lr 1e-5 are ~1e-5
@@ -40,7 +40,7 @@ PROMPT_FORMATS = ("raw", "chat")
 # What a model built from task.arch is (task.model_path empty):
 #   warm_start  a base warm-started on the train split and cached (the CPU presets)
 #   random      random weights, in memory, no warm start, never cached: a full-size
-#               architecture's memory and throughput (bench.llm_scale), never its science
+#               architecture's memory and throughput (tools.llm_scale), never its science
 #   refuse      none: the paper-scale presets name a pretrained model's architecture,
 #               whose weights task.model_path must give
 FROM_ARCH = ("warm_start", "random", "refuse")
@@ -167,7 +167,7 @@ class LLMTask:
                 "whose architecture task.arch gives; set task.model_path to its local Hugging "
                 "Face directory (e.g. task.model_path=/path/to/Qwen3-1.7B; weights are never "
                 "downloaded). That architecture with random weights is for memory and "
-                f"throughput only: python -m bench.llm_scale task={self.name}")
+                f"throughput only: python -m tpo_bench.tools.llm_scale task={self.name}")
         if self.from_arch == "random" and self.warm_start_steps:
             raise ValueError("task.warm_start_steps: task.from_arch=random builds random weights "
                              "without a warm start; set it to 0 or task.from_arch=warm_start")

@@ -26,13 +26,13 @@ from torch import nn
 from torch.func import functional_call
 from torch.nn.utils import parameters_to_vector
 
-from contract.batch import Batch, Request, Rollout
-from tasks._data import BASE_URL, load_mnist
-from contract.rng import Streams
-from contract.schema import IF_SET, NOT_IDENTITY
-from tasks import register
-from tasks._bandit import check_bandit_request, sampled_batch
-from tasks._nn import lecun_truncated_
+from tpo_bench.contract.batch import Batch, Request, Rollout
+from tpo_bench.tasks._data import BASE_URL, load_mnist
+from tpo_bench.contract.rng import Streams
+from tpo_bench.contract.schema import IF_SET, NOT_IDENTITY
+from tpo_bench.tasks import register
+from tpo_bench.tasks._bandit import check_bandit_request, sampled_batch
+from tpo_bench.tasks._nn import lecun_truncated_
 
 
 

@@ -11,11 +11,11 @@ from typing import ClassVar
 
 import torch
 
-from contract.batch import Batch, Request, Rollout
-from contract.rng import Streams
-from tasks import register, stacked
-from tasks._checks import positive
-from tasks.transformer import Transformer
+from tpo_bench.contract.batch import Batch, Request, Rollout
+from tpo_bench.contract.rng import Streams
+from tpo_bench.tasks import register, stacked
+from tpo_bench.tasks._checks import positive
+from tpo_bench.tasks.transformer import Transformer
 
 TARGETS = ("copy", "flip", "reverse_copy", "reverse_flip")
 REWARDS = ("bag_of_tokens", "sequential", "terminal")

@@ -18,7 +18,7 @@ from __future__ import annotations
 import torch
 import torch.nn.functional as F
 
-from tasks.transformer import LN_EPS, Transformer
+from tpo_bench.tasks.transformer import LN_EPS, Transformer
 
 Params = dict[str, torch.Tensor]
 

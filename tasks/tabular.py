@@ -22,10 +22,10 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
-from contract.batch import Batch, Request, Rollout
-from contract.rng import Streams
-from tasks import register
-from tasks._bandit import check_bandit_request, sampled_batch
+from tpo_bench.contract.batch import Batch, Request, Rollout
+from tpo_bench.contract.rng import Streams
+from tpo_bench.tasks import register
+from tpo_bench.tasks._bandit import check_bandit_request, sampled_batch
 
 CORRECT = 0
 
@@ -193,6 +193,11 @@ class TabularMulti:
     @torch.no_grad()
     def evaluate(self, policy: Logits) -> dict[str, float]:
         return {"error": 1.0 - float(torch.softmax(policy.logits, -1)[:, CORRECT].mean())}
+
+    @staticmethod
+    def analytic_weight(algo: str, p: float = 0.1, eta: float = 1.0) -> float:
+        """`analytic_weight` at this task's K (the report reads it through the task table)."""
+        return analytic_weight(algo, p, TabularMulti.num_actions, eta)
 
 
 def analytic_weight(algo: str, p: float = 0.1, k: int = TabularMulti.num_actions,

@@ -13,7 +13,7 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
-from tasks._nn import lecun_truncated_
+from tpo_bench.tasks._nn import lecun_truncated_
 
 LN_EPS = 1e-6
 

@@ -60,14 +60,6 @@ def out(tmp_path: Path) -> Path:
 
 def compose(*overrides: str) -> dict:
     """The resolved config `python -m bench` would see, without a subprocess."""
-    from hydra import compose as hydra_compose, initialize_config_dir
-    from omegaconf import OmegaConf
+    from tpo_bench.bench.config import compose as bench_compose
 
-    from bench.config import register
-
-
-    register()  # the schema nodes conf/ composes
-
-    with initialize_config_dir(config_dir=str(REPO / "conf"), version_base="1.3"):
-        cfg = hydra_compose(config_name="config", overrides=list(overrides))
-    return OmegaConf.to_container(cfg, resolve=True)
+    return bench_compose(*overrides)

@@ -11,8 +11,8 @@ import zlib
 import numpy as np
 import pandas as pd
 
-from analysis.configs import algo_defaults
-from analysis.paper.experiments import DENSE, TARGETS, TERMINAL
+from tpo_bench.analysis.configs import algo_defaults
+from tpo_bench.analysis.paper.experiments import DENSE, TARGETS, TERMINAL
 
 SEEDS = (0, 1, 2)
 STEPS = 30

@@ -7,17 +7,17 @@ import pytest
 import torch
 import yaml
 
-from algorithms import ALGORITHMS
+from tpo_bench.algorithms import ALGORITHMS
 from conftest import REPO
-from algorithms._common import standardise
-from algorithms.ce import CE
-from algorithms.dg import DG, dg_gate
-from algorithms.grpo import GRPO, grpo_advantages
-from algorithms.pg import PG
-from algorithms.ppo import PPO
-from algorithms.tpo import TPO, tpo_target
-from contract.batch import Algorithm, Batch, Task
-from tasks import TASKS
+from tpo_bench.algorithms._common import standardise
+from tpo_bench.algorithms.ce import CE
+from tpo_bench.algorithms.dg import DG, dg_gate
+from tpo_bench.algorithms.grpo import GRPO, grpo_advantages
+from tpo_bench.algorithms.pg import PG
+from tpo_bench.algorithms.ppo import PPO
+from tpo_bench.algorithms.tpo import TPO, tpo_target
+from tpo_bench.contract.batch import Algorithm, Batch, Task
+from tpo_bench.tasks import TASKS
 
 
 def group_batch(logp_old, scores, success=None, T=1):

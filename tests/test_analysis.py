@@ -8,8 +8,8 @@ import numpy as np
 import pandas as pd
 import pytest
 
-from analysis import collect, plot, style
-from analysis.labels import legend_labels
+from tpo_bench.analysis import collect, plot, style
+from tpo_bench.analysis.labels import legend_labels
 
 REPO = Path(__file__).resolve().parents[1]
 

@@ -8,17 +8,17 @@ import pytest
 import torch
 import torch.nn.functional as F
 
-from algorithms import ALGORITHMS
-from algorithms._common import standardise
-from algorithms.pg import PG
-from contract.batch import Request
-from bench.optim import NormalisedStep
-from contract.rng import Streams
-from bench.build import ConfigError, build, needs
-from bench.runner import train_episode
+from tpo_bench.algorithms import ALGORITHMS
+from tpo_bench.algorithms._common import standardise
+from tpo_bench.algorithms.pg import PG
+from tpo_bench.contract.batch import Request
+from tpo_bench.bench.optim import NormalisedStep
+from tpo_bench.contract.rng import Streams
+from tpo_bench.bench.build import ConfigError, build, needs
+from tpo_bench.bench.runner import train_episode
 from conftest import compose, run_bench, run_dirs
-from tasks.mnist import MnistTask
-from tasks.tabular import TabularMulti, TabularSingle, misalignment
+from tpo_bench.tasks.mnist import MnistTask
+from tpo_bench.tasks.tabular import TabularMulti, TabularSingle, misalignment
 from test_data import make_mnist
 
 BANDIT_ALGOS = ("tpo", "grpo", "dg", "pg", "ce")

@@ -13,13 +13,13 @@ import pandas as pd
 import pytest
 import torch
 
-from bench import batched, interrupts, rundir
-from bench.build import build
-from bench.optim import build_optimizer
-from bench.runner import run as run_single, train_episode
-from bench.speed import compose
+from tpo_bench.bench import batched, interrupts, rundir
+from tpo_bench.bench.build import build
+from tpo_bench.bench.optim import build_optimizer
+from tpo_bench.bench.runner import run as run_single, train_episode
+from tpo_bench.bench.config import compose
 from conftest import REPO, TINY, metrics, run_bench, run_dirs, summary, wait_for
-from contract.rng import Streams
+from tpo_bench.contract.rng import Streams
 from test_data import make_mnist
 
 # Odd sizes (B 5, H 3, V 3): every per-seed tensor off the SIMD width, where a stacked
@@ -337,14 +337,14 @@ def _specs(tmp_path, *args, nan_at: dict[int, int] | None = None):
 
 def _when(monkeypatch, seed: int, step: int, act) -> None:
     """`act()` just before seed `seed` records step `step` (after the seeds before it have)."""
-    record = batched._record
+    record = batched.record_step
 
     def recording(seat, at, row, asked, why):
         if seat.spec.seed == seed and at == step:
             act()
         return record(seat, at, row, asked, why)
 
-    monkeypatch.setattr(batched, "_record", recording)
+    monkeypatch.setattr(batched, "record_step", recording)
 
 
 def _kill_self(signum):

@@ -91,8 +91,8 @@ def test_run_identity_separates_configs_not_seeds(out):
 TOY_ALGO = '''
 from dataclasses import dataclass
 import torch
-from algorithms import register
-from contract.batch import Batch, LossOut
+from tpo_bench.algorithms import register
+from tpo_bench.contract.batch import Batch, LossOut
 
 @register("toy_algo")
 @dataclass(frozen=True)
@@ -108,8 +108,8 @@ class Toy:
 TOY_TASK = '''
 from dataclasses import dataclass
 import torch
-from contract.batch import Batch, Rollout
-from tasks import register
+from tpo_bench.contract.batch import Batch, Rollout
+from tpo_bench.tasks import register
 
 @register("toy_task")
 @dataclass(frozen=True)

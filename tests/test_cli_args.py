@@ -2,7 +2,7 @@
 and a mistyped algorithm or task name answered with the closest names and every choice."""
 from pathlib import Path
 
-from bench.__main__ import multirun_first, unknown_names
+from tpo_bench.bench.__main__ import multirun_first, unknown_names
 
 CONF = Path(__file__).resolve().parent.parent / "conf"
 

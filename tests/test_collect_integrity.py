@@ -10,7 +10,7 @@ import numpy as np
 import pandas as pd
 import pytest
 
-from analysis import collect, plot
+from tpo_bench.analysis import collect, plot
 from conftest import REPO, TINY, run_bench, run_dirs
 
 TABULAR = ["task=tabular_multi", "task.episodes=5", "task.eval_every=2", "task.num_contexts=4",

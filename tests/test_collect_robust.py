@@ -1,5 +1,5 @@
 """collect, plot and migrate over damaged, partial, mixed-code, symlinked and stale run
-trees, with run directories made by hand (scripts/bench_collect.py's `write_run`, shaped
+trees, with run directories made by hand (tools/bench_collect.py's `write_run`, shaped
 like the runner's): no training, each test well under a second."""
 import json
 import sys
@@ -10,11 +10,10 @@ import numpy as np
 import pandas as pd
 import pytest
 
-from analysis import collect
+from tpo_bench.analysis import collect
+from tpo_bench.tools.bench_collect import demo_config, write_run
 
 REPO = Path(__file__).resolve().parents[1]
-sys.path.insert(0, str(REPO / "scripts"))
-from bench_collect import demo_config, write_run  # noqa: E402
 
 
 def runs(root, seeds=(0, 1), lr=1e-3, episodes=3, **summary):
@@ -25,7 +24,7 @@ def runs(root, seeds=(0, 1), lr=1e-3, episodes=3, **summary):
 
 
 def demo_hash(lr=1e-3, episodes=3):
-    from bench.identity import config_hash
+    from tpo_bench.contract.identity import config_hash
 
     return config_hash(demo_config(episodes, lr))
 
@@ -99,7 +98,7 @@ def test_a_completed_run_whose_files_disagree_still_blocks(tmp_path, capsys, dam
 def test_collect_and_the_run_finder_follow_the_same_symlinked_folders(tmp_path, capsys):
     """output_root/demo a link to scratch (the sweep writes through it), a link back up
     the tree (a loop) and a second link to the same scratch: every run once."""
-    from contract import schema
+    from tpo_bench.contract import schema
 
     root, scratch = tmp_path / "outputs", tmp_path / "scratch"
     d0, d1 = runs(scratch, seeds=(0, 1))
@@ -156,7 +155,7 @@ def test_collect_refuses_a_line_pooling_two_code_versions(tmp_path, capsys):
 
 
 def test_split_code_draws_each_code_version_as_its_own_line(tmp_path, capsys):
-    from analysis import plot
+    from tpo_bench.analysis import plot
 
     root = tmp_path / "outputs"
     mixed_tree(root)
@@ -181,7 +180,7 @@ def test_split_code_draws_each_code_version_as_its_own_line(tmp_path, capsys):
 
 
 def test_a_code_fingerprint_is_provenance_not_a_legend_key(tmp_path, capsys):
-    from analysis.labels import legend_labels
+    from tpo_bench.analysis.labels import legend_labels
 
     root = tmp_path / "outputs"
     runs(root, seeds=(0,), code_fingerprint=OLD)
@@ -228,7 +227,7 @@ def test_a_full_disk_under_collect_out_is_one_line(tmp_path, capsys, monkeypatch
 def test_a_full_disk_under_plot_out_is_one_line(tmp_path, capsys, monkeypatch):
     from matplotlib.figure import Figure
 
-    from analysis import plot
+    from tpo_bench.analysis import plot
 
     root = tmp_path / "outputs"
     runs(root)
@@ -256,7 +255,7 @@ def test_plot_warns_when_runs_finished_after_its_table(tmp_path, capsys):
     draw the old table."""
     import os
 
-    from analysis import plot
+    from tpo_bench.analysis import plot
 
     root = tmp_path / "outputs"
     runs(root, seeds=(0, 1))
@@ -287,8 +286,8 @@ def test_plot_warns_when_runs_finished_after_its_table(tmp_path, capsys):
 # ------------------------------------------------------------ migrate over damaged runs
 
 def legacy_run(root, seed):
-    """A run recorded under the hash with the preset names in (bench.migrate re-keys it)."""
-    from bench.identity import legacy_hash
+    """A run recorded under the hash with the preset names in (tools.migrate re-keys it)."""
+    from tpo_bench.contract.identity import legacy_hash
 
     config = demo_config()
     d = write_run(root, config, seed, [0.9, 0.5, 0.2])
@@ -307,7 +306,7 @@ def test_migrate_names_and_skips_damaged_runs_and_moves_the_rest(tmp_path, capsy
 
     import torch
 
-    from bench import migrate
+    from tpo_bench.tools import migrate
 
     root = tmp_path / "outputs"
     runs = {seed: legacy_run(root, seed) for seed in range(5)}

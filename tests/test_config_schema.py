@@ -8,8 +8,8 @@ import json
 import pytest
 import yaml
 
-from bench.build import ConfigError, build
-from bench.config import (CONF, DebugConfig, RunConfig, check_overrides, defaults, register,
+from tpo_bench.bench.build import ConfigError, build
+from tpo_bench.bench.config import (CONF, DebugConfig, RunConfig, check_overrides, defaults, register,
                           run_config)
 from conftest import REPO, TINY, compose, run_bench, run_dirs
 
@@ -46,8 +46,8 @@ def _impl(group: str, name: str) -> str:
 
 @pytest.mark.parametrize("group", ["algo", "task"])
 def test_presets_restate_no_default(group):
-    from algorithms import ALGORITHMS
-    from tasks import TASKS
+    from tpo_bench.algorithms import ALGORITHMS
+    from tpo_bench.tasks import TASKS
 
     registry = {"algo": ALGORITHMS, "task": TASKS}[group]
     restated = []
@@ -69,6 +69,15 @@ def test_top_level_defaults_live_in_the_dataclass_only():
     fields = {f.name for f in dataclasses.fields(RunConfig)}
     assert {k: cfg[k] for k in fields} == defaults(RunConfig)
     assert run_config(cfg) == RunConfig()
+
+
+def test_the_hash_leaves_out_exactly_the_keys_the_schema_marks():
+    """contract.identity's list of keys outside a run's identity is the run config's
+    fields not marked identity (plus Hydra's node, the logger, an experiment's seeds)."""
+    from tpo_bench.contract.identity import NON_IDENTITY_KEYS
+
+    marked = {f.name for f in dataclasses.fields(RunConfig) if not f.metadata["identity"]}
+    assert NON_IDENTITY_KEYS == marked | {"hydra", "logger", "seeds"}
 
 
 @pytest.mark.parametrize("preset", sorted(
@@ -162,7 +171,7 @@ def test_cli_refuses_unknown_keys_in_one_line(override, out):
 
 
 def test_docs_list_every_top_level_key_with_its_default():
-    from bench.config import markdown_table
+    from tpo_bench.bench.config import markdown_table
 
     assert markdown_table() in (REPO / "docs" / "configuration.md").read_text()
 
@@ -170,7 +179,7 @@ def test_docs_list_every_top_level_key_with_its_default():
 def test_docs_list_every_logger():
     import re
 
-    from bench.config import LOGGERS
+    from tpo_bench.bench.config import LOGGERS
 
     page = (REPO / "docs" / "tracking.md").read_text()
     assert set(re.findall(r"^\| `(\w+)`", page, re.M)) == set(LOGGERS)

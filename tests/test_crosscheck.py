@@ -1,17 +1,10 @@
-"""reproduction/crosscheck_artifact.py maps the JAX artifact's parameter tree onto our
+"""tools/crosscheck_artifact.py maps the JAX artifact's parameter tree onto our
 Transformer; a wrong mapping would make the cross-check compare the wrong tensors."""
-import importlib.util
-from pathlib import Path
-
 import numpy as np
 import torch
 
-from tasks.transformer import Transformer
-
-_spec = importlib.util.spec_from_file_location(
-    "crosscheck", Path(__file__).resolve().parents[1] / "reproduction" / "crosscheck_artifact.py")
-crosscheck = importlib.util.module_from_spec(_spec)
-_spec.loader.exec_module(crosscheck)
+from tpo_bench.tasks.transformer import Transformer
+from tpo_bench.tools import crosscheck_artifact as crosscheck
 
 
 def _flax_tree(m: Transformer) -> dict:

@@ -1,4 +1,4 @@
-"""The MNIST loader (tasks/_data.py, staged by `python -m bench.data`): IDX parsing and checks, downloads from a loopback server, the CLI, and
+"""The MNIST loader (tasks/_data.py, staged by `python -m tpo_bench.tools.data`): IDX parsing and checks, downloads from a loopback server, the CLI, and
 (when TPO_BENCH_MNIST_DIR is set) the real files."""
 import functools
 import gzip
@@ -15,8 +15,8 @@ import numpy as np
 import pytest
 import torch
 
-from tasks import _data as data
-from tasks._data import DataError, FILES, load_mnist, read_idx
+from tpo_bench.tasks import _data as data
+from tpo_bench.tasks._data import DataError, FILES, load_mnist, read_idx
 from conftest import REPO
 
 N_TRAIN, N_TEST = 20, 7
@@ -85,7 +85,7 @@ def dead_url():
 
 
 def run_cli(*args: str) -> subprocess.CompletedProcess:
-    return subprocess.run([sys.executable, "-m", "bench.data", *args], cwd=REPO, text=True,
+    return subprocess.run([sys.executable, "-m", "tpo_bench.tools.data", *args], cwd=REPO, text=True,
                           capture_output=True, timeout=120)
 
 
@@ -170,7 +170,7 @@ def test_missing_folder_download_disabled(tmp_path):
         load_mnist(folder, download=False)
     msg = str(e.value)
     assert "task.data_dir" in msg and str(folder) in msg and "TPO_BENCH_MNIST_DIR" in msg
-    assert "python -m bench.data mnist --dir DIR" in msg
+    assert "python -m tpo_bench.tools.data mnist --dir DIR" in msg
     assert all(name in msg for name in FILES)
     assert not folder.exists()
 

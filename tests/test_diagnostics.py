@@ -12,16 +12,16 @@ from dataclasses import dataclass
 import pytest
 import torch
 
-from algorithms.dg import DG
-from algorithms.grpo import GRPO
-from algorithms.pg import PG
-from algorithms.ppo import PPO
-from algorithms.tpo import TPO
-from contract.batch import Batch, Request, Rollout
-from bench.optim import build_optimizer
-from contract.rng import Streams
-from bench.build import build
-from bench.runner import train_episode
+from tpo_bench.algorithms.dg import DG
+from tpo_bench.algorithms.grpo import GRPO
+from tpo_bench.algorithms.pg import PG
+from tpo_bench.algorithms.ppo import PPO
+from tpo_bench.algorithms.tpo import TPO
+from tpo_bench.contract.batch import Batch, Request, Rollout
+from tpo_bench.bench.optim import build_optimizer
+from tpo_bench.contract.rng import Streams
+from tpo_bench.bench.build import build
+from tpo_bench.bench.runner import train_episode
 from conftest import TINY, compose
 
 # ------------------------------------------------------------------ a hand-built episode

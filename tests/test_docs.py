@@ -11,7 +11,7 @@ import pytest
 import yaml
 
 from conftest import REPO
-from contract import schema
+from tpo_bench.contract import schema
 
 README = REPO / "README.md"
 DOCS = REPO / "docs"
@@ -27,7 +27,7 @@ def test_readme_is_short():
 
 
 def test_version_is_one_number_everywhere():
-    import bench
+    from tpo_bench import bench
     from importlib.metadata import version
 
     declared = re.search(r'^version = "([^"]+)"', (REPO / "pyproject.toml").read_text(), re.M)[1]
@@ -42,10 +42,10 @@ def test_every_script_module_and_launcher_the_docs_name_exists():
     named, missing = set(), []
     for doc in docs:
         text = re.sub(r"(python|-m)\n", r"\1 ", doc.read_text().replace("\\\n", " "))
-        for m in re.findall(r"python3? ((?:analysis|reproduction|bench|scripts)/[\w/]+\.py)", text):
+        for m in re.findall(r"python3? ((?:analysis|reproduction|bench|tools)/[\w/]+\.py)", text):
             named.add(m)
             missing += [] if (REPO / m).is_file() else [(doc.name, m)]
-        for m in re.findall(r"python3? -m ((?:analysis|bench)(?:\.\w+)+)", text):
+        for m in re.findall(r"python3? -m (?:tpo_bench\.)?((?:analysis|bench|tools)(?:\.\w+)+)", text):
             named.add(m)
             path = REPO / m.replace(".", "/")
             missing += [] if path.with_suffix(".py").is_file() or path.is_dir() else [(doc.name, m)]

@@ -7,13 +7,13 @@ from types import SimpleNamespace
 import pytest
 import torch
 
-from bench import dynamic
-from bench.build import ConfigError, build
-from bench.runner import train_episode
-from contract.batch import Batch, Rollout
-from contract.rng import Streams
+from tpo_bench.bench import dynamic
+from tpo_bench.bench.build import ConfigError, build
+from tpo_bench.bench.runner import train_episode
+from tpo_bench.contract.batch import Batch, Rollout
+from tpo_bench.contract.rng import Streams
 from conftest import compose
-from tasks.seq import SeqObs
+from tpo_bench.tasks.seq import SeqObs
 
 
 def group_batch(scores, tag):
@@ -98,7 +98,7 @@ def test_the_episode_reports_the_first_batch_and_counts_the_top_up(monkeypatch):
 
 
 def test_dynamic_sampling_is_dropped_or_refused_where_groups_cannot_be_replaced(tmp_path, monkeypatch):
-    from algorithms import ALGORITHMS
+    from tpo_bench.algorithms import ALGORITHMS
 
     @dataclass(frozen=True)
     class WithDynamic:

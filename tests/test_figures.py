@@ -4,8 +4,8 @@ import numpy as np
 import pandas as pd
 import pytest
 
-from analysis import configs, plot, stats, style
-from analysis.paper import experiments, figures, paper_figures
+from tpo_bench.analysis import configs, plot, stats, style
+from tpo_bench.analysis.paper import experiments, figures, paper_figures
 from synthetic import results_table
 
 

@@ -1,6 +1,6 @@
 """The hash is of the science, not the preset names, and runs recorded
 under the hash from before (names included) are still found: directories through
-`python -m bench.migrate`, tables re-keyed as they are read."""
+`python -m tools.migrate`, tables re-keyed as they are read."""
 import json
 import os
 import shutil
@@ -11,10 +11,11 @@ from pathlib import Path
 import pandas as pd
 import pytest
 
-from bench import migrate
-from bench.build import ConfigError, build
-from bench.identity import config_hash, legacy_hash
-from contract import schema
+from tpo_bench.analysis import rekey
+from tpo_bench.bench.build import ConfigError, build
+from tpo_bench.contract import schema
+from tpo_bench.contract.identity import config_hash, legacy_hash
+from tpo_bench.tools import migrate
 from conftest import REPO, compose, run_bench
 
 # Runs written by the code of commit 1d90937 (names in the hash): a completed
@@ -72,11 +73,11 @@ def _legacy_tree(tmp_path) -> Path:
 def test_a_legacy_run_is_refused_until_migrated_then_found(tmp_path):
     root = _legacy_tree(tmp_path)
     old = next(schema.run_dirs(root / "tabular_single" / "tpo"))
-    with pytest.raises(ConfigError, match=r"legacy hash.*python -m bench\.migrate"):
+    with pytest.raises(ConfigError, match=r"legacy hash.*python -m tpo_bench\.tools\.migrate"):
         _spec(*COMPLETED, root=root)
     before = pd.read_parquet(old / schema.METRICS)
 
-    proc = subprocess.run([sys.executable, "-m", "bench.migrate", str(root)], cwd=REPO,
+    proc = subprocess.run([sys.executable, "-m", "tpo_bench.tools.migrate", str(root)], cwd=REPO,
                           capture_output=True, text=True, timeout=300)
     assert proc.returncode == 0, proc.stderr
     assert "moved 2, already current 0, left 0" in proc.stdout
@@ -92,7 +93,7 @@ def test_a_legacy_run_is_refused_until_migrated_then_found(tmp_path):
     proc = run_bench(*COMPLETED, f"output_root={root}")
     assert "[skip]" in proc.stdout
     # a second migration finds nothing to do
-    again = subprocess.run([sys.executable, "-m", "bench.migrate", str(root)], cwd=REPO,
+    again = subprocess.run([sys.executable, "-m", "tpo_bench.tools.migrate", str(root)], cwd=REPO,
                            capture_output=True, text=True, timeout=300)
     assert again.returncode == 0 and "moved 0, already current 2, left 0" in again.stdout
 
@@ -148,16 +149,16 @@ def test_a_legacy_table_is_rekeyed_to_the_hashes_build_gives(tmp_path):
     the hash `build` gives the same config today."""
     table = pd.read_parquet(REPO / "reproduction" / "results.parquet",
                             columns=None).drop_duplicates("config_hash")
-    rekeyed, mapping = migrate.rekey_table(table)
+    rekeyed, mapping = rekey.rekey_table(table)
     assert set(mapping) == set(table["config_hash"])
     row = table[(table["task.name"] == "reverse_h10") & (table["algo.name"] == "tpo")
                 & (table["match"] == "prompts")].iloc[0]
     spec = _spec("task=reverse_h10", "algo=tpo", root=tmp_path)
     assert mapping[row["config_hash"]] == spec.config_hash
     # a table already current is left alone, and a hash nobody can recompute is not guessed
-    assert migrate.rekey_table(rekeyed)[1] == {}
+    assert rekey.rekey_table(rekeyed)[1] == {}
     forged = table.head(1).assign(config_hash="0123456789")
-    assert migrate.rekey_table(forged)[1] == {}
+    assert rekey.rekey_table(forged)[1] == {}
 
 
 def test_legacy_hash_is_the_old_formula():

@@ -59,25 +59,74 @@ def test_non_editable_install_runs_from_anywhere(tmp_path: Path) -> None:
     if not had_build:  # setuptools' scratch folder, made by this test
         shutil.rmtree(REPO / "build", ignore_errors=True)
     env = _env(PYTHONPATH=str(site))
-    where = _python("-c", "import bench, analysis; print(bench.__file__); print(analysis.__file__)",
-                    cwd=tmp_path, env=env)
+    where = _python("-c", "import bench, tpo_bench.bench.runner as r, tpo_bench.analysis as a; "
+                    "print(bench.__file__); print(r.__file__); print(a.__file__)", cwd=tmp_path, env=env)
+    assert len(where.stdout.split()) == 3, where.stdout + where.stderr
     assert all(line.startswith(str(site)) for line in where.stdout.split()), where.stdout
+    # one import name: nothing of the harness at the top level but the `bench` entry
+    assert not any((site / name).exists() for name in ("tasks", "analysis", "algorithms", "contract",
+                                                        "conf", "tools")), sorted(os.listdir(site))
+    assert sorted(p.name for p in (site / "bench").glob("*.py")) == ["__init__.py", "__main__.py"]
     sweep = _python("-m", "bench", "-m", "algo=tpo,dg", "seed=0", *TINY, cwd=tmp_path, env=env)
     assert sweep.returncode == 0, sweep.stdout + sweep.stderr
     runs = _completed(tmp_path / "outputs")
     assert sorted(r["algo"] for r in runs) == ["dg", "tpo"]
     assert {r["git_commit"] for r in runs} == {None}
-    collect = _python("-m", "analysis.collect", cwd=tmp_path, env=env)
+    collect = _python("-m", "tpo_bench.analysis.collect", cwd=tmp_path, env=env)
     assert collect.returncode == 0, collect.stdout + collect.stderr
-    plot = _python("-m", "analysis.plot", cwd=tmp_path, env=env)
+    plot = _python("-m", "tpo_bench.analysis.plot", cwd=tmp_path, env=env)
     assert plot.returncode == 0, plot.stdout + plot.stderr
     assert (tmp_path / "outputs" / "plots" / "demo.png").stat().st_size > 0
     # The paper's report and the tuning report are installed with their data: the report
     # reads the paper's numbers (package data of analysis.paper) before it refuses a demo
     # table that no paper number is judged on.
-    assert {p.name for p in (site / "analysis" / "paper").glob("*.csv")} == {
+    assert {p.name for p in (site / "tpo_bench" / "analysis" / "paper").glob("*.csv")} == {
         "paper_numbers.csv", "paper_seeds.csv"}
-    report = _python("-m", "analysis.paper.report", "--quiet", cwd=tmp_path, env=env)
+    report = _python("-m", "tpo_bench.analysis.paper.report", "--quiet", cwd=tmp_path, env=env)
     assert report.returncode == 2 and "matches any paper number" in report.stderr, report.stderr
-    tuning = _python("-m", "analysis.tuning.report", "--help", cwd=tmp_path, env=env)
+    tuning = _python("-m", "tpo_bench.analysis.tuning.report", "--help", cwd=tmp_path, env=env)
     assert tuning.returncode == 0 and "optuna" in tuning.stdout, tuning.stderr
+    # the same install, run from a project with packages named like the harness's
+    project = _project_named_like_the_harness(tmp_path / "project")
+    mine = _python("-m", "bench", "-m", "algo=tpo,grpo", "seed=0", "plugins=[my_plugin]", *TINY,
+                   cwd=project, env=env)
+    assert mine.returncode == 0, mine.stdout + mine.stderr
+    assert sorted(r["algo"] for r in _completed(project / "outputs")) == ["grpo", "tpo"]
+
+
+HARNESS_NAMES = ("tasks", "analysis", "algorithms", "contract", "conf")
+
+
+def _project_named_like_the_harness(root: Path) -> Path:
+    """A research project with its own tasks, analysis, algorithms, contract and conf
+    packages (each refusing the harness's names: `from tasks import TASKS` fails, as it
+    would in a user's repository), a conf/config.yaml Hydra cannot compose, and a plugin
+    that imports the project's own `tasks` and records that it ran."""
+    for name in HARNESS_NAMES:
+        (root / name).mkdir(parents=True)
+        (root / name / "__init__.py").write_text(
+            f"OWNER = 'the project'\n"
+            f"def __getattr__(name):\n"
+            f"    raise AttributeError(f'the project\\'s {name} has no {{name}}')\n")
+    (root / "conf" / "config.yaml").write_text("defaults:\n  - not_a_preset\n")
+    (root / "my_plugin.py").write_text(
+        "import tasks\n"
+        "from pathlib import Path\n"
+        "from tpo_bench.algorithms import ALGORITHMS\n"
+        "assert tasks.OWNER == 'the project' and 'tpo' in ALGORITHMS.names()\n"
+        "Path('plugin_ran').write_text(tasks.__file__)\n")
+    return root
+
+
+def test_a_sweep_runs_from_a_project_with_packages_named_like_the_harness(tmp_path: Path) -> None:
+    """A project's own tasks/, analysis/, algorithms/, contract/ and conf/ neither break
+    nor shadow the harness (it imports only tpo_bench names), and its plugin still imports
+    the project's own `tasks`."""
+    project = _project_named_like_the_harness(tmp_path / "project")
+    proc = _python("-m", "bench", "-m", "task=demo", "algo=tpo,grpo", "seed=0", "plugins=[my_plugin]",
+                   *TINY[1:], cwd=project, env=_env(PYTHONPATH=str(REPO)))
+    assert proc.returncode == 0, proc.stdout + proc.stderr
+    runs = _completed(project / "outputs")
+    assert sorted(r["algo"] for r in runs) == ["grpo", "tpo"]
+    assert {r["status"] for r in runs} == {"completed"}
+    assert (project / "plugin_ran").read_text() == str(project / "tasks" / "__init__.py")

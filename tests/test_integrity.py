@@ -292,8 +292,8 @@ def test_metrics_that_cannot_be_written_turn_the_record_into_failed(tmp_path, mo
     summary (small) says failed with both reasons instead of the status the run had."""
     import errno
 
-    from bench import rundir
-    from contract import io
+    from tpo_bench.bench import rundir
+    from tpo_bench.contract import io
 
     def full(path, df):
         raise OSError(errno.ENOSPC, "No space left on device")

@@ -1,30 +1,45 @@
-"""The floors of the house: the contract imports none of the runner, tasks or
-algorithms; tasks and algorithms never import each other nor the runner; and no import
-cycle between the project's modules. Read from the source with `ast` (every import, at
-the top or inside a function), so a lazy import cannot hide an arrow."""
+"""The house's rooms and floors, read from the source with `ast` (every import, at the top
+or inside a function, so a lazy import cannot hide an arrow): the harness imports itself
+only as tpo_bench.<room>; the contract imports none of the rest; tasks and algorithms never
+import each other nor the runner; analysis reads the records through the contract alone;
+the tools may import anything and nothing but the tests imports them; no import cycle.
+Inside analysis/: no cycle, the generic modules stay out of the paper's and the tuning's
+rooms, no module uses another's underscore names (nor in bench/). The runner reads no task
+or algorithm member that contract.batch does not declare."""
 import ast
+import re
 from pathlib import Path
 
 import pytest
 
 from conftest import REPO
 
-PACKAGES = ("contract", "bench", "tasks", "algorithms", "analysis", "hydra_plugins", "reproduction")
-# package -> the project packages it may import (itself always)
+PACKAGES = ("contract", "bench", "tasks", "algorithms", "analysis", "hydra_plugins", "tools")
+NAMESPACE = "tpo_bench"  # every harness package is imported as tpo_bench.<package>
+HARNESS = ("contract", "bench", "tasks", "algorithms", "analysis", "tools", "conf")
+# package -> the project packages it may import (itself always); none but tools may import
+# tools, and the tests may import any
 MAY_IMPORT = {
     "contract": set(),
     "tasks": {"contract"},
     "algorithms": {"contract"},
     "bench": {"contract", "tasks", "algorithms", "hydra_plugins"},  # __main__ registers the sweepers
     "hydra_plugins": {"contract", "bench"},
-    "analysis": {"contract", "bench", "tasks", "algorithms"},  # a preset's values need its dataclass
-    "reproduction": {"contract", "bench", "tasks", "algorithms", "analysis"},
+    "analysis": {"contract"},  # a preset's dataclass through contract.registry's tables
+    "tools": set(PACKAGES),
 }
+ANALYSIS_GENERIC = {"analysis.collect", "analysis.stats", "analysis.configs", "analysis.style",
+                    "analysis.labels", "analysis.plot", "analysis.rekey"}
+# plot --figure NAME draws the paper's figures (--page, their comparison page): the one way
+# from the generic room out.
+ANALYSIS_ALLOWED_OUT = {("analysis.plot", "analysis.paper.figures"),
+                        ("analysis.plot", "analysis.paper.paper_figures"),
+                        ("analysis.plot", "analysis.paper.page")}
 
 
-def modules() -> dict[str, Path]:
+def modules(packages=PACKAGES) -> dict[str, Path]:
     out = {}
-    for pkg in PACKAGES:
+    for pkg in packages:
         for path in sorted((REPO / pkg).rglob("*.py")):
             parts = list(path.relative_to(REPO).with_suffix("").parts)
             if parts[-1] == "__init__":
@@ -33,24 +48,65 @@ def modules() -> dict[str, Path]:
     return out
 
 
-def imported(path: Path, known: set[str]) -> set[str]:
-    """The project modules a file imports (a `from pkg import name` counts pkg.name when
-    that is a module, else pkg)."""
-    found = set()
+def room_name(module: str) -> str:
+    """tpo_bench.bench.runner -> bench.runner: the harness imports itself under tpo_bench."""
+    return module.removeprefix(f"{NAMESPACE}.")
+
+
+def imports(path: Path, known: set[str]) -> dict[str, str]:
+    """Local name -> project module (its room name), for every import of a project module in
+    the file (a `from pkg import name` counts pkg.name when that is a module, else pkg)."""
+    names = {}
     for node in ast.walk(ast.parse(path.read_text())):
         if isinstance(node, ast.Import):
-            found |= {a.name for a in node.names if a.name.split(".")[0] in PACKAGES}
-        elif isinstance(node, ast.ImportFrom) and node.module and node.level == 0 \
-                and node.module.split(".")[0] in PACKAGES:
             for a in node.names:
-                full = f"{node.module}.{a.name}"
-                found.add(full if full in known else node.module)
-    return {m for m in found if m in known}
+                if room_name(a.name) in known:
+                    names[a.asname or a.name] = room_name(a.name)
+        elif isinstance(node, ast.ImportFrom) and node.module and node.level == 0:
+            module = room_name(node.module)
+            for a in node.names:
+                full = f"{module}.{a.name}"
+                if full in known:  # from tpo_bench.analysis.paper import figures
+                    names[a.asname or a.name] = full
+                elif module in known:  # from tpo_bench.analysis.style import fmt
+                    names.setdefault(f"<{module}>", module)
+    return names
 
 
-def graph() -> dict[str, set[str]]:
-    mods = modules()
-    return {m: imported(p, set(mods)) - {m} for m, p in mods.items()}
+def bare_imports(path: Path) -> list[str]:
+    """Imports of a harness package by its top-level name (`tasks`, not `tpo_bench.tasks`):
+    a project's own package of that name would be imported instead."""
+    found = []
+    for node in ast.walk(ast.parse(path.read_text())):
+        names = [a.name for a in node.names] if isinstance(node, ast.Import) else \
+            [node.module] if isinstance(node, ast.ImportFrom) and node.module and node.level == 0 else []
+        found += [f"{path.relative_to(REPO)}:{node.lineno} {n}" for n in names
+                  if n.split(".")[0] in HARNESS]
+    return found
+
+
+def graph(packages=PACKAGES) -> dict[str, set[str]]:
+    mods = modules(packages)
+    return {m: set(imports(p, set(mods)).values()) - {m} for m, p in mods.items()}
+
+
+def cycle(g: dict[str, set[str]]) -> list[str] | None:
+    state: dict[str, int] = {}  # 1 on the path, 2 done
+
+    def visit(m, path):
+        state[m] = 1
+        for t in sorted(g.get(m, ())):
+            if state.get(t) == 1:
+                return path[path.index(t):] + [t]
+            if t not in state and (found := visit(t, path + [t])):
+                return found
+        state[m] = 2
+        return None
+
+    for m in sorted(g):
+        if m not in state and (found := visit(m, [m])):
+            return found
+    return None
 
 
 @pytest.mark.parametrize("pkg", sorted(MAY_IMPORT))
@@ -61,34 +117,102 @@ def test_each_floor_imports_only_the_floors_below(pkg):
 
 
 def test_no_import_cycle():
-    g = graph()
-    state: dict[str, int] = {}  # 1 on the path, 2 done
-    cycles = []
+    assert cycle(graph()) is None, cycle(graph())
 
-    def visit(m, path):
-        state[m] = 1
-        for t in sorted(g.get(m, ())):
-            if state.get(t) == 1:
-                cycles.append(path[path.index(t):] + [t])
-            elif t not in state:
-                visit(t, path + [t])
-        state[m] = 2
 
-    for m in sorted(g):
-        if m not in state:
-            visit(m, [m])
-    assert not cycles, cycles
+def test_the_harness_imports_itself_only_under_its_namespace():
+    """No module of the harness, its tests or the docs' build imports `tasks`, `bench`, ...
+    by the top-level name: from a project that has its own, that would be the project's
+    (and in a checkout, a second copy of ours with its own registries)."""
+    files = [*modules().values(), *sorted((REPO / "tests").glob("*.py")),
+             *sorted((REPO / "docs").rglob("*.py")), *sorted((REPO / "tpo_bench").rglob("*.py"))]
+    found = [hit for path in files for hit in bare_imports(path)]
+    assert len(files) > 100 and not found, found
 
 
 def test_the_checker_sees_an_arrow_and_a_cycle(tmp_path, monkeypatch):
-    """The rules can fail: a task importing an algorithm, and two modules importing each
-    other, are both caught."""
-    (tmp_path / "tasks").mkdir()
-    (tmp_path / "algorithms").mkdir()
-    (tmp_path / "tasks" / "t.py").write_text("from algorithms import a\n")
-    (tmp_path / "algorithms" / "a.py").write_text("def f():\n    import tasks.t\n")
+    """The rules can fail: a task importing an algorithm, analysis importing a tool, and two
+    modules importing each other, are all caught."""
+    for pkg in ("tasks", "algorithms", "analysis", "tools"):
+        (tmp_path / pkg).mkdir()
+    (tmp_path / "tasks" / "t.py").write_text("from tpo_bench.algorithms import a\n")
+    (tmp_path / "algorithms" / "a.py").write_text("def f():\n    import tpo_bench.tasks.t\n")
+    (tmp_path / "analysis" / "c.py").write_text("from tpo_bench.tools.m import x\n")
+    (tmp_path / "tools" / "m.py").write_text("x = 1\n")
     monkeypatch.setattr(__import__(__name__), "REPO", tmp_path)
     with pytest.raises(AssertionError, match="tasks reaches up"):
         test_each_floor_imports_only_the_floors_below("tasks")
+    with pytest.raises(AssertionError, match="analysis reaches up.*tools.m"):
+        test_each_floor_imports_only_the_floors_below("analysis")
     with pytest.raises(AssertionError, match="tasks.t"):
         test_no_import_cycle()
+
+
+# ---------------------------------------------------------------- inside analysis/
+
+def test_no_import_cycle_in_analysis():
+    found = cycle(graph(("analysis",)))
+    assert found is None, "import cycle: " + " -> ".join(found or [])
+
+
+def test_the_generic_modules_stay_out_of_the_paper_and_tuning_rooms():
+    g = graph(("analysis",))
+    out = {(m, n) for m in ANALYSIS_GENERIC for n in g[m]
+           if n.startswith(("analysis.paper", "analysis.tuning"))}
+    assert out <= ANALYSIS_ALLOWED_OUT, sorted(out - ANALYSIS_ALLOWED_OUT)
+    # tuning is a room of its own: the paper's report reads it, it does not read the paper
+    assert not any(n.startswith("analysis.paper") for m in g if m.startswith("analysis.tuning")
+                   for n in g[m])
+
+
+def test_no_module_uses_another_modules_private_names():
+    """Across analysis/ and across the runner (bench/): no `module._name`, no `from module
+    import _name` of another module of the same room."""
+    found = []
+    for room in ("analysis", "bench"):
+        mods = modules((room,))
+        for path in mods.values():
+            tree = ast.parse(path.read_text())
+            local = imports(path, set(mods))
+            for node in ast.walk(tree):
+                if isinstance(node, ast.Attribute) and node.attr.startswith("_") \
+                        and not node.attr.startswith("__") and isinstance(node.value, ast.Name) \
+                        and node.value.id in local:
+                    found.append(f"{path.relative_to(REPO)}:{node.lineno} {node.value.id}.{node.attr}")
+                if isinstance(node, ast.ImportFrom) and node.module \
+                        and room_name(node.module).startswith(room):
+                    found += [f"{path.relative_to(REPO)}:{node.lineno} from {node.module} import {a.name}"
+                              for a in node.names if a.name.startswith("_")]
+    assert not found, found
+
+
+# ---------------------------------------------------------------- the runner and the contract
+
+def probed_members() -> list[tuple[str, str, str]]:
+    """(where, "task" or "algo", member) for every getattr/hasattr in bench/ on an
+    expression named task, run_task or algo (spec.task included)."""
+    out = []
+    for path in sorted((REPO / "bench").glob("*.py")):
+        for node in ast.walk(ast.parse(path.read_text())):
+            if isinstance(node, ast.Call) and isinstance(node.func, ast.Name) \
+                    and node.func.id in ("getattr", "hasattr") and len(node.args) >= 2 \
+                    and isinstance(node.args[1], ast.Constant) and isinstance(node.args[1].value, str):
+                m = re.search(r"(?:^|\.|_)(task|algo)$", ast.unparse(node.args[0]))
+                if m:
+                    out.append((f"{path.name}:{node.lineno}", m.group(1), node.args[1].value))
+    return out
+
+
+def declared(*protocols) -> set[str]:
+    return {n for p in protocols for n in (*getattr(p, "__annotations__", {}), *vars(p))
+            if not n.startswith("_")}
+
+
+def test_the_contract_declares_every_member_the_runner_probes():
+    from tpo_bench.contract.batch import Algorithm, AlgorithmOptions, Task, TaskOptions
+
+    allowed = {"task": declared(Task, TaskOptions), "algo": declared(Algorithm, AlgorithmOptions)}
+    probes = probed_members()
+    assert len(probes) >= 15, probes  # the reader finds them
+    undeclared = sorted(p for p in probes if p[2] not in allowed[p[1]])
+    assert not undeclared, f"probed but not declared in contract.batch: {undeclared}"

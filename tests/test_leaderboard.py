@@ -9,8 +9,8 @@ import pandas as pd
 import pytest
 import yaml
 
-from analysis import leaderboard as lb
-from analysis import plot
+from tpo_bench.analysis import leaderboard as lb
+from tpo_bench.analysis import plot
 from conftest import run_bench
 
 

@@ -16,11 +16,11 @@ from omegaconf import OmegaConf
 pytest.importorskip("transformers")
 pytest.importorskip("reasoning_gym")
 
-from bench.build import ConfigError, build  # noqa: E402
-from bench.runner import _backward, reference_kl  # noqa: E402
+from tpo_bench.bench.build import ConfigError, build  # noqa: E402
+from tpo_bench.bench.runner import _backward, reference_kl  # noqa: E402
 from conftest import REPO, compose, run_bench  # noqa: E402
-from contract.rng import Streams  # noqa: E402
-from tasks import _lm  # noqa: E402
+from tpo_bench.contract.rng import Streams  # noqa: E402
+from tpo_bench.tasks import _lm  # noqa: E402
 
 SMALL = ["task=llm_chain_sum", "task/arch=micro_qwen3", "task.train_size=64", "task.test_size=8",
          "task.warm_start_steps=20", "task.warm_start_lr=1e-2", "task.warm_start_batch=16",
@@ -79,7 +79,7 @@ def test_the_mask_ends_each_completion_at_its_eos(rolled):
 
 
 def test_scores_are_the_verifiers(rolled):
-    from tasks import _problems
+    from tpo_bench.tasks import _problems
     spec, policy, ro = rolled
     texts = [policy.tokenizer.decode(r[m].tolist(), skip_special_tokens=True)
              for r, m in zip(ro.batch.obs.tokens.reshape(12, -1), ro.batch.mask.reshape(12, -1))]
@@ -236,7 +236,7 @@ def test_the_paper_scale_presets_refuse_without_weights():
     for preset in ("llm_gsm8k", "llm_graph_color"):
         with pytest.raises(ConfigError) as e:
             build(compose(f"task={preset}", "algo=tpo"))
-        assert "task.model_path" in str(e.value) and f"bench.llm_scale task={preset}" in str(e.value)
+        assert "task.model_path" in str(e.value) and f"tools.llm_scale task={preset}" in str(e.value)
 
 
 def test_random_weights_are_asked_for_explicitly_and_alone(base_dir, tmp_path):
@@ -272,9 +272,9 @@ def test_the_harness_imports_without_the_llm_extra():
         "import sys; sys.modules['transformers'] = None; sys.modules['reasoning_gym'] = None\n"
         "sys.path.insert(0, 'tests')\n"
         "from conftest import compose\n"
-        "from tasks import TASKS; from algorithms import ALGORITHMS\n"
+        "from tpo_bench.tasks import TASKS; from tpo_bench.algorithms import ALGORITHMS\n"
         "assert 'llm' in TASKS.names() and 'tpo' in ALGORITHMS.names()\n"
-        "from bench.build import build, ConfigError\n"
+        "from tpo_bench.bench.build import build, ConfigError\n"
         "build(compose('task=demo'))\n"
         "try:\n    build(compose('task=llm_chain_sum'))\nexcept ConfigError as e:\n    print('REFUSED', e)\n")
     out = subprocess.run([sys.executable, "-c", code], cwd=REPO, capture_output=True, text=True, timeout=300)

@@ -1,5 +1,5 @@
 """The LLM task's problems (tasks/_problems.py): reasoning-gym splits and scoring, GSM8K's
-answer extraction, loader and staging (`python -m bench.data gsm8k`)."""
+answer extraction, loader and staging (`python -m tpo_bench.tools.data gsm8k`)."""
 import functools
 import hashlib
 import http.server
@@ -18,9 +18,9 @@ import pytest
 pytest.importorskip("reasoning_gym")
 
 from conftest import REPO  # noqa: E402
-from tasks import _problems as P  # noqa: E402
-from tasks._data import DataError  # noqa: E402
-from tasks._problems import (Problem, extract_answer, extract_number, problems,  # noqa: E402
+from tpo_bench.tasks import _problems as P  # noqa: E402
+from tpo_bench.tasks._data import DataError  # noqa: E402
+from tpo_bench.tasks._problems import (Problem, extract_answer, extract_number, problems,  # noqa: E402
                              score, solution)
 
 TINY_SUMS = {"min_terms": 2, "max_terms": 2, "min_digits": 1, "max_digits": 1}  # 200 prompts
@@ -238,7 +238,7 @@ def test_gsm8k_missing_files(tmp_path):
         problems("gsm8k", "test", 1, 0, data_dir=str(folder))
     msg = str(e.value)
     assert str(folder) in msg and "train.jsonl, test.jsonl" in msg and "task.data_dir" in msg
-    assert "TPO_BENCH_GSM8K_DIR" in msg and "python -m bench.data gsm8k --dir DIR" in msg
+    assert "TPO_BENCH_GSM8K_DIR" in msg and "python -m tpo_bench.tools.data gsm8k --dir DIR" in msg
     assert not folder.exists()
 
 
@@ -285,7 +285,7 @@ def test_import_does_not_load_reasoning_gym():
     assert proc.stdout.strip() == "False"
 
 
-# ---- staging: python -m bench.data gsm8k
+# ---- staging: python -m tpo_bench.tools.data gsm8k
 
 @pytest.fixture
 def served(tmp_path):
@@ -343,7 +343,7 @@ def test_offline_download_says_how_to_copy(tmp_path):
 def test_cli_dispatches_gsm8k(tmp_path, served):
     root, url = served
     sums = [f"--sha256={n}={h}" for n, h in sha256s(root).items()]
-    proc = subprocess.run([sys.executable, "-m", "bench.data", "gsm8k", "--dir",
+    proc = subprocess.run([sys.executable, "-m", "tpo_bench.tools.data", "gsm8k", "--dir",
                            str(tmp_path / "staged"), "--base-url", url, *sums], cwd=REPO,
                           text=True, capture_output=True, timeout=120)
     assert proc.returncode == 0, proc.stderr
@@ -352,7 +352,7 @@ def test_cli_dispatches_gsm8k(tmp_path, served):
 
 
 def test_bench_data_refuses_unknown(capsys):
-    from bench import data
+    from tpo_bench.tools import data
     with pytest.raises(SystemExit) as e:
         data.main(["cifar10"])
     assert e.value.code == 2

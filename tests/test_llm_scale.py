@@ -1,4 +1,4 @@
-"""The paper-scale LLM presets' probe (bench.llm_scale) on the ~13k-parameter micro
+"""The paper-scale LLM presets' probe (tools.llm_scale) on the ~13k-parameter micro
 architecture: its token counts, the LoRA adapters' size counted by hand, what a dtype
 does to AdamW's steps at the paper's learning rate, the size guard's parameter count of
 the full Qwen3-1.7B architecture (never built), and the CSV the command writes."""
@@ -9,9 +9,9 @@ import pytest
 pytest.importorskip("transformers")
 pytest.importorskip("reasoning_gym")
 
-from bench import llm_scale  # noqa: E402
-from bench.build import ConfigError  # noqa: E402
-from bench.speed import compose  # noqa: E402
+from tpo_bench.tools import llm_scale  # noqa: E402
+from tpo_bench.bench.build import ConfigError  # noqa: E402
+from tpo_bench.bench.config import compose  # noqa: E402
 from test_llm_data import make_gsm8k  # noqa: E402
 
 N, K, T = 3, 2, 3

@@ -6,9 +6,9 @@ import math
 import pytest
 import torch
 
-from algorithms.lpo import LPO, lpo_phi
-from algorithms.tpo import TPO, tpo_target
-from contract.batch import Batch
+from tpo_bench.algorithms.lpo import LPO, lpo_phi
+from tpo_bench.algorithms.tpo import TPO, tpo_target
+from tpo_bench.contract.batch import Batch
 
 D = torch.float64
 

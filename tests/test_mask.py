@@ -8,13 +8,13 @@ import pytest
 import torch
 import yaml
 
-from algorithms import ALGORITHMS
-from algorithms.tpo import TPO
-from algorithms.clipped import ClippedSurrogate
-from bench.build import _instantiate
-from analysis.configs import algo_defaults
-from bench.runner import micro_batches, reference_kl
-from contract.batch import Batch
+from tpo_bench.algorithms import ALGORITHMS
+from tpo_bench.algorithms.tpo import TPO
+from tpo_bench.algorithms.clipped import ClippedSurrogate
+from tpo_bench.bench.build import _instantiate
+from tpo_bench.analysis.configs import algo_defaults
+from tpo_bench.bench.runner import micro_batches, reference_kl
+from tpo_bench.contract.batch import Batch
 
 D = torch.float64
 REPO = Path(__file__).resolve().parent.parent
@@ -84,7 +84,7 @@ def test_length_normalised_tpo_divides_by_each_candidates_own_length():
 
 
 def test_gspo_sequence_ratio_is_the_mean_over_real_tokens():
-    from algorithms.clipped import log_ratio
+    from tpo_bench.algorithms.clipped import log_ratio
     d = torch.tensor([[[0.3, 0.0, 0.0], [0.1, 0.2, 0.3]]], dtype=D)
     mask = torch.tensor([[[True, False, False], [True, True, True]]])
     r = log_ratio(d, torch.zeros_like(d), "sequence", mask)

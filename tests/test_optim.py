@@ -4,7 +4,7 @@ import numpy as np
 import pytest
 import torch
 
-from bench.optim import MuonNAdam, build_optimizer, fans, muon_scale, newton_schulz, partition
+from tpo_bench.bench.optim import MuonNAdam, build_optimizer, fans, muon_scale, newton_schulz, partition
 
 LR = 1e-3
 
@@ -248,7 +248,7 @@ def _seed_grads(step, seeds):
 def test_one_update_for_all_seeds_equals_each_seeds_own(name, one_thread):
     """step_seeds over S optimizers leaves each seed's parameters and state bit for bit
     where its own step() does, over several steps (one thread: the claim's setting)."""
-    from bench.optim import step_seeds
+    from tpo_bench.bench.optim import step_seeds
     build = "adam" if name == "adamw_like" else name
     own, batch = _seed_opts(build), _seed_opts(build)
     if name == "adamw_like":  # AdamW's decoupled decay through the same foreach path
@@ -274,7 +274,7 @@ def test_newton_schulz_on_a_stack_equals_each_matrix_alone(one_thread):
     """orthogonalise on [G, m, n] against each matrix alone: bit for bit, tiny shapes (torch's
     own bmm loop) and BLAS ones alike; and against the unfused X <- a X + (b A + c A A) X
     written with separate matmuls, to float32 rounding (measured: 8e-7 at most)."""
-    from bench.optim import NS_COEFFS, orthogonalise
+    from tpo_bench.bench.optim import NS_COEFFS, orthogonalise
     a, b, c = NS_COEFFS
     g = torch.Generator().manual_seed(0)
     for shape in [(64, 256), (16, 64), (20, 64), (2, 32), (2, 64)]:

@@ -2,7 +2,7 @@
 gives: a number on docs/reproducing.md or docs/leaderboard.md cannot drift from it."""
 import pytest
 
-from analysis.paper import pages
+from tpo_bench.analysis.paper import pages
 
 
 def committed_blocks(name):

@@ -7,8 +7,8 @@ import pandas as pd
 import pytest
 from PIL import Image
 
-from analysis import plot, stats
-from analysis.paper import figures, paper_figures as P
+from tpo_bench.analysis import plot, stats
+from tpo_bench.analysis.paper import figures, paper_figures as P
 from synthetic import results_table, run, seq
 
 REPO = Path(__file__).resolve().parents[1]

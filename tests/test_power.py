@@ -11,8 +11,8 @@ import math
 import numpy as np
 import pytest
 
-from analysis.paper import report
-from analysis.paper import verdicts as V
+from tpo_bench.analysis.paper import report
+from tpo_bench.analysis.paper import verdicts as V
 
 
 def _numeric(rows):
@@ -86,7 +86,7 @@ def _rate(values, k, paper, family="terminal_error", n_draws=1000, replace=False
     is 'reproduced' and 'differs': all k-subsets when few, else n_draws drawn."""
     from itertools import combinations
 
-    from analysis import stats
+    from tpo_bench.analysis import stats
 
     v = np.asarray(values, dtype=float)
     rng = np.random.default_rng(seed)

@@ -67,7 +67,7 @@ def test_run_line_every_episode_by_time_then_only_the_last(out):
 
 
 def test_run_line_format_rate_and_eta(capsys):
-    from bench.runner import _progress
+    from tpo_bench.bench.runner import _progress
 
     row = {"error": 0.25, "reward_mean": 0.75, "loss": -0.5}
     # resumed at 10, 20 episodes in 10 s: 2 ep/s over this attempt, 70 left -> 35 s
@@ -87,7 +87,7 @@ def test_run_line_format_rate_and_eta(capsys):
 
 
 def test_progress_every_s_is_not_identity_and_is_validated():
-    from bench.build import ConfigError, build
+    from tpo_bench.bench.build import ConfigError, build
 
     cfg = compose(*SMALL)
     assert cfg["progress_every_s"] == 30
@@ -245,7 +245,7 @@ def test_collect_progress_on_stderr_only_when_asked_or_slow(tmp_path):
 
 
 def test_collect_progress_lines_are_rate_limited():
-    from analysis.collect import PROGRESS_MANY, Progress
+    from tpo_bench.analysis.collect import PROGRESS_MANY, Progress
 
     t = [0.0]
 

@@ -9,9 +9,9 @@ import pandas as pd
 import pytest
 import torch
 
-from bench.runner import train_episode
-from contract import schema
-from contract.rng import Streams
+from tpo_bench.bench.runner import train_episode
+from tpo_bench.contract import schema
+from tpo_bench.contract.rng import Streams
 from conftest import run_bench
 
 

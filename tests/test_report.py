@@ -5,9 +5,9 @@ import numpy as np
 import pandas as pd
 import pytest
 
-from analysis.paper import report
-from analysis.paper import verdicts as V
-from analysis.paper.experiments import ALIASES, EXPERIMENTS
+from tpo_bench.analysis.paper import report
+from tpo_bench.analysis.paper import verdicts as V
+from tpo_bench.analysis.paper.experiments import ALIASES, EXPERIMENTS
 from synthetic import STEPS, results_table
 
 P = V.parse_paper
@@ -101,7 +101,7 @@ def test_rows_no_rule_judges_keep_their_status_whatever_runs_exist(tmp_path):
     with its status and never judged. Here a number and a claim of the H sweep, whose runs
     the synthetic table holds, moved into it: both get the status, counted in the summary,
     and every other row keeps its verdict."""
-    from analysis.paper.rule_log import verdict_rows
+    from tpo_bench.analysis.paper.rule_log import verdict_rows
 
     df = results_table()
     df = df[df["experiment"] == "terminal_h_sweep"]
@@ -126,7 +126,7 @@ def test_rows_no_rule_judges_keep_their_status_whatever_runs_exist(tmp_path):
 def test_the_papers_llm_rows_need_weights_and_a_gpu(tmp_path):
     """science §Language models's seven LLM numbers and claims are listed with the status, none judged, even
     beside a run of the GSM8K experiment; adding them moves no other verdict."""
-    from analysis.paper.rule_log import verdict_rows
+    from tpo_bench.analysis.paper.rule_log import verdict_rows
 
     p = report.load_paper()
     llm = p[p["experiment"].str.startswith("llm_")]
@@ -273,12 +273,12 @@ def test_provenance_marks_what_each_seed_was_recorded_under():
 
 def test_analytic_weights_match_the_paper():
     # the formula lives with its task; the report judges the paper's weights by it
-    from tasks.tabular import analytic_weight
+    from tpo_bench.tasks.tabular import analytic_weight
 
     assert analytic_weight("tpo") == pytest.approx(0.73, abs=0.005)
     assert analytic_weight("grpo") == pytest.approx(0.33, abs=0.005)
     assert analytic_weight("dg") == pytest.approx(0.09, abs=0.005)
-    assert report.analytic_weight is analytic_weight
+    assert all(report.analytic_weight(a) == analytic_weight(a) for a in ("tpo", "grpo", "dg", "pg"))
 
 
 def test_measure_on_a_hand_table():
@@ -376,7 +376,7 @@ def test_hardware_from_summary_json(tmp_path):
 
 
 def test_tuning_trials_and_other_learning_rates_are_not_borrowed():
-    from analysis.paper.experiments import select
+    from tpo_bench.analysis.paper.experiments import select
 
     df = results_table()
     base = df[(df["experiment"] == "terminal_h_sweep") & (df["algo.name"] == "ppo")]
@@ -395,7 +395,7 @@ def test_tuning_trials_and_other_learning_rates_are_not_borrowed():
 
 
 def test_the_dg_epoch_studys_gate_does_not_stand_in_for_the_h_sweeps_dg():
-    from analysis.paper.experiments import select
+    from tpo_bench.analysis.paper.experiments import select
 
     df = results_table().assign(**{"algo.surprisal": None})
     dg = df[(df["experiment"] == "terminal_h_sweep") & (df["algo.name"] == "dg")]
@@ -411,7 +411,7 @@ def test_grouped_prompt_runs_serve_the_interaction_matched_rows():
     """The runner records a grouped method's match=interactions run as its prompt-matched
     run (one hash); the interaction-matched table must find it there, and must not take
     a single-sample method's prompt-matched run for its interaction-matched one."""
-    from analysis.paper.experiments import matches
+    from tpo_bench.analysis.paper.experiments import matches
 
     df = results_table().assign(match_k=8)
     df = df[~((df["match"] == "interactions") & (df["algo.k"] == 8))]
@@ -425,7 +425,7 @@ def test_grouped_prompt_runs_serve_the_interaction_matched_rows():
 
 
 def test_mnist_validation_split_runs_stay_apart_from_the_test_set_runs():
-    from analysis.paper.experiments import select
+    from tpo_bench.analysis.paper.experiments import select
 
     df = results_table()
     df = df[df["experiment"] != "mnist_holdout"]
@@ -539,7 +539,7 @@ def test_summary_counts_a_shared_run_once(shared_runs_report):
 
 
 def experiments_runs(df, name):
-    from analysis.paper.experiments import select
+    from tpo_bench.analysis.paper.experiments import select
 
     return select(df, name)[["config_hash", "seed"]].drop_duplicates().itertuples(index=False)
 

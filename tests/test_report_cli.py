@@ -119,7 +119,7 @@ def test_the_committed_report_is_still_written_when_named(cwd):
 
 def test_nothing_is_drawn_before_the_refusal(tmp_path):
     # runs a figure is drawn from, judged by no paper row: refused before the first figure
-    from analysis.paper import report
+    from tpo_bench.analysis.paper import report
 
     df = results_table().query("experiment == 'mnist_stale'")
     paper = report.load_paper().query("experiment == 'tabular_single'")

@@ -13,12 +13,12 @@ from conftest import TINY, compose
 
 
 def spec_for(root: Path, *args: str):
-    from bench.build import build
+    from tpo_bench.bench.build import build
     return build(compose(*TINY, f"output_root={root}", *args))
 
 
 def run_it(spec):
-    from bench.runner import run
+    from tpo_bench.bench.runner import run
     return run(spec)
 
 
@@ -59,7 +59,7 @@ def test_a_link_in_a_runs_path_is_refused(tmp_path, what):
 
 
 def test_the_atomic_writer_refuses_to_replace_a_link(tmp_path):
-    from contract import io
+    from tpo_bench.contract import io
     target = tmp_path / "target.json"
     target.write_text("{}")
     (tmp_path / "summary.json").symlink_to(target)
@@ -102,7 +102,7 @@ def test_a_run_that_failed_before_writing_counts_as_failed_not_waiting(tmp_path)
 
 @pytest.mark.parametrize("seed", [2**63, 99999999999999999999])
 def test_a_seed_past_64_bits_is_refused_up_front(tmp_path, seed):
-    from bench.build import ConfigError
+    from tpo_bench.bench.build import ConfigError
     with pytest.raises(ConfigError, match=r"seed must be an integer from 0 to 9223372036854775807"):
         spec_for(tmp_path, f"seed={seed}")
     assert not tmp_path.exists() or not any(tmp_path.iterdir())
@@ -195,7 +195,7 @@ def test_a_nan_error_with_a_finite_loss_ends_the_run_as_diverged(tmp_path):
 
 
 def test_an_undefined_diagnostic_may_be_nan_but_never_infinite():
-    from bench.runner import check_finite
+    from tpo_bench.bench.runner import check_finite
     check_finite({"loss": 1.0, "q_success": float("nan"), "rollouts": 3}, 0)
     with pytest.raises(FloatingPointError, match="q_success inf at step 4"):
         check_finite({"loss": 1.0, "q_success": float("inf")}, 4)
@@ -217,7 +217,7 @@ def test_a_run_records_the_fingerprint_of_its_code(tmp_path):
 
 
 PLUGIN = '''"""A user's own algorithm."""
-from algorithms.tpo import TPO
+from tpo_bench.algorithms.tpo import TPO
 
 
 class Mine(TPO):
@@ -228,7 +228,7 @@ class Mine(TPO):
 
 def test_the_fingerprint_ignores_comments_and_docstrings_not_code(tmp_path, monkeypatch):
     import importlib
-    from bench.fingerprint import code_fingerprint
+    from tpo_bench.bench.fingerprint import code_fingerprint
     (tmp_path / "fp_plugin_mine.py").write_text(PLUGIN)
     monkeypatch.syspath_prepend(str(tmp_path))
     cls = importlib.import_module("fp_plugin_mine").Mine
@@ -290,7 +290,7 @@ def test_a_run_without_a_fingerprint_is_skipped_saying_so(tmp_path, capsys):
 
 
 def test_on_code_change_is_not_identity_and_is_checked(tmp_path):
-    from bench.build import ConfigError
+    from tpo_bench.bench.build import ConfigError
     assert spec_for(tmp_path, "on_code_change=keep").config_hash == spec_for(tmp_path).config_hash
     with pytest.raises(ConfigError, match="on_code_change='nope' is not one of refuse, rerun, keep"):
         spec_for(tmp_path, "on_code_change=nope")
@@ -300,7 +300,7 @@ def test_on_code_change_is_not_identity_and_is_checked(tmp_path):
 
 def _group_batch(mask=None, junk: float = 0.0):
     import torch
-    from contract.batch import Batch
+    from tpo_bench.contract.batch import Batch
     g = torch.Generator().manual_seed(0)
     logp_old = -torch.rand(2, 4, 3, generator=g)
     rewards = torch.rand(2, 4, 3, generator=g)
@@ -325,7 +325,7 @@ def test_junk_in_a_padded_step_is_refused_by_the_batch():
 @pytest.mark.parametrize("shift", [1000.0, -1000.0])
 def test_a_huge_log_ratio_is_clamped_not_nan(preset, shift):
     import torch
-    from algorithms import ALGORITHMS
+    from tpo_bench.algorithms import ALGORITHMS
     section = compose(f"algo={preset}")["algo"]
     impl = section.pop("impl", None) or section["name"]
     cls = ALGORITHMS.get(impl)
@@ -379,7 +379,7 @@ def test_a_plugin_loss_edited_between_launches_is_not_silently_skipped(tmp_path)
     """As a user would: run, edit your plugin's loss, run again: refused naming both
     fingerprints; on_code_change=rerun trains it under the new code."""
     from conftest import run_bench, run_dirs
-    from bench.faults import EDITS, PLUGIN
+    from tpo_bench.tools.faults import EDITS, PLUGIN
     plugin = tmp_path / "plugin"
     plugin.mkdir()
     (plugin / "fault_plugin.py").write_text(PLUGIN)

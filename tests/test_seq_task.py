@@ -4,12 +4,12 @@ import math
 import pytest
 import torch
 
-from bench.optim import MuonNAdam, partition
-from contract.batch import Request
-from contract.rng import Streams
-import tasks.seq as seq_module
-from tasks.seq import REWARDS, TARGETS, SeqTask, generate, target_tokens, token_rewards
-from tasks.transformer import Transformer
+from tpo_bench.bench.optim import MuonNAdam, partition
+from tpo_bench.contract.batch import Request
+from tpo_bench.contract.rng import Streams
+import tpo_bench.tasks.seq as seq_module
+from tpo_bench.tasks.seq import REWARDS, TARGETS, SeqTask, generate, target_tokens, token_rewards
+from tpo_bench.tasks.transformer import Transformer
 
 
 
@@ -212,8 +212,8 @@ def test_cuda_batched_episode_reads_the_device_once(monkeypatch):
     sampling and log-probs, PG's loss (which reports no metric of its own: an algorithm's
     .item()s are its own), backward, four MuonNAdam steps each, every row's bookkeeping --
     waits for the GPU once, where runner.read_rows reads all S rows together."""
-    from algorithms.pg import PG
-    from bench import batched
+    from tpo_bench.algorithms.pg import PG
+    from tpo_bench.bench import batched
 
     S, task = 3, SeqTask(sequence_length=10, batch_size=100)
     streams = [Streams.from_seed(s, "cuda") for s in range(S)]

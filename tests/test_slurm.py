@@ -1,7 +1,7 @@
-"""SLURM for real: scripts/slurm-local.sh, the slurm_cpu launcher preset end to
+"""SLURM for real: tools/slurm-local.sh, the slurm_cpu launcher preset end to
 end through sbatch, and a requeued job that resumes from its checkpoint.
 
-The tests that need a cluster use whatever `sinfo` reaches; `scripts/slurm-local.sh start`
+The tests that need a cluster use whatever `sinfo` reaches; `tools/slurm-local.sh start`
 gives a one-node cluster on this machine (their tmp paths must be visible to the compute
 node, which is true there). Without a reachable SLURM with an idle node they skip, unless
 TPO_BENCH_REQUIRE_SLURM=1 (set by .ci/run), where they fail instead.
@@ -25,7 +25,7 @@ import pytest
 
 from conftest import REPO, TINY, run_bench, run_dirs, run_script
 
-SCRIPT = REPO / "scripts" / "slurm-local.sh"
+SCRIPT = REPO / "tools" / "slurm-local.sh"
 REQUIRE = os.environ.get("TPO_BENCH_REQUIRE_SLURM") == "1"
 UP_STATES = ("idle", "mixed")  # a node that can take a new job now
 
@@ -40,7 +40,7 @@ def slurm_unavailable() -> str | None:
     take its time to give up on an unreachable controller)."""
     for tool in ("sinfo", "sbatch", "squeue", "scontrol"):
         if shutil.which(tool) is None:
-            return f"SLURM is not installed (no {tool} on PATH; `scripts/slurm-local.sh start` sets up one)"
+            return f"SLURM is not installed (no {tool} on PATH; `tools/slurm-local.sh start` sets up one)"
     try:
         proc = _cmd("sinfo", "-h", "-o", "%T", timeout=10)
     except subprocess.TimeoutExpired:
@@ -125,7 +125,7 @@ def _launcher_config(*overrides: str) -> dict:
     from hydra import compose, initialize_config_dir
     from omegaconf import OmegaConf
 
-    from bench.config import register
+    from tpo_bench.bench.config import register
 
 
     register()  # the schema nodes conf/ composes
@@ -242,8 +242,8 @@ def test_plugin_preset_logs_beside_the_results_and_says_sacct_once(slurm, tmp_pa
     assert not list((out / ".hydra").rglob(".submitit"))
     said = proc.stdout + proc.stderr
     assert "Bypassing sacct error" not in said
-    from bench import slurm
-    if slurm.accounting_disabled():  # scripts/slurm-local.sh's cluster: sacct is not asked
+    from tpo_bench.bench import slurm
+    if slurm.accounting_disabled():  # tools/slurm-local.sh's cluster: sacct is not asked
         assert said.count("[slurm] accounting is disabled on this cluster") == 1, said
         assert "Slurm accounting storage is disabled" not in said, said
     else:

@@ -10,7 +10,7 @@ from pathlib import Path
 
 import pytest
 
-from bench import slurm
+from tpo_bench.bench import slurm
 from conftest import REPO, TINY
 
 

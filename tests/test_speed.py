@@ -7,13 +7,13 @@ import pandas as pd
 import pytest
 import torch
 
-from contract.rng import Streams
-from bench.optim import build_optimizer
-from bench.build import build
-from bench.runner import train_episode
-from bench.speed import transformer_flops_per_token
+from tpo_bench.contract.rng import Streams
+from tpo_bench.bench.optim import build_optimizer
+from tpo_bench.bench.build import build
+from tpo_bench.bench.runner import train_episode
+from tpo_bench.tools.speed import transformer_flops_per_token
 from conftest import REPO, TINY, compose, run_bench
-from tasks.transformer import Transformer
+from tpo_bench.tasks.transformer import Transformer
 
 
 def test_flop_count_by_hand():
@@ -25,7 +25,7 @@ def test_flop_count_by_hand():
 @pytest.mark.slow
 def test_speed_benchmark_table(tmp_path):
     out = tmp_path / "speed.csv"
-    proc = subprocess.run([sys.executable, "-m", "bench.speed", "--episodes", "1", "--warmup", "0",
+    proc = subprocess.run([sys.executable, "-m", "tpo_bench.tools.speed", "--episodes", "1", "--warmup", "0",
                            "--threads", "1", "--cases", "dg:reversal_v2", "--out", str(out)],
                           cwd=REPO, capture_output=True, text=True, timeout=600)
     assert proc.returncode == 0, proc.stderr
@@ -77,7 +77,7 @@ def _dry_run_runs(*overrides: str) -> int:
 def test_seed_batched_mode_and_study_estimate(tmp_path):
     """`--seeds` on the CPU at tiny sizes, the path a GPU run takes with --device cuda."""
     out = tmp_path / "seeds.csv"
-    proc = subprocess.run([sys.executable, "-m", "bench.speed", "--seeds", "1", "2", "--episodes", "2",
+    proc = subprocess.run([sys.executable, "-m", "tpo_bench.tools.speed", "--seeds", "1", "2", "--episodes", "2",
                            "--warmup", "0", "--batch-size", "2", "--threads", "1", "--out", str(out)],
                           cwd=REPO, capture_output=True, text=True, timeout=600)
     assert proc.returncode == 0, proc.stderr
@@ -109,7 +109,7 @@ def test_seed_batched_mode_and_study_estimate(tmp_path):
 
 
 def test_bilinear_is_exact_on_its_cost_model():
-    from bench.speed import bilinear
+    from tpo_bench.tools.speed import bilinear
 
     cost = lambda k, e: 0.5 + 0.01 * k + 0.2 * e + 0.003 * k * e
     corners = {(k, e): cost(k, e) for k in (4, 64) for e in (1, 16)}
@@ -132,7 +132,7 @@ def test_pack_gpu_packs_a_presets_seeds_into_jobs():
 def test_op_count_counts_kernels_not_views():
     """OpCount: an add and a sum are two ops, the view between them none; .item() one op
     and one read."""
-    from bench.speed import OpCount
+    from tpo_bench.tools.speed import OpCount
     x = torch.ones(3)
     with OpCount() as count:
         (x + 1).view(3, 1).sum().item()
@@ -144,7 +144,7 @@ def test_a_seed_batch_costs_far_fewer_ops_than_its_seeds_alone(algo):
     """At S = 4 a batched episode dispatches under 2x the single run's ops (a loop over
     the seeds in the loss or the optimizer would add about one single run's worth per
     seed), and reads no value one by one into Python."""
-    from bench.speed import count_ops
+    from tpo_bench.tools.speed import count_ops
     torch.set_num_threads(1)
     small = ("task=demo", "task.batch_size=5", "task.sequence_length=3", "task.vocab_size=3", f"algo={algo}")
     one, four = count_ops(small, 1, 1, 1), count_ops(small, 4, 1, 1)
@@ -154,23 +154,23 @@ def test_a_seed_batch_costs_far_fewer_ops_than_its_seeds_alone(algo):
 
 @pytest.mark.parametrize("csv", ["ops.csv", "vs_loop.csv"])
 def test_the_performance_page_shows_the_committed_measurements(csv):
-    """docs/performance.md carries each table as `python -m bench.speed --table` prints it
+    """docs/performance.md carries each table as `python -m tools.speed --table` prints it
     from the committed CSV."""
-    from bench.speed import ops_table, vs_loop_table
+    from tpo_bench.tools.speed import ops_table, vs_loop_table
     df = pd.read_csv(REPO / "reproduction" / "perf" / csv)
     table = ops_table(df) if csv == "ops.csv" else vs_loop_table(df)
     assert table in (REPO / "docs" / "performance.md").read_text()
 
 
 def test_the_performance_page_quotes_the_recorded_artifact_comparison():
-    """docs/performance.md carries the artifact comparison as `scripts/vs_artifact.py
+    """docs/performance.md carries the artifact comparison as `python -m tools.vs_artifact
     --table` prints it from the committed CSV, and its quoted median is the CSV's."""
     from conftest import run_script
     csv = REPO / "reproduction" / "perf" / "vs_artifact.csv"
     df = pd.read_csv(csv)
     ratio = df["artifact_cpu_s"] / df["ours_cpu_s"]
     assert (ratio - df["ratio_cpu"]).abs().max() < 1e-9
-    printed = run_script("scripts/vs_artifact.py", "--table", str(csv)).stdout.strip()
+    printed = run_script("tools/vs_artifact.py", "--table", str(csv)).stdout.strip()
     page = (REPO / "docs" / "performance.md").read_text()
     for line in printed.splitlines():
         assert line in page, line
@@ -184,7 +184,7 @@ def test_the_performance_page_quotes_the_recorded_artifact_comparison():
                                        (["--episodes", "1"], "--episodes")])
 def test_vs_artifact_refuses_bad_input_in_one_line(args, key):
     from conftest import run_script
-    proc = run_script("scripts/vs_artifact.py", *args, check=False)
+    proc = run_script("tools/vs_artifact.py", *args, check=False)
     assert proc.returncode != 0
     lines = proc.stderr.strip().splitlines()
     assert len(lines) == 1 and lines[0].startswith(f"vs_artifact: {key}"), proc.stderr

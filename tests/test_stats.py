@@ -4,7 +4,7 @@ import numpy as np
 import pandas as pd
 import pytest
 
-from analysis import plot, stats
+from tpo_bench.analysis import plot, stats
 
 
 def long(curves: dict, steps=None) -> pd.DataFrame:

@@ -7,10 +7,10 @@ import math
 import pytest
 import torch
 
-from algorithms.tpo import TPO, tpo_target
-from bench.build import ConfigError, build
+from tpo_bench.algorithms.tpo import TPO, tpo_target
+from tpo_bench.bench.build import ConfigError, build
 from conftest import compose
-from contract.batch import Batch
+from tpo_bench.contract.batch import Batch
 
 D = torch.float64
 

@@ -10,9 +10,9 @@ import numpy as np
 import pandas as pd
 import pytest
 
-from bench import tracking
-from bench.build import ConfigError, build
-from bench.runner import run
+from tpo_bench.bench import tracking
+from tpo_bench.bench.build import ConfigError, build
+from tpo_bench.bench.runner import run
 from conftest import TINY, compose, wait_for
 
 TRACKED = ("error", "loss", "reward_mean", "grad_norm")
@@ -112,8 +112,8 @@ def test_mlflow_file_store_holds_params_tags_and_rows(tmp_path, monkeypatch):
 
 @pytest.mark.slow
 def test_batched_seeds_are_tracked_as_runs_of_their_own(tmp_path, monkeypatch):
-    from bench import batched
-    from bench.jobs import job_specs
+    from tpo_bench.bench import batched
+    from tpo_bench.bench.jobs import job_specs
 
     monkeypatch.delenv("MLFLOW_TRACKING_URI", raising=False)
     cfg = compose(*TINY, "logger=mlflow", "seeds_per_job=2", "batch_seeds=true", f"output_root={tmp_path}")

@@ -7,16 +7,16 @@ import pandas as pd
 import pytest
 import torch
 
-from bench import checkpoint
-from contract.registry import Registry, UnknownName
-from contract.schema import CHECKPOINT
+from tpo_bench.bench import checkpoint
+from tpo_bench.contract.registry import Registry, UnknownName
+from tpo_bench.contract.schema import CHECKPOINT
 from hydra_plugins.bench_optuna._trials import curve_value, score
-from tasks._checks import positive
-from tasks._nn import lecun_truncated_
+from tpo_bench.tasks._checks import positive
+from tpo_bench.tasks._nn import lecun_truncated_
 
 
 def test_registry_names_the_registered_and_refuses_a_second_class():
-    reg = Registry("widget", "contract")  # a package with no widgets: discovery adds none
+    reg = Registry("widget", "tpo_bench.contract")  # a package with no widgets: discovery adds none
     reg._discovered = True
 
     @reg.register("a")
@@ -72,7 +72,7 @@ def test_trial_value_final_and_auc_and_failures(tmp_path):
 
 
 def test_job_keys_and_result_carry_what_the_sweepers_read():
-    from bench.jobs import explicit_keys, job_result
+    from tpo_bench.bench.jobs import explicit_keys, job_result
 
     assert explicit_keys(["+algo.k=4", "~task.x", "seed=1", "a=b=c"]) == {"algo.k", "task.x", "seed", "a"}
     result = job_result([{"run_dir": "r0", "status": "failed", "error_kind": "diverged", "final": {}},
@@ -82,7 +82,7 @@ def test_job_keys_and_result_carry_what_the_sweepers_read():
 
 
 def test_tuned_beside_untuned_is_empty_without_tuned_runs():
-    from analysis.tuning.tuned import lines
+    from tpo_bench.analysis.tuning.tuned import lines
 
     assert lines(pd.DataFrame()) == []
     assert lines(pd.DataFrame({"algo.name": ["tpo", "grpo"], "task.name": ["demo"] * 2,

@@ -9,8 +9,8 @@ import pandas as pd
 import pytest
 import torch
 
-from analysis import plot
-from bench.build import ConfigError, build
+from tpo_bench.analysis import plot
+from tpo_bench.bench.build import ConfigError, build
 from conftest import REPO, TINY, compose, run_bench
 
 # (overrides, key the message must name, fragment of the rule it must state)

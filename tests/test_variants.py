@@ -5,17 +5,17 @@ from pathlib import Path
 import pytest
 import torch
 
-from algorithms._common import standardise
-from algorithms.grpo import GRPO, grpo_advantages
-from algorithms.pg import PG
-from algorithms.tpo import TPO, tpo_target
-from contract.batch import Batch, Request
-from contract.rng import Streams
-from bench.build import ConfigError, build
-from bench.runner import train_episode
-from bench.optim import build_optimizer
+from tpo_bench.algorithms._common import standardise
+from tpo_bench.algorithms.grpo import GRPO, grpo_advantages
+from tpo_bench.algorithms.pg import PG
+from tpo_bench.algorithms.tpo import TPO, tpo_target
+from tpo_bench.contract.batch import Batch, Request
+from tpo_bench.contract.rng import Streams
+from tpo_bench.bench.build import ConfigError, build
+from tpo_bench.bench.runner import train_episode
+from tpo_bench.bench.optim import build_optimizer
 from conftest import REPO, compose
-from tasks.seq import SeqTask, target_tokens
+from tpo_bench.tasks.seq import SeqTask, target_tokens
 
 
 def one_step_batch(logp_old, scores):

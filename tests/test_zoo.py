@@ -7,19 +7,19 @@ import math
 import pytest
 import torch
 
-from algorithms import ALGORITHMS
-from algorithms._advantages import (ADVANTAGES, batch_std, group_mean_centred, group_std, maxrl,
+from tpo_bench.algorithms import ALGORITHMS
+from tpo_bench.algorithms._advantages import (ADVANTAGES, batch_std, group_mean_centred, group_std, maxrl,
                                     reinforce_pp_baseline, rloo)
-from algorithms._aggregate import AGGREGATIONS, aggregate
-from algorithms.cispo import CISPO
-from algorithms.clipped import ClippedSurrogate
-from algorithms.gpg import GPG, gpg_alpha
-from bench.build import ConfigError, build
-from bench.optim import build_optimizer
-from bench.runner import train_episode
+from tpo_bench.algorithms._aggregate import AGGREGATIONS, aggregate
+from tpo_bench.algorithms.cispo import CISPO
+from tpo_bench.algorithms.clipped import ClippedSurrogate
+from tpo_bench.algorithms.gpg import GPG, gpg_alpha
+from tpo_bench.bench.build import ConfigError, build
+from tpo_bench.bench.optim import build_optimizer
+from tpo_bench.bench.runner import train_episode
 from conftest import compose
-from contract.batch import Batch
-from contract.rng import Streams
+from tpo_bench.contract.batch import Batch
+from tpo_bench.contract.rng import Streams
 
 D = torch.float64
 S = torch.tensor([[1.0, 0, 0, 0], [1.0, 1.0, 0, 0], [0.0, 0, 0, 0]], dtype=D)

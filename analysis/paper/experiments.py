@@ -17,7 +17,7 @@ from dataclasses import dataclass
 
 import pandas as pd
 
-from analysis.configs import algo_defaults, experiment_task
+from tpo_bench.analysis.configs import algo_defaults, experiment_task
 
 ALIASES = {
     "task": "task.impl", "H": "task.sequence_length", "V": "task.vocab_size",

@@ -20,15 +20,15 @@ from pathlib import Path
 
 import pandas as pd
 
-from analysis import stats
-from analysis.collect import GROUP
-from analysis.configs import pick_config
-from analysis.labels import compact_labels, label_text, se_text, short_key, title_items
-from analysis.paper import experiments
-from analysis.paper.experiments import ALIASES, EXPERIMENTS, TARGETS
-from analysis.style import (DPI, COLUMN_IN, png_dpi, LEGEND_PT, LINESTYLES, LOG_FLOOR, SUPTITLE_PT, TITLE_PT,
+from tpo_bench.analysis import stats
+from tpo_bench.analysis.collect import GROUP
+from tpo_bench.analysis.configs import pick_config
+from tpo_bench.analysis.labels import compact_labels, label_text, se_text, short_key, title_items
+from tpo_bench.analysis.paper import experiments
+from tpo_bench.analysis.paper.experiments import ALIASES, EXPERIMENTS, TARGETS
+from tpo_bench.analysis.style import (DPI, COLUMN_IN, png_dpi, LEGEND_PT, LINESTYLES, LOG_FLOOR, SUPTITLE_PT, TITLE_PT,
                             color_for, fmt, legend_below, plt, threshold_line, wrap)
-from contract import io
+from tpo_bench.contract import io
 
 
 class NoData(Exception):

@@ -15,10 +15,10 @@ from pathlib import Path
 
 import pandas as pd
 
-from analysis.paper import experiments, figures, paper_figures
-from analysis.paper import report as R
-from analysis.style import DPI
-from contract import io
+from tpo_bench.analysis.paper import experiments, figures, paper_figures
+from tpo_bench.analysis.paper import report as R
+from tpo_bench.analysis.style import DPI
+from tpo_bench.contract import io
 
 PREVIEW_PX = 1500
 SHOWN = ["algorithm", "setting", "metric", "paper", "ours", "seeds", "verdict"]

@@ -84,7 +84,7 @@ def status_block(root: Path = RUNS) -> str:
     for s in runs:
         if s.get("status") == "completed":
             done.setdefault((s["task"], s["algo"], s["config_hash"]), []).append(int(s["seed"]))
-    from analysis.paper.report import seed_list
+    from tpo_bench.analysis.paper.report import seed_list
 
     lines = [f"- `{t}` {a}: {len(v)} completed (seeds {seed_list(v)})"
              for (t, a, _), v in sorted(done.items())]
@@ -97,7 +97,7 @@ def status_block(root: Path = RUNS) -> str:
 def cost_block(root: Path = RUNS, table: Path = TABLE) -> str:
     """Training wall time (the last logged wall_s) of each completed terminal-reward run:
     the committed table's and those under root, apart (they ran under different loads)."""
-    from bench.migrate import rekey_table
+    from tpo_bench.analysis.rekey import rekey_table
 
     by, here = {}, set()
     for s in summaries(root):
@@ -122,8 +122,8 @@ def cost_block(root: Path = RUNS, table: Path = TABLE) -> str:
 
 def power_block(seed_counts=POWER_SEEDS, n_draws: int = POWER_DRAWS) -> str:
     """The bimodal rule's pass rates on redraws (with replacement) of the paper's seeds."""
-    from analysis.paper import report
-    from analysis.paper import verdicts as V
+    from tpo_bench.analysis.paper import report
+    from tpo_bench.analysis.paper import verdicts as V
 
     seeds = report.load_paper_seeds()
     tpo, grpo = np.asarray(seeds["terminal-tpo-H10"]), np.asarray(seeds["terminal-grpo-H10"])
@@ -147,9 +147,9 @@ def board_block(board: Path = BOARD) -> str:
 def readings_block(board: Path = BOARD) -> str:
     """Per task: the lowest final error against the runner-up, and TPO against GRPO, as
     one-sided paired sign-flip tests over the seeds (a seed fixes weights and prompts)."""
-    from analysis import stats
-    from analysis.collect import read_results
-    from analysis.leaderboard import METHOD, TASK, scores_from_table
+    from tpo_bench.analysis import stats
+    from tpo_bench.analysis.collect import read_results
+    from tpo_bench.analysis.leaderboard import METHOD, TASK, scores_from_table
 
     df = read_results(board / "results.parquet", "nothing to read")
     runs = scores_from_table(df)[0]  # what the board ranks: one config per task and method

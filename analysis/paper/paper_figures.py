@@ -18,12 +18,12 @@ from pathlib import Path
 import numpy as np
 import pandas as pd
 
-from analysis import stats
-from analysis.configs import algo_defaults, pick_config
-from analysis.paper import experiments, figures
-from analysis.paper.experiments import ALIASES
-from analysis.style import DPI, PAPER_RC, png_dpi, PAPER_STYLE, color_for, method_label, plt
-from contract import io
+from tpo_bench.analysis import stats
+from tpo_bench.analysis.configs import algo_defaults, pick_config
+from tpo_bench.analysis.paper import experiments, figures
+from tpo_bench.analysis.paper.experiments import ALIASES
+from tpo_bench.analysis.style import DPI, PAPER_RC, png_dpi, PAPER_STYLE, color_for, method_label, plt
+from tpo_bench.contract import io
 
 EXACT, SEQERR = "Exact-match error", "Sequence error"
 

@@ -27,15 +27,15 @@ from pathlib import Path
 import numpy as np
 import pandas as pd
 
-from analysis import collect, stats
-from analysis.configs import pick_config
-from analysis.paper import experiments, figures, paper_figures
-from analysis.paper import verdicts as V
-from analysis.paper.experiments import ALIASES, EXPERIMENTS
-from analysis.style import fmt
-from analysis.tuning import tuned
-from contract import io, schema
-from tasks.tabular import analytic_weight
+from tpo_bench.analysis import collect, stats
+from tpo_bench.analysis.configs import pick_config
+from tpo_bench.analysis.paper import experiments, figures, paper_figures
+from tpo_bench.analysis.paper import verdicts as V
+from tpo_bench.analysis.paper.experiments import ALIASES, EXPERIMENTS
+from tpo_bench.analysis.style import fmt
+from tpo_bench.analysis.tuning import tuned
+from tpo_bench.contract import io, schema
+from tpo_bench.contract.registry import TASKS
 
 PAPER = Path(__file__).with_name("paper_numbers.csv")
 PAPER_SEEDS = Path(__file__).with_name("paper_seeds.csv")
@@ -141,6 +141,12 @@ def measure(rows: pd.DataFrame, metric: str, n_paper: int | None = None) -> Ours
                     per_seed=tuple(v * scale for v in f.values))
     c = stats.curve_mean(wide)
     return c and Ours(c.mean * scale, c.se * scale, None, None, c.n_seeds, int(wide.index[-1]))
+
+
+def analytic_weight(algo: str) -> float:
+    """science §Tabular bandits' weight w of `algo` at pi_y = 0.1, by the formula kept with
+    the task (tasks/tabular.py), looked up in the task table."""
+    return TASKS.get("tabular_multi").analytic_weight(algo)
 
 
 def config_rows(sel: pd.DataFrame, row, algo: str, quals=None) -> pd.DataFrame:

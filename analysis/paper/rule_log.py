@@ -84,9 +84,9 @@ _DRIVER = """
 import os, sys
 sys.path.insert(0, sys.argv[1])
 if os.path.isfile(os.path.join(sys.argv[1], "analysis", "paper", "report.py")):
-    from analysis.paper import figures, report
+    from tpo_bench.analysis.paper import figures, report
 else:  # a commit from before analysis/paper/
-    from analysis import figures, report
+    from tpo_bench.analysis import figures, report
 def no_figure(*a, **k):
     raise figures.NoData("figures skipped")
 figures.draw = no_figure

@@ -13,7 +13,7 @@ import math
 import re
 from dataclasses import dataclass
 
-from analysis import stats
+from tpo_bench.analysis import stats
 
 REPRODUCED, INCONCLUSIVE, DIFFERS = "reproduced", "inconclusive", "differs"
 HOLDS, FAILS = "holds", "fails"

@@ -23,7 +23,7 @@ matplotlib.use("Agg")
 import matplotlib.pyplot as plt  # noqa: E402
 from matplotlib.ticker import MaxNLocator  # noqa: E402
 
-from contract import io  # noqa: E402
+from tpo_bench.contract import io  # noqa: E402
 
 DEFAULT_DIR = Path("outputs/.optuna")
 MIN_COMPLETE = 5

@@ -11,7 +11,7 @@ from typing import Any
 
 import yaml
 
-from contract import io, schema
+from tpo_bench.contract import io, schema
 
 OBJECTIVES = ("final", "auc")
 # The runner records a NaN/inf loss as a failed run with this reason (bench.runner.run).

@@ -77,8 +77,8 @@ class OptunaSweeper(BenchSweeper):
         return OmegaConf.to_container(cfg, resolve=True)
 
     def _validate(self, cfg: dict, overrides: list[str]):
-        from bench.jobs import explicit_keys, job_specs
-        from bench.build import ConfigError
+        from tpo_bench.bench.jobs import explicit_keys, job_specs
+        from tpo_bench.bench.build import ConfigError
         try:
             # a SLURM trial trains on a compute node: its device is that node's to check
             return job_specs(cfg, explicit_keys(overrides), here=not self._slurm)
@@ -242,7 +242,7 @@ class OptunaSweeper(BenchSweeper):
         sweep that has it: two sweeps on one study would mark each other's live trials
         interrupted and tell finished trials twice. Held, every RUNNING trial is a dead
         sweep's."""
-        from bench import rundir
+        from tpo_bench.bench import rundir
 
         fd, holder = rundir.hold(plan.lock_path)
         if holder is not None:

@@ -14,7 +14,7 @@ import time
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from contract import schema
+from tpo_bench.contract import schema
 
 # With nothing changing, the line is still repeated this many intervals apart: a SLURM
 # sweep waiting in the queue for an hour should show that it is alive.
@@ -53,7 +53,7 @@ class Counts:
 
 def _read(path: Path):
     """A summary as a dict, None where there is none yet, "unreadable" where it is damaged."""
-    from contract import io
+    from tpo_bench.contract import io
 
     try:
         return io.read_json_object(path / schema.SUMMARY)
@@ -147,7 +147,7 @@ def eta_s(c: Counts) -> float | None:
 def line(c: Counts, wall_s: float, final: bool = False) -> str:
     """The final line (the launcher has returned: nothing left will run now) says how long
     the sweep took instead of an ETA."""
-    from bench.runner import fmt_duration  # the format of the runs' own ETA
+    from tpo_bench.bench.runner import fmt_duration  # the format of the runs' own ETA
 
     untouched = sorted(c.not_run.items())
     extra = "".join(f", {n} {what}" for n, what in ((c.interrupted, "interrupted"),

@@ -24,7 +24,7 @@ class BenchSweeper(BasicSweeper):
         self._local = str(OmegaConf.select(config, "hydra.launcher._target_") or "").endswith(
             ".JoblibLauncher")
         if self._slurm:
-            from bench import slurm
+            from tpo_bench.bench import slurm
 
             slurm.quiet_sacct_repeats()
             folder = config.hydra.launcher._get_node("submitit_folder")
@@ -43,7 +43,7 @@ class BenchSweeper(BasicSweeper):
 
     def _refuse_without_slurm(self) -> None:
         """Before anything is submitted (a dry run too): sbatch reachable, the partition real."""
-        from bench import slurm
+        from tpo_bench.bench import slurm
 
         why = slurm.problem(OmegaConf.select(self.config, "hydra.launcher.partition"))
         if why is not None:
@@ -61,11 +61,11 @@ class BenchSweeper(BasicSweeper):
                 if (kept := [job for job in batch if tuple(job) not in drop])]
 
     def sweep(self, arguments: List[str]) -> Any:
-        from bench.jobs import explicit_keys, job_specs
-        from contract.schema import seed_dir
-        from bench.build import ConfigError
-        from bench.interrupts import SweepStop
-        from contract.schema import NOT_STARTED, SWEEP_STOP
+        from tpo_bench.bench.jobs import explicit_keys, job_specs
+        from tpo_bench.contract.schema import seed_dir
+        from tpo_bench.bench.build import ConfigError
+        from tpo_bench.bench.interrupts import SweepStop
+        from tpo_bench.contract.schema import NOT_STARTED, SWEEP_STOP
         from hydra_plugins.bench_sweeper._progress import SweepProgress, every_s
 
         parser = OverridesParser.create(config_loader=self.hydra_context.config_loader)

@@ -3,9 +3,9 @@ imported from the path you give, never copied here), per CPU-second at one threa
 workload both run as written: reverse copy, terminal reward, H 10, V 2, B 100, TPO with
 K 8 and 4 epochs, Muon at lr 1e-3, the 2-layer d 64 transformer, one seed.
 
-    python scripts/vs_artifact.py --artifact-src TPO/src --artifact-python JAXENV/bin/python \
+    python -m tools.vs_artifact --artifact-src TPO/src --artifact-python JAXENV/bin/python \
         [--rounds 6] [--episodes 3] [--cpu 0] [--out reproduction/perf/vs_artifact.csv]
-    python scripts/vs_artifact.py --table reproduction/perf/vs_artifact.csv
+    python -m tools.vs_artifact --table reproduction/perf/vs_artifact.csv
 
 Each round starts both sides as fresh processes, in alternating order, each pinned to one
 core (taskset) and one thread. Inside each, warm-up is left out (ours: one episode; the
@@ -38,9 +38,10 @@ def child_ours(episodes: int) -> dict:
     import torch
     torch.set_num_threads(1)
     torch.set_num_interop_threads(1)
-    from bench.build import build
-    from bench.runner import train_episode
-    from bench.speed import compose, seed_policies
+    from tpo_bench.bench.build import build
+    from tpo_bench.bench.config import compose
+    from tpo_bench.bench.runner import train_episode
+    from tpo_bench.tools.speed import seed_policies
 
     spec = build(compose("algo=tpo", "task=reverse_h10"))
     t, a = spec.task, spec.algo

@@ -7,23 +7,22 @@ algo.name): they are labels, and `task=reversal_v2` and `task=seq` with the same
 or `algo=grpo_no_kl` and `algo=grpo algo.kl_coef=0`, are one run under one hash.
 
 Runs recorded before the names left the hash carry a `legacy_hash` (names included):
-`python -m bench.migrate ROOT` re-keys their directories, and tables written before
-are re-keyed as they are read (`bench.migrate.rekey_table`).
+`python -m tools.migrate ROOT` re-keys their directories, and tables written before
+are re-keyed as they are read (`analysis.rekey`).
 """
 from __future__ import annotations
 
-import dataclasses
 import hashlib
 import json
 from typing import Any
 
-from bench.config import RunConfig
-
-# Top-level config keys that do not change the science of a run: every RunConfig key
-# not marked identity, Hydra's node, the logger, and `seeds` (an experiment's seed count).
-NON_IDENTITY_KEYS = frozenset(
-    {f.name for f in dataclasses.fields(RunConfig) if not f.metadata["identity"]}
-    | {"hydra", "logger", "seeds"})
+# Top-level config keys that do not change the science of a run: every key of the run
+# config (bench.config.RunConfig) not marked identity, Hydra's node, the logger, and `seeds`
+# (an experiment's seed count). tests/test_config_schema.py holds the two lists equal.
+NON_IDENTITY_KEYS = frozenset({
+    "seed", "device", "output_root", "threads", "log_every", "progress_every_s", "force",
+    "resume_across_commits", "dry_run", "checkpoint_every", "seeds_per_job", "batch_seeds",
+    "compile", "on_code_change", "plugins", "experiment", "seeds", "debug", "hydra", "logger"})
 # Keys inside a section that name a preset rather than say what runs.
 LABEL_KEYS = {"task": "name", "algo": "name"}
 

@@ -1,4 +1,4 @@
-"""`python -m bench.llm_base task=<llm preset> [overrides] [--rebuild]`: build the base
+"""`python -m tools.llm_base task=<llm preset> [overrides] [--rebuild]`: build the base
 model an LLM task built from `task.arch` starts from (the architecture, the character
 tokenizer and its supervised warm start), or rebuild it, and say where it is cached.
 
@@ -13,8 +13,8 @@ import sys
 import time
 from pathlib import Path
 
-from bench.build import ConfigError, build
-from bench.speed import compose
+from tpo_bench.bench.build import ConfigError, build
+from tpo_bench.bench.config import compose
 
 
 def main(argv: list[str]) -> int:

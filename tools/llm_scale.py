@@ -1,4 +1,4 @@
-"""`python -m bench.llm_scale task=<llm preset> [overrides] [--steps N] [--forward-only]
+"""`python -m tools.llm_scale task=<llm preset> [overrides] [--steps N] [--forward-only]
 [--max-gib G] [--csv PATH]`: the memory and throughput of an LLM preset's RL step, with
 random weights from its architecture facts (no download, no warm start, nothing cached).
 
@@ -27,13 +27,13 @@ from pathlib import Path
 
 import torch
 
-from bench.build import ConfigError, build
-from bench.optim import build_optimizer
-from bench.runner import train_episode
-from bench.speed import compose
-from contract.rng import Streams
-from tasks import _lm
-from tasks.llm import DTYPES, compute
+from tpo_bench.bench.build import ConfigError, build
+from tpo_bench.bench.optim import build_optimizer
+from tpo_bench.bench.runner import train_episode
+from tpo_bench.bench.config import compose
+from tpo_bench.contract.rng import Streams
+from tpo_bench.tasks import _lm
+from tpo_bench.tasks.llm import DTYPES, compute
 
 GIB = 2 ** 30
 CPU_MAX_GIB = 12.0
@@ -279,7 +279,7 @@ def run(overrides: list[str], steps: int = 1, forward: bool = False,
 
 
 def main(argv: list[str]) -> int:
-    ap = argparse.ArgumentParser(prog="python -m bench.llm_scale", description=__doc__.split("\n\n")[0])
+    ap = argparse.ArgumentParser(prog="python -m tools.llm_scale", description=__doc__.split("\n\n")[0])
     ap.add_argument("overrides", nargs="*", help="Hydra overrides, e.g. task=llm_gsm8k device=cuda")
     ap.add_argument("--steps", type=int, default=1, help="RL steps to run and time (default 1)")
     ap.add_argument("--forward-only", action="store_true", help="build the model, one forward of a few tokens")

@@ -1,6 +1,6 @@
 """Time `analysis/collect.py` over many small synthetic runs (a benchmark, not a test).
 
-    python scripts/bench_collect.py [--runs 5000] [--configs 500] [--steps 3] [--keep DIR]
+    python -m tools.bench_collect [--runs 5000] [--configs 500] [--steps 3] [--keep DIR]
 
 Builds RUNS completed run directories shaped like the runner's (config.json, summary.json,
 metrics.parquet of STEPS rows of the demo task under TPO), spread over CONFIGS config
@@ -27,11 +27,8 @@ import pyarrow as pa
 import pyarrow.parquet as pq
 
 REPO = Path(__file__).resolve().parents[1]
-if __name__ == "__main__":  # run as a script: this checkout's packages
-    sys.path.insert(0, str(REPO))
-
-from bench.identity import config_hash, flatten  # noqa: E402
-from contract import schema  # noqa: E402
+from tpo_bench.contract.identity import config_hash, flatten
+from tpo_bench.contract import schema
 
 CONFIG = {  # conf/task/demo.yaml under algo=tpo, shrunk as the tests shrink it
     "algo": {"anchor": True, "epochs": 4, "eta": 1.0, "impl": "tpo", "k": 8,

@@ -2,7 +2,7 @@
 code, on the same tensors. Neither library is a dependency (both pull a GPU stack): give
 the path of a source checkout of each (a work tree, or a folder holding its files),
 
-    python scripts/crosscheck_zoo.py --verl PATH/TO/verl --trl PATH/TO/trl
+    python -m tools.crosscheck_zoo --verl PATH/TO/verl --trl PATH/TO/trl
 
 The named functions are read from those files with `ast` and run as they are (verl:
 verl/trainer/ppo/core_algos.py and the masked_* helpers of verl/utils/torch_functional.py;
@@ -25,15 +25,13 @@ from types import SimpleNamespace
 import numpy as np
 import torch
 
-sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
-
-from algorithms._advantages import (group_mean_centred, group_std, reinforce_pp_baseline,  # noqa: E402
+from tpo_bench.algorithms._advantages import (group_mean_centred, group_std, reinforce_pp_baseline,
                                     rloo)
-from algorithms._aggregate import aggregate  # noqa: E402
-from algorithms.cispo import CISPO  # noqa: E402
-from algorithms.clipped import ClippedSurrogate  # noqa: E402
-from algorithms.gpg import GPG  # noqa: E402
-from contract.batch import Batch  # noqa: E402
+from tpo_bench.algorithms._aggregate import aggregate
+from tpo_bench.algorithms.cispo import CISPO
+from tpo_bench.algorithms.clipped import ClippedSurrogate
+from tpo_bench.algorithms.gpg import GPG
+from tpo_bench.contract.batch import Batch
 
 D = torch.float64
 TOL = 1e-12

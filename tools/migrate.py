@@ -1,6 +1,6 @@
-"""Re-key runs recorded before the preset names left the config hash (bench.identity).
+"""Re-key runs recorded before the preset names left the config hash (contract.identity).
 
-    python -m bench.migrate ROOT [ROOT ...] [--dry-run]
+    python -m tools.migrate ROOT [ROOT ...] [--dry-run]
 
 moves every `<task>/<algo>/<legacy hash>/seed=<n>` under ROOT to its current hash and
 rewrites the hash inside (summary.json, config.json, metrics.parquet, checkpoint.pt), so
@@ -9,126 +9,19 @@ place is taken, is left as it is and named; it exits 1 if any was. Run it again 
 time: a run already under its current hash is left alone.
 
 Tables written before (reproduction/results.parquet) are re-keyed as they are read
-(`rekey_table`): their configs are rebuilt from their own columns and each legacy hash
-is replaced only where recomputing it from those columns gives it back.
+(analysis.rekey).
 """
 from __future__ import annotations
 
 import argparse
-import json
 import sys
-import typing
 from pathlib import Path
-from typing import Any
 
-import numpy as np
 import pandas as pd
 
-from algorithms import ALGORITHMS
-from bench.identity import config_hash, legacy_hash
-from contract import io, schema
-from contract.registry import UnknownName
-from tasks import TASKS
+from tpo_bench.contract import io, schema
+from tpo_bench.contract.identity import config_hash, legacy_hash
 
-TOP_LEVEL = {"match": str, "match_k": int}  # the config's science keys outside the sections
-SECTIONS = ("task", "algo", "optim")
-
-
-# ---------------------------------------------------------------- tables
-
-def _field_types(section: str, impl: Any) -> dict[str, Any]:
-    if section == "optim" or impl is None:
-        # every optimizer hyperparameter is a float (bench.optim); no impl names no types
-        return {}
-    try:
-        return typing.get_type_hints((TASKS if section == "task" else ALGORITHMS).get(str(impl)))
-    except UnknownName:
-        return {}
-
-
-def _value(value: Any, want: Any, float32: bool) -> Any:
-    value = value.item() if isinstance(value, np.generic) else value
-    if typing.get_origin(want) in (list, tuple) and isinstance(value, str):
-        return json.loads(value)  # flatten wrote the list as JSON text
-    if want is bool or isinstance(value, bool):
-        return bool(value)
-    if want is int or (want is None and isinstance(value, float) and value.is_integer()):
-        return int(value)
-    if want is float or isinstance(value, float):
-        # A table may store a float column as float32: its shortest float32 text is the
-        # number the config said (0.001, not 0.0010000000474974513).
-        return float(np.format_float_positional(np.float32(value), unique=True)) if float32 \
-            else float(value)
-    return value
-
-
-def config_of_row(row: dict[str, Any], float32: bool = False) -> dict[str, Any]:
-    """The nested config a table row was flattened from (bench.identity.flatten), typed by
-    the task's and algorithm's dataclass fields; absent values (another run's columns in
-    a shared table) left out."""
-    out: dict[str, Any] = {}
-    for col, value in row.items():
-        if value is None or (isinstance(value, float) and value != value):
-            continue
-        head, _, rest = col.partition(".")
-        if head in SECTIONS and rest:
-            types = _field_types(head, row.get(f"{head}.impl"))
-            want = float if head == "optim" and rest != "name" else types.get(rest)
-            out.setdefault(head, {})[rest] = _value(value, want, float32)
-        elif col in TOP_LEVEL:
-            out[col] = _value(value, TOP_LEVEL[col], float32)
-    return out
-
-
-def config_columns(columns) -> list[str]:
-    """The columns of a table that hold a run's config (config_of_row reads them)."""
-    return [c for c in columns if c.partition(".")[0] in SECTIONS or c in TOP_LEVEL]
-
-
-def current_hash(h: str, row: dict[str, Any]) -> str | None:
-    """The current hash of a run recorded under `h`, where `h` is the legacy hash of the
-    config rebuilt from its row's config columns; None where `h` is current or unknown.
-    A row whose values as stored already hash to `h` is current without typing them (no
-    task or algorithm is imported for it)."""
-    raw = {}
-    for col, value in row.items():
-        value = value.item() if isinstance(value, np.generic) else value
-        if value is None or (isinstance(value, float) and value != value):
-            continue
-        head, _, rest = col.partition(".")
-        if head in SECTIONS and rest:
-            raw.setdefault(head, {})[rest] = value
-        elif col in TOP_LEVEL:
-            raw[col] = value
-    if config_hash(raw) == h:
-        return None
-    for float32 in (False, True):
-        config = config_of_row(row, float32)
-        if config_hash(config) == h:
-            return None
-        if legacy_hash(config) == h:
-            return config_hash(config)
-    return None
-
-
-def rekey_table(df: pd.DataFrame) -> tuple[pd.DataFrame, dict[str, str]]:
-    """The table with every run under its current hash, and {legacy: current}. A hash is
-    re-keyed only where the config rebuilt from the row's own columns has it as its legacy
-    hash, so nothing is re-keyed by guess; current hashes and unknown ones stay."""
-    if df.empty or "config_hash" not in df.columns:
-        return df, {}
-    cols = config_columns(df.columns)
-    mapping: dict[str, str] = {}
-    for h, row in df.drop_duplicates("config_hash").set_index("config_hash")[cols].iterrows():
-        new = current_hash(h, row.to_dict())
-        if new is not None:
-            mapping[str(h)] = new
-    if mapping:
-        df = df.assign(config_hash=df["config_hash"].replace(mapping))
-    return df, mapping
-
-
-# ---------------------------------------------------------------- run directories
 
 class Unreadable(ValueError):
     """A file of the run that migrate would rewrite cannot be read; the message says which."""
@@ -144,7 +37,7 @@ def _read(path: Path) -> tuple[pd.DataFrame | None, dict | None, dict | None]:
         except Exception as e:  # pyarrow raises several types for a torn or foreign file
             raise Unreadable(f"{schema.METRICS} unreadable ({type(e).__name__})") from None
     if (path / schema.CHECKPOINT).exists():
-        from bench import checkpoint  # only here: reading a table needs no torch
+        from tpo_bench.bench import checkpoint  # only here: reading a table needs no torch
 
         try:
             state = checkpoint.load(path)
@@ -208,7 +101,7 @@ def migrate_run(path: Path) -> tuple[str, str]:
     elsewhere = schema.find_run(path.parents[3], new, where.seed)
     if target.exists() or elsewhere is not None:
         return "left", f"{target if target.exists() else elsewhere} already holds this run"
-    from bench import rundir  # only here: its checkpoint module needs torch
+    from tpo_bench.bench import rundir  # only here: its checkpoint module needs torch
 
     rd = rundir.RunDir(path)
     holder = rd.acquire()
@@ -229,7 +122,7 @@ def migrate_run(path: Path) -> tuple[str, str]:
 
 
 def main(argv: list[str] | None = None) -> int:
-    p = argparse.ArgumentParser(prog="python -m bench.migrate", description=__doc__.split("\n\n")[0])
+    p = argparse.ArgumentParser(prog="python -m tools.migrate", description=__doc__.split("\n\n")[0])
     p.add_argument("roots", nargs="+", type=Path, metavar="ROOT", help="an output_root to re-key")
     p.add_argument("--dry-run", action="store_true", help="say what would move; move nothing")
     args = p.parse_args(argv)

@@ -3,7 +3,7 @@ torch.func.vmap(functional_call) over stacked parameters, and as tasks.stacked (
 axis, one bmm per layer), side by side in one process, interleaved round-robin so that a
 load change hits them alike.
 
-    python scripts/seed_batch_speed.py [--seeds 1 4 8] [--repeats 1] [--threads 1]
+    python -m tools.seed_batch_speed [--seeds 1 4 8] [--repeats 1] [--threads 1]
         [--parts train rollout episode] [--task task=reverse_h10 ...]
 
 Prints seed-episodes per CPU-second (process CPU time: a busy machine steals wall time,
@@ -15,22 +15,19 @@ part another task and its overrides.
 from __future__ import annotations
 
 import argparse
-import sys
 import time
 import warnings
-from pathlib import Path
 
 import torch
 from torch.func import functional_call, stack_module_state, vmap
 
-sys.path.insert(0, str(Path(__file__).resolve().parent.parent))  # this checkout's bench, tasks
-
-from bench import batched
-from bench.build import build
-from bench.runner import train_episode
-from bench.speed import compose, seed_policies
-from tasks import stacked
-from tasks.seq import generate, generate_seeds
+from tpo_bench.bench import batched
+from tpo_bench.bench.build import build
+from tpo_bench.bench.runner import train_episode
+from tpo_bench.bench.config import compose
+from tpo_bench.tools.speed import seed_policies
+from tpo_bench.tasks import stacked
+from tpo_bench.tasks.seq import generate, generate_seeds
 
 
 class _SharedPrefix(torch.nn.Module):

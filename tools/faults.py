@@ -2,7 +2,7 @@
 demo run, each followed by the same command again until the run says `completed`, then
 every run directory checked against an uninterrupted reference of its config.
 
-    python -m bench.faults --trials 100 --root outputs/faults
+    python -m tools.faults --trials 100 --root outputs/faults
 
 Faults: SIGKILL, SIGTERM, SIGINT at a random moment; a duplicate launch; ENOSPC (a 512 KiB
 tmpfs; needs root, else left out and said so); a symlinked `.lock` (refused, target
@@ -28,8 +28,8 @@ from pathlib import Path
 
 import pandas as pd
 
-from contract import io
-from contract.schema import CHECKPOINT, LOCK, METRICS, SUMMARY
+from tpo_bench.contract import io
+from tpo_bench.contract.schema import CHECKPOINT, LOCK, METRICS, SUMMARY
 
 SIGNALS = {"sigkill": signal.SIGKILL, "sigterm": signal.SIGTERM, "sigint": signal.SIGINT}
 FAULTS = (*SIGNALS, "duplicate", "enospc", "symlink_lock", "nan_metric", "code_edit")
@@ -45,11 +45,11 @@ COMMON = ["task.batch_size=8", "task.sequence_length=4", "threads=1", "log_every
 # The code-edit fault's config: TPO through a plugin module the trial edits.
 PLUGIN_CONFIG = ["task=demo", "algo=tpo", "algo.impl=tpo_fault", "plugins=[fault_plugin]",
                  "task.episodes=10", "checkpoint_every=5"]
-PLUGIN = '''"""TPO through a plugin module (bench.faults edits it between launches)."""
+PLUGIN = '''"""TPO through a plugin module (tools.faults edits it between launches)."""
 from dataclasses import dataclass
 
-from algorithms import register
-from algorithms.tpo import TPO
+from tpo_bench.algorithms import register
+from tpo_bench.algorithms.tpo import TPO
 
 
 @register("tpo_fault")

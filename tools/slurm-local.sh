@@ -2,9 +2,9 @@
 # A real one-node SLURM cluster on this machine, to try (and test) the SLURM launcher
 # presets without a cluster.
 #
-#   scripts/slurm-local.sh start    install if missing, configure, start, wait until idle
-#   scripts/slurm-local.sh stop     stop slurmd, slurmctld (and munged if we started it)
-#   scripts/slurm-local.sh status   sinfo/squeue; exit status 0 only when the node is up
+#   tools/slurm-local.sh start    install if missing, configure, start, wait until idle
+#   tools/slurm-local.sh stop     stop slurmd, slurmctld (and munged if we started it)
+#   tools/slurm-local.sh status   sinfo/squeue; exit status 0 only when the node is up
 #
 # start/stop need Debian or Ubuntu and root: they apt-get install Debian's slurmctld,
 # slurmd, slurm-client and munge, write /etc/slurm/slurm.conf for this host (its hostname,
@@ -21,7 +21,7 @@ set -euo pipefail
 
 CONF_DIR=/etc/slurm
 CONF=$CONF_DIR/slurm.conf
-MARKER="# written by tpo-bench scripts/slurm-local.sh"
+MARKER="# written by tpo-bench tools/slurm-local.sh"
 STATE=/var/lib/slurm-local
 LOGS=/var/log/slurm-local
 RUN=/run/slurm-local

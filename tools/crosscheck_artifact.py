@@ -7,7 +7,7 @@ gradients at moved weights, so that ratios and clipping are exercised; and the
 terminal-reward tables' sequence-level TPO, GRPO and GRPO-no-KL on groups of K = 8
 answers, and DG on single samples. Needs jax, flax and optax (0.2.8); not run by CI:
 
-    python reproduction/crosscheck_artifact.py --artifact-src /path/to/tpo/src
+    python -m tools.crosscheck_artifact --artifact-src /path/to/tpo/src
 
 Exits non-zero if any check is outside its tolerance.
 """
@@ -16,12 +16,9 @@ from __future__ import annotations
 import argparse
 import dataclasses
 import sys
-from pathlib import Path
 
 import numpy as np
 import torch
-
-sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 H, V = 10, 2
 
@@ -69,15 +66,15 @@ def main() -> int:
     from tpo.algorithms import dg_loss, grpo_loss, ppo_loss, tpo_target
     from tpo.models import CausalTransformer
 
-    from algorithms.dg import DG
-    from algorithms.grpo import GRPO
-    from algorithms.ppo import PPO
-    from algorithms.tpo import TPO
-    from contract.batch import Request
-    from bench.optim import build_optimizer
-    from contract.rng import Streams
-    from tasks.seq import SeqTask
-    from tasks.transformer import Transformer
+    from tpo_bench.algorithms.dg import DG
+    from tpo_bench.algorithms.grpo import GRPO
+    from tpo_bench.algorithms.ppo import PPO
+    from tpo_bench.algorithms.tpo import TPO
+    from tpo_bench.contract.batch import Request
+    from tpo_bench.bench.optim import build_optimizer
+    from tpo_bench.contract.rng import Streams
+    from tpo_bench.tasks.seq import SeqTask
+    from tpo_bench.tasks.transformer import Transformer
 
     fm = CausalTransformer(vocab_size=V, max_seq_len=2 * H, d_model=64, num_heads=2,
                            num_layers=2, ffn_mult=4)

@@ -1,4 +1,4 @@
-"""Speed benchmark: `python -m bench.speed [--episodes N] [--threads T ...]`.
+"""Speed benchmark: `python -m tools.speed [--episodes N] [--threads T ...]`.
 
 Times each algorithm on its representative task after warm-up: episodes/s, ms per phase
 and achieved GFLOP/s against the measured fp32 matmul rate, beside a plain eager TPO
@@ -28,32 +28,17 @@ import pandas as pd
 import torch
 from torch.utils._python_dispatch import TorchDispatchMode
 
-from bench.optim import build_optimizer
-from contract.rng import Streams
-from bench.build import build
-from bench.jobs import explicit_keys, job_specs
-from bench.runner import train_episode
+from tpo_bench.bench.optim import build_optimizer
+from tpo_bench.contract.rng import Streams
+from tpo_bench.bench.build import build
+from tpo_bench.bench.config import compose, composed
+from tpo_bench.bench.jobs import explicit_keys, job_specs
+from tpo_bench.bench.runner import train_episode
 
 CASES = (("tpo", "reverse_h10"), ("grpo", "reverse_h10"), ("dg", "reverse_h10"),
          ("ppo", "reverse_h10"), ("tpo_token", "reversal_v16"), ("grpo", "reversal_v16"),
          ("dg", "reversal_v16"), ("tpo", "mnist"))
 REPO = Path(__file__).resolve().parent.parent
-
-
-def compose(*overrides: str) -> dict:
-    from hydra import compose as hydra_compose, initialize_config_dir
-    from omegaconf import OmegaConf
-
-    from bench.config import register
-
-
-    register()  # the schema nodes conf/ composes
-
-    with initialize_config_dir(config_dir=str(REPO / "conf"), version_base="1.3"):
-        cfg = hydra_compose(config_name="config", overrides=list(overrides))
-    cfg = OmegaConf.to_container(cfg, resolve=True)
-    cfg.pop("hydra", None)
-    return cfg
 
 
 def machine() -> dict[str, str]:
@@ -141,8 +126,8 @@ def _eager_generate(policy, prompts, k, gen):
 
 def time_eager_tpo(episodes: int, warmup: int, threads: int) -> dict:
     """The yardstick TPO episode on reverse_h10, same model, loss and optimizer."""
-    from algorithms.tpo import tpo_target
-    from tasks.seq import target_tokens, token_rewards
+    from tpo_bench.algorithms.tpo import tpo_target
+    from tpo_bench.tasks.seq import target_tokens, token_rewards
 
     spec = build(compose("algo=tpo", "task=reverse_h10"))
     t, a = spec.task, spec.algo
@@ -238,7 +223,7 @@ STUDY_GOAL_H = 2.0
 
 def seed_policies(spec, seeds: int) -> tuple[list, list, list[Streams]]:
     """Policies, optimizers and streams of seeds 0..seeds-1 on spec.device, each made as
-    a run makes its own (bench.runner._open)."""
+    a run makes its own (bench.runner.open_seat)."""
     streams = [Streams.from_seed(s, spec.device) for s in range(seeds)]
     policies = [spec.task.make_policy(st.init).to(spec.device) for st in streams]
     opts = [build_optimizer(spec.optim_name, list(p.parameters()), **spec.optim_hparams) for p in policies]
@@ -254,7 +239,7 @@ def _sync(device: str) -> None:
 def time_seeds(overrides: tuple[str, ...], seeds: int, episodes: int, warmup: int) -> dict:
     """Seed-episodes/s of bench.batched.train_episodes over `seeds` policies of the config
     `overrides` compose to (a later override of a key wins), and the peak device memory."""
-    from bench import batched
+    from tpo_bench.bench import batched
 
     spec = build(compose(*overrides), explicit_keys(overrides))
     t, device = spec.task, spec.device
@@ -308,7 +293,7 @@ class OpCount(TorchDispatchMode):
 def count_ops(overrides: tuple[str, ...], seeds: int, episodes: int = 2, warmup: int = 1) -> dict:
     """Ops per episode of bench.batched.train_episodes over `seeds` policies (S = 1 is the
     single run's own train_episode), the mean of `episodes` after `warmup`."""
-    from bench import batched
+    from tpo_bench.bench import batched
 
     spec = build(compose(*overrides), explicit_keys(overrides))
     t = spec.task
@@ -368,7 +353,7 @@ def vs_loop(overrides: tuple[str, ...], seeds: int, rounds: int, warmup: int = 1
     """Paired, alternating timings of one episode for `seeds` seeds: the per-seed loop
     (train_episode seed after seed, as batch_seeds=false) and the batched path
     (bench.batched.train_episodes), each round timing both, in alternating order."""
-    from bench import batched
+    from tpo_bench.bench import batched
 
     spec = build(compose(*overrides), explicit_keys(overrides))
     t = spec.task
@@ -430,18 +415,11 @@ def vs_loop_mode(args) -> int:
 def sweep_jobs(*overrides: str) -> list[list[str]]:
     """Each job's overrides in `python -m bench -m OVERRIDES`, expanded as the sweeper
     expands them: the preset's hydra.sweeper.params, then the command line."""
-    from hydra import compose as hydra_compose, initialize_config_dir
     from hydra._internal.core_plugins.basic_sweeper import BasicSweeper
     from hydra.core.override_parser.overrides_parser import OverridesParser
     from omegaconf import OmegaConf
 
-    from bench.config import register
-
-
-    register()  # the schema nodes conf/ composes
-
-    with initialize_config_dir(config_dir=str(REPO / "conf"), version_base="1.3"):
-        cfg = hydra_compose(config_name="config", overrides=list(overrides), return_hydra_config=True)
+    cfg = composed(*overrides, hydra=True)
     params = OmegaConf.to_container(cfg.hydra.sweeper.params, resolve=True) or {}
     parsed = OverridesParser.create().parse_overrides(
         [f"{k}={v}" for k, v in params.items()] + list(overrides))
@@ -464,7 +442,7 @@ class Job:
 def study_jobs(experiment: str, *overrides: str) -> list[Job]:
     """The jobs of `python -m bench -m +experiment=NAME OVERRIDES`, each config composed
     once (its seeds differ only in the directory), as the sweeper validates them."""
-    from contract.schema import seed_dir
+    from tpo_bench.contract.schema import seed_dir
 
     jobs, configs = [], {}
     for job in sweep_jobs(f"+experiment={experiment}", *overrides):
