@@ -11,7 +11,7 @@ from typing import ClassVar
 
 import torch
 
-from contract.batch import Batch, Request, Rollout
+from contract.batch import Batch, Request, Rollout, mean_over_steps
 from contract.rng import Streams
 from tasks import register, stacked
 from tasks._checks import positive
@@ -178,7 +178,25 @@ class SeqTask:
             out = generate_seeds(policies, prompts, 1, gens, candidates=k)
             return [self._token_groups(prompts[s], *(x[s] for x in out)) for s in range(len(streams))]
         out = generate_seeds(policies, prompts, k, gens)
-        return [self._sequence_groups(prompts[s], *(x[s] for x in out)) for s in range(len(streams))]
+        if k == 1:  # single samples: their advantages are a batch mean, per seed
+            return [self._sequence_groups(prompts[s], *(x[s] for x in out)) for s in range(len(streams))]
+        return self._sequence_groups_seeds(prompts, *out)
+
+    def _sequence_groups_seeds(self, prompts: torch.Tensor, tokens: torch.Tensor,
+                               logp: torch.Tensor) -> list[Rollout]:
+        """`_sequence_groups` (K > 1) of S seeds, prompts [S, B, H], tokens and logp
+        [S, B, K, H]: every op once for all seeds, each seed's result a slice (elementwise
+        and last-axis ops; a seed's mean over its own axes rounds as its tensor's)."""
+        S, B, k = tokens.shape[:3]
+        correct = tokens == target_tokens(prompts, self.target, self.vocab_size).unsqueeze(2)
+        rewards = token_rewards(correct, self.reward)
+        success, scores = correct.all(-1), mean_over_steps(rewards, None)
+        reward_mean = rewards.mean((1, 2, 3))
+        error = 1.0 - reward_mean
+        return [Rollout(Batch.sampled_group(logp[s], rewards[s], success[s], scores=scores[s],
+                                            obs=SeqObs(prompts[s], tokens[s])),
+                        error=error[s], reward_mean=reward_mean[s], rollouts=B * k)
+                for s in range(S)]
 
     def logprobs_seeds(self, policies: list[Transformer], batches: list[Batch]) -> list[torch.Tensor]:
         """Each seed's `logprobs`, as one stacked forward; seeds whose batches differ in

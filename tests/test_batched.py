@@ -97,6 +97,17 @@ def test_batched_seeds_equal_their_single_runs(algo):
     assert rows_single[-1][0]["loss"] != rows_single[-1][1]["loss"]
 
 
+@pytest.mark.parametrize("reward", ["sequential", "terminal"])
+def test_batched_seeds_equal_their_single_runs_under_each_reward(reward):
+    """The other per-token rewards (the presets above run bag_of_tokens): a terminal
+    reward is one value broadcast over the steps, whose means the stacked rollout takes
+    over all seeds at once."""
+    spec = build(compose(*SMALL, "algo=tpo", f"task.reward={reward}"))
+    rows_single, rows_batched, single, stacked = _batched_vs_single(spec, range(SEEDS), episodes=2)
+    assert all(_same_row(a, b) for ea, eb in zip(rows_single, rows_batched) for a, b in zip(ea, eb))
+    assert _same_state(single, stacked)
+
+
 @pytest.mark.slow  # long in process
 def test_batched_equals_single_at_the_paper_shape():
     """reverse_h10's B 100, K 8, H 10, V 2, one episode of TPO."""
@@ -107,10 +118,11 @@ def test_batched_equals_single_at_the_paper_shape():
 
 
 @pytest.mark.slow  # long in process
-@pytest.mark.parametrize("mutation", ["swap_streams", "skip_a_step"])
+@pytest.mark.parametrize("mutation", ["swap_streams", "skip_a_step", "share_state"])
 def test_a_mixed_up_seed_is_caught(mutation):
-    """The comparison above can fail: swap two seeds' action streams in the batch, or let
-    one seed's optimizer miss its step, and it does."""
+    """The comparison above can fail: swap two seeds' action streams in the batch, let
+    one seed's optimizer miss its step, or give seed 1's optimizer seed 0's state (after
+    the first episode), and it does."""
     spec = build(compose(*SMALL, "algo=tpo"))
 
     class Skip:  # an optimizer that forgets to step
@@ -128,8 +140,12 @@ def test_a_mixed_up_seed_is_caught(mutation):
             a, b = streams[0], streams[1]
             streams = [Streams(a.init, a.data, b.action, seed=a.seed), Streams(b.init, b.data, a.action, seed=b.seed),
                        *streams[2:]]
-        else:
+        elif mutation == "skip_a_step":
             opts = [Skip(opts[0]), *opts[1:]]
+        else:
+            for p0, p1 in zip(policies[0].parameters(), policies[1].parameters()):
+                if p0 in opts[0].state:
+                    opts[1].state[p1] = opts[0].state[p0]
         return streams, policies, opts
 
     rows_single, rows_batched, single, stacked = _batched_vs_single(spec, range(SEEDS), mutate=mutate)
