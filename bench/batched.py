@@ -25,7 +25,7 @@ import torch
 from bench import debug, dynamic, interrupts, rundir
 from bench.build import RunSpec
 from bench.optim import step_seeds
-from bench.runner import (EpisodeRow, Seat, _claim, _close, _flat_params, _kept, _open, _record,
+from bench.runner import (OVER_EPOCHS, EpisodeRow, Seat, _claim, _close, _flat_params, _kept, _open, _record,
                           _start, failure, group_diagnostics_seeds, read_rows, train_episode)
 from contract import schema
 from contract.batch import Batch, Request
@@ -53,6 +53,7 @@ def train_episodes(task, algo, request: Request, policies: list, opts: list,
              for s, (p, extra) in enumerate(zip(policies, extras))]
     batches = [ro.batch for ro in ros]
     forward = captured(task, algo, policies) if compile and not getattr(algo, "dynamic_sampling", 0) else None
+    over: dict[str, torch.Tensor] = {}  # OVER_EPOCHS metrics summed over the epochs, [S]
     for epoch in range(algo.epochs):
         if forward is not None:
             losses, metrics = forward(batches)
@@ -63,18 +64,45 @@ def train_episodes(task, algo, request: Request, policies: list, opts: list,
         # d(sum)/d(loss_s) = 1 exactly, and no loss reaches another seed's parameters.
         losses.sum().backward()
         kept = _kept(losses).unbind()
+        for k in OVER_EPOCHS:  # EpisodeRow.after_backward's sum, for all seeds at once
+            if k in metrics:
+                over[k] = over.get(k, 0.0) + _kept(metrics[k])
         norms = _norms(policies, lambda p: p.grad) if epoch == 0 else [None] * len(policies)
         norms = _kept(norms) if isinstance(norms, torch.Tensor) else norms
         for s, (book, policy) in enumerate(zip(books, policies)):
-            book.after_backward(epoch, task, policy, kept[s], {k: v[s] for k, v in metrics.items()},
-                                norms[s])
+            book.after_backward(epoch, task, policy, kept[s],
+                                {k: v[s] for k, v in metrics.items() if k not in OVER_EPOCHS}, norms[s])
         step_seeds(opts)  # one update for all seeds (bench.optim)
-    change = _kept((_norms(policies, _trained, flat=True) - before).norm(dim=1)) if stacked \
-        else [None] * len(policies)
-    diagnostics = group_diagnostics_seeds(firsts) if len({f.success.shape for f in firsts}) == 1 \
-        and len({f.scores.shape for f in firsts}) == 1 else [None] * len(policies)
-    return read_rows([book.finish(algo.epochs, ro, first, policy, change[s], diagnostics[s])
-                      for s, (book, ro, first, policy) in enumerate(zip(books, _kept_rollouts(ros), firsts, policies))])
+    stacked_rows: list[dict[str, Any]] = [{} for _ in policies]
+    means = {k: (total / algo.epochs).unbind() for k, total in over.items()}
+    for s, row in enumerate(stacked_rows):
+        row["over_epochs"] = {k: v[s] for k, v in means.items()}
+    if stacked:
+        change = _kept((_norms(policies, _trained, flat=True) - before).norm(dim=1))
+        for s, row in enumerate(stacked_rows):
+            row["param_change"] = change[s]
+    if len({f.success.shape for f in firsts}) == 1 and len({f.scores.shape for f in firsts}) == 1:
+        for row, diagnostics in zip(stacked_rows, group_diagnostics_seeds(firsts)):
+            row["diagnostics"] = diagnostics
+    return read_rows([book.finish(algo.epochs, ro, first, policy, row) for book, ro, first, policy, row
+                      in zip(books, _kept_rollouts(ros), firsts, policies, stacked_rows)])
+
+
+def _trained(p: torch.Tensor) -> torch.Tensor | None:
+    return p.detach() if p.requires_grad else None  # as runner._flat_params
+
+
+def _norms(policies: list, of, flat: bool = False):
+    """Per seed, the norm of `of(p)` over its parameters p (None left out): a slice of
+    one [S, P] norm, as each seed's own over its flat vector rounds (rows reduce alike;
+    tests/test_batched.py). `flat`: the [S, P] flat vectors instead. [None] * S where the
+    seeds' sets of tensors differ in size."""
+    flats = [[x.reshape(-1) for p in pol.parameters() if (x := of(p)) is not None] for pol in policies]
+    sizes = {sum(x.numel() for x in f) for f in flats}
+    if len(sizes) != 1 or not sizes.pop():
+        return [None] * len(policies)
+    rows = torch.cat([x for f in flats for x in f]).view(len(policies), -1)
+    return rows if flat else rows.norm(dim=1)
 
 
 def _kept_rollouts(ros: list) -> list:

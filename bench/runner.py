@@ -59,8 +59,8 @@ def group_diagnostics_seeds(batches: list[Batch]) -> list[dict[str, torch.Tensor
            "zero_var_frac": [math.nan] * len(batches)}
     if batches[0].group_size > 1:
         out["all_fail_frac"] = (1.0 - success).unbind()
-        scores = torch.stack([b.scores for b in batches])
-        out["zero_var_frac"] = _kept((scores.std(-1, correction=0) < schema.ZERO_VAR_STD).float().mean(-1)).unbind()
+        spread = torch.stack([b.scores for b in batches]).std(-1, correction=0)
+        out["zero_var_frac"] = _kept((spread < schema.ZERO_VAR_STD).float().mean(-1)).unbind()
     return [{k: v[s] for k, v in out.items()} for s in range(len(batches))]
 
 
@@ -114,20 +114,21 @@ class EpisodeRow:
                 self.over_epochs[k] = self.over_epochs.get(k, 0.0) + _kept(metrics[k])
 
     def finish(self, epochs: int, ro: Rollout, first: Batch, policy,
-               param_change: torch.Tensor | None = None,
-               diagnostics: dict[str, Any] | None = None) -> dict[str, Any]:
+               stacked: dict[str, Any] | None = None) -> dict[str, Any]:
         """The row, once the episode's `epochs` steps are taken: `ro` what was trained on,
-        `first` the episode's own batch (what the group diagnostics describe);
-        `param_change` and `diagnostics` where the caller has them (a seed batch's)."""
-        row = self.row
-        row.update({k: total / epochs for k, total in self.over_epochs.items()})
-        row["param_change"] = param_change if param_change is not None else \
+        `first` the episode's own batch (what the group diagnostics describe). `stacked`:
+        what a seed batch computed for all its seeds at once (bench.batched), this seed's
+        "over_epochs" means, "param_change" and "diagnostics", each in place of its own."""
+        row, stacked = self.row, stacked or {}
+        row.update(stacked["over_epochs"] if "over_epochs" in stacked else
+                   {k: total / epochs for k, total in self.over_epochs.items()})
+        row["param_change"] = stacked["param_change"] if "param_change" in stacked else \
             (_flat_params(policy) - self.before).norm()
         row.update(error=_kept(ro.error), reward_mean=_kept(ro.reward_mean), rollouts=ro.rollouts,
                    group_size=ro.batch.group_size, **ro.metrics)
         if ro.tokens is not None:
             row["tokens"] = ro.tokens
-        row.update(diagnostics if diagnostics is not None else _group_diagnostics(first))
+        row.update(stacked["diagnostics"] if "diagnostics" in stacked else _group_diagnostics(first))
         return row
 
 
