@@ -97,6 +97,23 @@ def test_batched_seeds_equal_their_single_runs(algo):
     assert rows_single[-1][0]["loss"] != rows_single[-1][1]["loss"]
 
 
+def test_a_seeds_noise_draws_what_multinomial_draws():
+    """tasks.seq.exp_noise: argmax(p / noise(t)) is torch.multinomial(p, 1) from the same
+    generator, step after step, and leaves the generator where H multinomial calls do
+    (on the CPU the noise of H steps is one exponential_ call per seed)."""
+    from tasks.seq import exp_noise
+    H, n, V = 4, 6, 5
+    gens = [torch.Generator().manual_seed(s) for s in range(2)]
+    own = [torch.Generator().manual_seed(s) for s in range(2)]
+    probs = torch.softmax(torch.randn(H, 2, n, V, generator=torch.Generator().manual_seed(9)), -1)
+    noise = exp_noise(gens, (n, V), H, probs)
+    for t in range(H):
+        drawn = (probs[t] / noise(t)).argmax(-1, keepdim=True)
+        for s in range(2):
+            assert torch.equal(drawn[s], torch.multinomial(probs[t, s], 1, generator=own[s]))
+    assert all(torch.equal(a.get_state(), b.get_state()) for a, b in zip(gens, own))
+
+
 @pytest.mark.parametrize("reward", ["sequential", "terminal"])
 def test_batched_seeds_equal_their_single_runs_under_each_reward(reward):
     """The other per-token rewards (the presets above run bag_of_tokens): a terminal
