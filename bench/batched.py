@@ -22,11 +22,13 @@ from typing import Any
 
 import torch
 
+from tpo_bench.algorithms import OVER_EPOCHS
 from tpo_bench.bench import debug, dynamic, interrupts, rundir
 from tpo_bench.bench.build import RunSpec
 from tpo_bench.bench.optim import step_seeds
 from tpo_bench.bench.runner import (EpisodeRow, Seat, as_kept, claim_run, close_seat, failure, flat_params,
-                          open_seat, read_rows, record_step, start_seat, train_episode)
+                                    group_diagnostics_seeds, open_seat, read_rows, record_step, start_seat,
+                                    train_episode)
 from tpo_bench.contract import schema
 from tpo_bench.contract.batch import Batch, Request
 
@@ -47,24 +49,73 @@ def train_episodes(task, algo, request: Request, policies: list, opts: list,
             ros[s], extras[s] = dynamic.top_up(
                 ros[s], lambda policy=policy, st=st: task.rollout(policy, request, st.extra()),
                 algo.dynamic_sampling)
-    books = [EpisodeRow(flat_params(p), dict(extra)) for p, extra in zip(policies, extras)]
+    before = _norms(policies, _trained, flat=True)  # the trained parameters, [S, P]
+    stacked = before[0] is not None
+    books = [EpisodeRow(before[s] if stacked else flat_params(p), dict(extra))
+             for s, (p, extra) in enumerate(zip(policies, extras))]
     batches = [ro.batch for ro in ros]
     forward = captured(task, algo, policies) if compile and not getattr(algo, "dynamic_sampling", 0) else None
+    over: dict[str, torch.Tensor] = {}  # OVER_EPOCHS metrics summed over the epochs, [S]
     for epoch in range(algo.epochs):
         if forward is not None:
             losses, metrics = forward(batches)
         else:
             losses, metrics = seed_losses(algo, batches, task.logprobs_seeds(policies, batches))
-        for opt in opts:
-            opt.zero_grad(set_to_none=True)
+        for policy in policies:  # the optimizers' parameters: opt.zero_grad's, unprofiled
+            policy.zero_grad(set_to_none=True)
         # d(sum)/d(loss_s) = 1 exactly, and no loss reaches another seed's parameters.
         losses.sum().backward()
         kept = as_kept(losses).unbind()
+        for k in OVER_EPOCHS:  # EpisodeRow.after_backward's sum, for all seeds at once
+            if k in metrics:
+                over[k] = over.get(k, 0.0) + as_kept(metrics[k])
+        norms = _norms(policies, lambda p: p.grad) if epoch == 0 else [None] * len(policies)
+        norms = as_kept(norms) if isinstance(norms, torch.Tensor) else norms
         for s, (book, policy) in enumerate(zip(books, policies)):
-            book.after_backward(epoch, task, policy, kept[s], {k: v[s] for k, v in metrics.items()})
+            book.after_backward(epoch, task, policy, kept[s],
+                                {k: v[s] for k, v in metrics.items() if k not in OVER_EPOCHS}, norms[s])
         step_seeds(opts)  # one update for all seeds (bench.optim)
-    return read_rows([book.finish(algo.epochs, ro, first, policy)
-                      for book, ro, first, policy in zip(books, ros, firsts, policies)])
+    stacked_rows: list[dict[str, Any]] = [{} for _ in policies]
+    means = {k: (total / algo.epochs).unbind() for k, total in over.items()}
+    for s, row in enumerate(stacked_rows):
+        row["over_epochs"] = {k: v[s] for k, v in means.items()}
+    if stacked:
+        change = as_kept((_norms(policies, _trained, flat=True) - before).norm(dim=1))
+        for s, row in enumerate(stacked_rows):
+            row["param_change"] = change[s]
+    if len({f.success.shape for f in firsts}) == 1 and len({f.scores.shape for f in firsts}) == 1:
+        for row, diagnostics in zip(stacked_rows, group_diagnostics_seeds(firsts)):
+            row["diagnostics"] = diagnostics
+    return read_rows([book.finish(algo.epochs, ro, first, policy, row) for book, ro, first, policy, row
+                      in zip(books, _kept_rollouts(ros), firsts, policies, stacked_rows)])
+
+
+def _trained(p: torch.Tensor) -> torch.Tensor | None:
+    return p.detach() if p.requires_grad else None  # as runner.flat_params
+
+
+def _norms(policies: list, of, flat: bool = False):
+    """Per seed, the norm of `of(p)` over its parameters p (None left out): a slice of
+    one [S, P] norm, as each seed's own over its flat vector rounds (rows reduce alike;
+    tests/test_batched.py). `flat`: the [S, P] flat vectors instead. [None] * S where the
+    seeds' sets of tensors differ in size."""
+    flats = [[x.reshape(-1) for p in pol.parameters() if (x := of(p)) is not None] for pol in policies]
+    sizes = {sum(x.numel() for x in f) for f in flats}
+    if len(sizes) != 1 or not sizes.pop():
+        return [None] * len(policies)
+    rows = torch.cat([x for f in flats for x in f]).view(len(policies), -1)
+    return rows if flat else rows.norm(dim=1)
+
+
+def _kept_rollouts(ros: list) -> list:
+    """The rollouts with their error and mean reward kept (runner.as_kept) in one conversion
+    for all seeds, where each is a 0-d tensor."""
+    keys = ("error", "reward_mean")
+    if not all(isinstance(getattr(ro, k), torch.Tensor) and getattr(ro, k).dim() == 0
+               for ro in ros for k in keys):
+        return ros
+    kept = {k: as_kept(torch.stack([getattr(ro, k) for ro in ros])).unbind() for k in keys}
+    return [dataclasses.replace(ro, **{k: v[s] for k, v in kept.items()}) for s, ro in enumerate(ros)]
 
 
 def seed_losses(algo, batches: list[Batch], logps: list[torch.Tensor]):

@@ -241,18 +241,36 @@ def _adam_seeds(opts) -> bool:
     return True
 
 
+def _normalised_seeds(opts) -> bool:
+    """NormalisedStep for several optimizers of one parameter each (a tabular task's
+    table), their gradients stacked [S, ...]: one norm per seed over its own slice, one
+    division, one foreach update. False (nothing done) where their steps or shapes differ."""
+    params = [[p for g in o.param_groups for p in g["params"] if p.grad is not None] for o in opts]
+    alphas = {g["alpha"] for o in opts for g in o.param_groups}
+    if len(alphas) != 1 or any(len(ps) != 1 for ps in params) or \
+            len({ps[0].shape for ps in params}) != 1:
+        return False
+    p = [ps[0] for ps in params]
+    g = torch.stack([x.grad for x in p])
+    # NormalisedStep.step's arithmetic, per seed: a slice's sum equals its table's sum
+    norm = torch.sqrt(g.pow(2).sum(tuple(range(1, g.dim()))) + 1e-30)
+    torch._foreach_add_(p, (g / norm.view(-1, *[1] * (g.dim() - 1))).unbind(), alpha=-alphas.pop())
+    return True
+
+
 @torch.no_grad()
 def step_seeds(opts: list) -> None:
     """One optimizer step for a seed batch (one optimizer per seed, same kind and
-    hyperparameters), as one update over all their parameters: MuonNAdam (`update`) and
-    Adam/AdamW (torch's foreach step). Each seed's parameters and state end as its own
-    step() leaves them. Other optimizers (NormalisedStep: one global norm per seed, a
-    one-tensor table) step seed by seed."""
+    hyperparameters), as one update over all their parameters: MuonNAdam (`update`),
+    Adam/AdamW (torch's foreach step), NormalisedStep (`_normalised_seeds`). Each seed's
+    parameters and state end as its own step() leaves them (tests/test_optim.py)."""
     kind = type(opts[0])
     if len(opts) > 1 and all(type(o) is kind for o in opts):
         if kind is MuonNAdam:
             return update([e for o in opts for e in o.entries()])
         if issubclass(kind, torch.optim.Adam) and _adam_seeds(opts):
+            return None
+        if kind is NormalisedStep and _normalised_seeds(opts):
             return None
     for o in opts:
         o.step()

@@ -35,7 +35,6 @@ from tpo_bench.contract.batch import Batch, Request, Rollout, reference_kl
 from tpo_bench.contract.rng import Streams
 
 
-
 # ---------------------------------------------------------------- one episode
 
 def _group_diagnostics(batch: Batch) -> dict[str, torch.Tensor | float]:
@@ -47,6 +46,19 @@ def _group_diagnostics(batch: Batch) -> dict[str, torch.Tensor | float]:
         out["all_fail_frac"] = 1.0 - success
         out["zero_var_frac"] = (batch.scores.std(-1, correction=0) < schema.ZERO_VAR_STD).float().mean()
     return out
+
+
+def group_diagnostics_seeds(batches: list[Batch]) -> list[dict[str, torch.Tensor | float]]:
+    """`_group_diagnostics` of S batches of one shape, each a slice of one stacked
+    computation (a row's mean rounds as its own tensor's: rows reduce alike)."""
+    success = as_kept(torch.stack([b.success for b in batches]).any(-1).float().mean(-1))
+    out = {"success_prompt_frac": success.unbind(), "all_fail_frac": [math.nan] * len(batches),
+           "zero_var_frac": [math.nan] * len(batches)}
+    if batches[0].group_size > 1:
+        out["all_fail_frac"] = (1.0 - success).unbind()
+        spread = torch.stack([b.scores for b in batches]).std(-1, correction=0)
+        out["zero_var_frac"] = as_kept((spread < schema.ZERO_VAR_STD).float().mean(-1)).unbind()
+    return [{k: v[s] for k, v in out.items()} for s in range(len(batches))]
 
 
 def as_kept(value: torch.Tensor | float) -> torch.Tensor | float:
@@ -82,11 +94,14 @@ class EpisodeRow:
     over_epochs: dict[str, Any] = field(default_factory=dict)
 
     def after_backward(self, epoch: int, task, policy, loss: torch.Tensor | float,
-                       metrics: dict[str, torch.Tensor | float]) -> None:
-        """Epoch `epoch`'s loss and metrics, its gradient in policy's .grad (before its step)."""
+                       metrics: dict[str, torch.Tensor | float],
+                       grad_norm: torch.Tensor | None = None) -> None:
+        """Epoch `epoch`'s loss and metrics, its gradient in policy's .grad (before its step);
+        `grad_norm` that gradient's norm where the caller has it (a seed batch's, `_norms`)."""
         if epoch == 0:
             grads = [p.grad.reshape(-1) for p in policy.parameters() if p.grad is not None]
-            self.row["grad_norm"] = torch.cat(grads).norm() if grads else 0.0
+            self.row["grad_norm"] = grad_norm if grad_norm is not None else \
+                torch.cat(grads).norm() if grads else 0.0
             self.row["loss"] = as_kept(loss)
             self.row.update({k: as_kept(v) for k, v in metrics.items() if k not in OVER_EPOCHS})
             if hasattr(task, "grad_metrics"):  # e.g. misalignment to an oracle direction
@@ -95,17 +110,22 @@ class EpisodeRow:
             if k in metrics:
                 self.over_epochs[k] = self.over_epochs.get(k, 0.0) + as_kept(metrics[k])
 
-    def finish(self, epochs: int, ro: Rollout, first: Batch, policy) -> dict[str, Any]:
+    def finish(self, epochs: int, ro: Rollout, first: Batch, policy,
+               stacked: dict[str, Any] | None = None) -> dict[str, Any]:
         """The row, once the episode's `epochs` steps are taken: `ro` what was trained on,
-        `first` the episode's own batch (what the group diagnostics describe)."""
-        row = self.row
-        row.update({k: total / epochs for k, total in self.over_epochs.items()})
-        row["param_change"] = (flat_params(policy) - self.before).norm()
+        `first` the episode's own batch (what the group diagnostics describe). `stacked`:
+        what a seed batch computed for all its seeds at once (bench.batched), this seed's
+        "over_epochs" means, "param_change" and "diagnostics", each in place of its own."""
+        row, stacked = self.row, stacked or {}
+        row.update(stacked["over_epochs"] if "over_epochs" in stacked else
+                   {k: total / epochs for k, total in self.over_epochs.items()})
+        row["param_change"] = stacked["param_change"] if "param_change" in stacked else \
+            (flat_params(policy) - self.before).norm()
         row.update(error=as_kept(ro.error), reward_mean=as_kept(ro.reward_mean), rollouts=ro.rollouts,
                    group_size=ro.batch.group_size, **ro.metrics)
         if ro.tokens is not None:
             row["tokens"] = ro.tokens
-        row.update(_group_diagnostics(first))
+        row.update(stacked["diagnostics"] if "diagnostics" in stacked else _group_diagnostics(first))
         return row
 
 

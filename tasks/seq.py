@@ -11,7 +11,7 @@ from typing import ClassVar
 
 import torch
 
-from tpo_bench.contract.batch import Batch, Request, Rollout
+from tpo_bench.contract.batch import Batch, Request, Rollout, mean_over_steps
 from tpo_bench.contract.rng import Streams
 from tpo_bench.tasks import register, stacked
 from tpo_bench.tasks._checks import positive
@@ -178,7 +178,25 @@ class SeqTask:
             out = generate_seeds(policies, prompts, 1, gens, candidates=k)
             return [self._token_groups(prompts[s], *(x[s] for x in out)) for s in range(len(streams))]
         out = generate_seeds(policies, prompts, k, gens)
-        return [self._sequence_groups(prompts[s], *(x[s] for x in out)) for s in range(len(streams))]
+        if k == 1:  # single samples: their advantages are a batch mean, per seed
+            return [self._sequence_groups(prompts[s], *(x[s] for x in out)) for s in range(len(streams))]
+        return self._sequence_groups_seeds(prompts, *out)
+
+    def _sequence_groups_seeds(self, prompts: torch.Tensor, tokens: torch.Tensor,
+                               logp: torch.Tensor) -> list[Rollout]:
+        """`_sequence_groups` (K > 1) of S seeds, prompts [S, B, H], tokens and logp
+        [S, B, K, H]: every op once for all seeds, each seed's result a slice (elementwise
+        and last-axis ops; a seed's mean over its own axes rounds as its tensor's)."""
+        S, B, k = tokens.shape[:3]
+        correct = tokens == target_tokens(prompts, self.target, self.vocab_size).unsqueeze(2)
+        rewards = token_rewards(correct, self.reward)
+        success, scores = correct.all(-1), mean_over_steps(rewards, None)
+        reward_mean = rewards.mean((1, 2, 3))
+        error = 1.0 - reward_mean
+        return [Rollout(Batch.sampled_group(logp[s], rewards[s], success[s], scores=scores[s],
+                                            obs=SeqObs(prompts[s], tokens[s])),
+                        error=error[s], reward_mean=reward_mean[s], rollouts=B * k)
+                for s in range(S)]
 
     def logprobs_seeds(self, policies: list[Transformer], batches: list[Batch]) -> list[torch.Tensor]:
         """Each seed's `logprobs`, as one stacked forward; seeds whose batches differ in
@@ -187,27 +205,22 @@ class SeqTask:
         shapes = {(type(o), *(tuple(t.shape) for t in vars(o).values())) for o in obs}
         if len(shapes) > 1:
             return [self.logprobs(p, b) for p, b in zip(policies, batches)]
-        # Only the model is stacked; what follows it runs per seed on that seed's slice,
-        # as `logprobs` writes it (a broadcast op's backward may sum in another order).
+        # The model and what follows it run stacked, in `logprobs`'s order of operations.
         net = stacked.Stacked(policies)
         if isinstance(obs[0], TokenObs):
             B, H, K = obs[0].candidates.shape
             tokens = torch.stack([torch.cat([o.prompts, o.behaviour], 1)[:, :-1] for o in obs])
-            hidden = net.forward(tokens, head=False)
-            return [torch.log_softmax(net.head_of(s, h)[:, H - 1:], -1)
-                    .gather(-1, o.candidates).reshape(B * H, K, 1)
-                    for s, (h, o) in enumerate(zip(hidden.unbind(), obs))]
+            logits = net.forward(tokens)[:, :, H - 1:]
+            cands = torch.stack([o.candidates for o in obs])
+            return list(torch.log_softmax(logits, -1).gather(-1, cands).reshape(-1, B * H, K, 1).unbind())
         B, K, H = obs[0].answers.shape
         answers = torch.stack([o.answers.reshape(B * K, H) for o in obs])
         first, rest = net.forward_shared_prefix(torch.stack([o.prompts for o in obs]),
-                                                answers[:, :, :-1], K, head=False)
-        out = []
+                                                answers[:, :, :-1], K)
+        logits = torch.cat([first.repeat_interleave(K, 1).unsqueeze(2), rest], 2)
+        logp = torch.log_softmax(logits, -1).gather(-1, answers.unsqueeze(-1))
         # unbind, not [s]: an index's backward writes a zero-filled gradient of all S seeds
-        for s, (f, r, a) in enumerate(zip(first.unbind(), rest.unbind(), answers.unbind())):
-            logits = torch.cat([net.head_of(s, f).repeat_interleave(K, 0).unsqueeze(1),
-                                net.head_of(s, r)], 1)
-            out.append(torch.log_softmax(logits, -1).gather(-1, a.unsqueeze(-1)).view(B, K, H))
-        return out
+        return list(logp.view(-1, B, K, H).unbind())
 
     def evaluate(self, policy: Transformer) -> None:
         return None  # science §Token sequences: no greedy or held-out evaluation on these tasks
@@ -253,8 +266,9 @@ def generate(policy: Transformer, prompts: torch.Tensor, k: int, gen: torch.Gene
 def generate_seeds(policies: list[Transformer], prompts: torch.Tensor, k: int,
                    gens: list[torch.Generator], candidates: int = 0):
     """`generate` for S seeds: prompts [S, B, H], one generator per seed; every output
-    gains a leading seed axis. The forwards are one stacked computation; the draws stay
-    per seed, on that seed's slice with its own generator, step by step as in `generate`."""
+    gains a leading seed axis. The forwards and what follows them are one stacked
+    computation; each seed's draws come from its own generator, in `generate`'s order.
+    A draw of one token is torch.multinomial's own arithmetic (`exp_noise`), stacked."""
     S, B, H = prompts.shape
     net = stacked.Stacked(policies)
     caches: list[list] = [[] for _ in range(net.layers)]
@@ -263,20 +277,19 @@ def generate_seeds(policies: list[Transformer], prompts: torch.Tensor, k: int,
     for c in caches:
         c[0] = tuple(x.repeat_interleave(k, 0) for x in c[0])
     logits = logits.repeat_interleave(k, 1)
+    noise = None if candidates else exp_noise(gens, (B * k, logits.shape[-1]), H, logits)
     tokens, logps, cands = [], [], []
     for t in range(H):
-        # Per seed after the model, as `generate` writes it.
-        logp = [torch.log_softmax(logits[s], -1) for s in range(S)]
-        if candidates:
-            cand = [torch.multinomial(logp[s].exp(), candidates, replacement=True, generator=gens[s])
-                    for s in range(S)]
-            cands.append(torch.stack(cand))
-            logps.append(torch.stack([logp[s].gather(-1, cand[s]) for s in range(S)]))
-            tok = cands[-1][:, :, :1]
+        logp = torch.log_softmax(logits, -1)
+        if candidates:  # with replacement: its own kernel, per seed
+            tok = torch.stack([torch.multinomial(p, candidates, replacement=True, generator=g)
+                               for p, g in zip(logp.exp().unbind(), gens)])
+            cands.append(tok)
+            logps.append(logp.gather(-1, tok))
+            tok = tok[:, :, :1]
         else:
-            tok = [torch.multinomial(logp[s].exp(), 1, generator=gens[s]) for s in range(S)]
-            logps.append(torch.stack([logp[s].gather(-1, tok[s]) for s in range(S)]))
-            tok = torch.stack(tok)
+            tok = (logp.exp() / noise(t)).argmax(-1, keepdim=True)
+            logps.append(logp.gather(-1, tok))
         tokens.append(tok)
         if t < H - 1:
             logits = net.forward(tok, caches, start=H + t)[:, :, -1]
@@ -284,3 +297,26 @@ def generate_seeds(policies: list[Transformer], prompts: torch.Tensor, k: int,
     if candidates:
         return tokens, torch.stack(cands, 2), torch.stack(logps, 2)
     return tokens, torch.cat(logps, 2).view(S, B, k, H)
+
+
+def exp_noise(gens: list[torch.Generator], shape: tuple[int, ...], steps: int, like: torch.Tensor):
+    """The Exp(1) noise of `steps` one-token draws per seed: noise(t) [S, *shape].
+    torch.multinomial(p, 1, generator=g) is argmax(p / q), q = empty_like(p).exponential_(
+    generator=g) (its sampling path for one sample), so argmax(p / noise(t)) draws what it
+    draws from each seed's generator, in the same order. On the CPU one exponential_ of
+    `steps` such tensors fills them as `steps` calls in a row would (and leaves the
+    generator in the same state; tests/test_batched.py checks both), so each seed draws
+    its episode's noise at once; elsewhere one draw per seed and step."""
+    S = len(gens)
+    if all(g.device.type == "cpu" for g in gens) and like.device.type == "cpu":
+        noise = torch.empty(S, steps, *shape, dtype=like.dtype)
+        for q, g in zip(noise.unbind(), gens):
+            q.exponential_(1, generator=g)
+        return lambda t: noise[:, t]
+
+    def step(t: int) -> torch.Tensor:
+        q = torch.empty(S, *shape, dtype=like.dtype, device=like.device)
+        for qs, g in zip(q.unbind(), gens):
+            qs.exponential_(1, generator=g)
+        return q
+    return step

@@ -1,13 +1,13 @@
 """The Transformer of tasks/transformer.py over a leading seed axis.
 
 S policies of one architecture run as one computation: their parameters stacked into
-[S, ...] tensors (`stack`), activations [S, b, t, d], every dense layer one bmm over the
-seed axis, attention one SDPA call over S*b sequences, in the module's order of
+[S, ...] tensors (`stack`), activations [S, b, t, d], every dense layer (the output head
+too) one bmm over the seed axis, attention one SDPA call over S*b sequences, LayerNorm
+one normalisation and one fused multiply-add (`_SeedLayerNorm`), in the module's order of
 operations. On the CPU at one thread each seed's slice then equals its own module's
-output and gradients bit for bit (tests/test_batched.py), given three things done per
-seed: the LayerNorm affine, the output head of a loss (`head_of`), and whatever a task
-does after the head. Elsewhere (more threads, a GPU, where bmm and mm may tile and
-reduce otherwise) expect last-bit differences, which training then carries on.
+output and gradients bit for bit (tests/test_batched.py). Elsewhere (more threads, a
+GPU, where bmm and mm may tile and reduce otherwise) expect last-bit differences, which
+training then carries on.
 
 `stack` keeps the autograd link to each module's parameters (torch.stack is
 differentiable), so a backward of the S seeds' summed losses leaves each module's own
@@ -29,21 +29,42 @@ def stack(policies: list[Transformer]) -> Params:
     return {k: torch.stack([n[k] for n in named]) for k in named[0]}
 
 
+class _SeedLayerNorm(torch.autograd.Function):
+    """LayerNorm of x [S, n, d] with a per-seed affine w, b [S, d]. Forward: one
+    normalisation without affine for all seeds, then addcmul (b + y * w, one fused
+    multiply-add, as the native kernel's affine rounds: measured on the CPU, bitwise).
+    Backward: the native kernel per seed, from the saved statistics; its sums of the
+    affine's gradients run sequentially over rows, which no batched op reproduces."""
+
+    @staticmethod
+    def forward(ctx, x, w, b):
+        y, mean, rstd = torch.ops.aten.native_layer_norm(x, [x.shape[-1]], None, None, LN_EPS)
+        ctx.save_for_backward(x, w, b, mean, rstd)
+        return torch.addcmul(b.unsqueeze(1), y, w.unsqueeze(1))
+
+    @staticmethod
+    def backward(ctx, dy):
+        x, w, b, mean, rstd = ctx.saved_tensors
+        mask = list(ctx.needs_input_grad)
+        # unbind, not x[s]: each x[s]'s backward would write a zero-filled [S, ...] gradient
+        per_seed = [torch.ops.aten.native_layer_norm_backward(*a, mask) for a in zip(
+            dy.contiguous().unbind(), x.unbind(), [[x.shape[-1]]] * len(w), mean.unbind(),
+            rstd.unbind(), w.unbind(), b.unbind())]
+        return tuple(torch.stack([g[i] for g in per_seed]) if mask[i] else None for i in range(3))
+
+
 def _ln(x: torch.Tensor, scale: torch.Tensor, bias: torch.Tensor) -> torch.Tensor:
-    """x [S, n, d], scale/bias [S, d]: LayerNorm with a per-seed affine, one call per
-    seed: the fused kernel's affine rounds otherwise than normalise-then-scale (measured
-    on the CPU: not bitwise), and LayerNorm is a small share of an episode's time."""
-    # unbind, not x[s]: each x[s]'s backward would write a zero-filled [S, ...] gradient
-    # (measured: the stacked backward 2.3x slower than a loop over seeds at S = 8).
-    d = x.shape[-1]
-    return torch.stack([F.layer_norm(xs, (d,), w, b, LN_EPS)
-                        for xs, w, b in zip(x.unbind(), scale.unbind(), bias.unbind())])
+    """x [S, n, d], scale/bias [S, d]: LayerNorm with a per-seed affine."""
+    if torch.is_grad_enabled() and (x.requires_grad or scale.requires_grad):
+        return _SeedLayerNorm.apply(x, scale, bias)
+    y = torch.ops.aten.native_layer_norm(x, [x.shape[-1]], None, None, LN_EPS)[0]
+    return torch.addcmul(bias.unsqueeze(1), y, scale.unsqueeze(1))
 
 
 def _dense(x: torch.Tensor, w: torch.Tensor, b: torch.Tensor | None = None) -> torch.Tensor:
     """x [S, n, i] @ w [S, i, o] (+ b [S, o]). A bmm's slices equal the per-seed mm
     bit for bit on the CPU (measured); so do the broadcast bias add and its gradient's
-    sum over n, as long as that gradient is contiguous (see Stacked.head_of)."""
+    sum over n, given each seed's gradient the strides of its single run's."""
     y = torch.bmm(x, w)
     return y if b is None else y + b.unsqueeze(1)
 
@@ -85,17 +106,14 @@ class Stacked:
         return self.p["tok_emb"][seeds, tokens] + \
             self.p["pos_emb"][:, start:start + tokens.shape[2]].unsqueeze(1)
 
-    def _head(self, x: torch.Tensor) -> torch.Tensor:
+    def head(self, x: torch.Tensor) -> torch.Tensor:
+        """Logits [S, ..., V] of hidden states x [S, ..., d]. The bias is added in x's
+        shape, as the module adds it: its gradient is then summed over a gradient of the
+        module's strides (after a flat add, over a contiguous copy: another order)."""
         S, rest, d = self.S, x.shape[1:-1], x.shape[-1]
         y = _ln(x.reshape(S, -1, d), self.p["lnf_scale"], self.p["lnf_bias"])
-        return _dense(y, self.p["head_w"], self.p["head_b"]).view(S, *rest, -1)
-
-    def head_of(self, s: int, x: torch.Tensor) -> torch.Tensor:
-        """Seed s's output head on its hidden states x [..., d], as its module's `_head`
-        does it. For a loss: the bias gradient's sum then meets the same strides as in
-        the single module (the loss's slicing leaves non-contiguous gradients, and a sum
-        over those adds in another order than over a contiguous copy: not bitwise)."""
-        return self.policies[s]._head(x)  # its own leaves: no gradient through the stack
+        bias = self.p["head_b"].view(S, *[1] * len(rest), -1)
+        return _dense(y, self.p["head_w"]).view(S, *rest, -1) + bias
 
     def forward(self, tokens: torch.Tensor, caches: list[list] | None = None,
                 start: int = 0, head: bool = True) -> torch.Tensor:
@@ -112,7 +130,7 @@ class Stacked:
                     v = torch.cat([cache[0][1], v], 2)
                 cache[:] = [(k, v)]
             x = self._finish(i, x, F.scaled_dot_product_attention(q, k, v, is_causal=x.shape[2] > 1))
-        return self._head(x) if head else x
+        return self.head(x) if head else x
 
     def forward_shared_prefix(self, prefix: torch.Tensor, suffix: torch.Tensor, group: int,
                               head: bool = True):
@@ -132,4 +150,4 @@ class Stacked:
             xp, xs = self._finish(i, xp, att_p), self._finish(i, xs, att_s)
         if not head:
             return xp[:, :, -1], xs
-        return self._head(xp[:, :, -1]), self._head(xs)
+        return self.head(xp[:, :, -1]), self.head(xs)

@@ -97,6 +97,34 @@ def test_batched_seeds_equal_their_single_runs(algo):
     assert rows_single[-1][0]["loss"] != rows_single[-1][1]["loss"]
 
 
+def test_a_seeds_noise_draws_what_multinomial_draws():
+    """tasks.seq.exp_noise: argmax(p / noise(t)) is torch.multinomial(p, 1) from the same
+    generator, step after step, and leaves the generator where H multinomial calls do
+    (on the CPU the noise of H steps is one exponential_ call per seed)."""
+    from tpo_bench.tasks.seq import exp_noise
+    H, n, V = 4, 6, 5
+    gens = [torch.Generator().manual_seed(s) for s in range(2)]
+    own = [torch.Generator().manual_seed(s) for s in range(2)]
+    probs = torch.softmax(torch.randn(H, 2, n, V, generator=torch.Generator().manual_seed(9)), -1)
+    noise = exp_noise(gens, (n, V), H, probs)
+    for t in range(H):
+        drawn = (probs[t] / noise(t)).argmax(-1, keepdim=True)
+        for s in range(2):
+            assert torch.equal(drawn[s], torch.multinomial(probs[t, s], 1, generator=own[s]))
+    assert all(torch.equal(a.get_state(), b.get_state()) for a, b in zip(gens, own))
+
+
+@pytest.mark.parametrize("reward", ["sequential", "terminal"])
+def test_batched_seeds_equal_their_single_runs_under_each_reward(reward):
+    """The other per-token rewards (the presets above run bag_of_tokens): a terminal
+    reward is one value broadcast over the steps, whose means the stacked rollout takes
+    over all seeds at once."""
+    spec = build(compose(*SMALL, "algo=tpo", f"task.reward={reward}"))
+    rows_single, rows_batched, single, stacked = _batched_vs_single(spec, range(SEEDS), episodes=2)
+    assert all(_same_row(a, b) for ea, eb in zip(rows_single, rows_batched) for a, b in zip(ea, eb))
+    assert _same_state(single, stacked)
+
+
 @pytest.mark.slow  # long in process
 def test_batched_equals_single_at_the_paper_shape():
     """reverse_h10's B 100, K 8, H 10, V 2, one episode of TPO."""
@@ -107,10 +135,11 @@ def test_batched_equals_single_at_the_paper_shape():
 
 
 @pytest.mark.slow  # long in process
-@pytest.mark.parametrize("mutation", ["swap_streams", "skip_a_step"])
+@pytest.mark.parametrize("mutation", ["swap_streams", "skip_a_step", "share_state"])
 def test_a_mixed_up_seed_is_caught(mutation):
-    """The comparison above can fail: swap two seeds' action streams in the batch, or let
-    one seed's optimizer miss its step, and it does."""
+    """The comparison above can fail: swap two seeds' action streams in the batch, let
+    one seed's optimizer miss its step, or give seed 1's optimizer seed 0's state (after
+    the first episode), and it does."""
     spec = build(compose(*SMALL, "algo=tpo"))
 
     class Skip:  # an optimizer that forgets to step
@@ -128,8 +157,12 @@ def test_a_mixed_up_seed_is_caught(mutation):
             a, b = streams[0], streams[1]
             streams = [Streams(a.init, a.data, b.action, seed=a.seed), Streams(b.init, b.data, a.action, seed=b.seed),
                        *streams[2:]]
-        else:
+        elif mutation == "skip_a_step":
             opts = [Skip(opts[0]), *opts[1:]]
+        else:
+            for p0, p1 in zip(policies[0].parameters(), policies[1].parameters()):
+                if p0 in opts[0].state:
+                    opts[1].state[p1] = opts[0].state[p0]
         return streams, policies, opts
 
     rows_single, rows_batched, single, stacked = _batched_vs_single(spec, range(SEEDS), mutate=mutate)

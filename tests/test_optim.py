@@ -270,6 +270,29 @@ def test_one_update_for_all_seeds_equals_each_seeds_own(name, one_thread):
     assert not torch.equal(own[0][0]["ffn_wide"], own[1][0]["ffn_wide"])
 
 
+@pytest.mark.parametrize("shape", [(7, 5), (100, 4), (64, 16)])
+def test_one_normalised_step_for_all_seeds_equals_each_seeds_own(shape, one_thread):
+    """NormalisedStep (a tabular task's one table per seed): step_seeds's stacked step
+    leaves each seed's table where its own step() does, bit for bit, over several steps;
+    each seed's norm is its own (a norm over every seed's table would not be)."""
+    from tpo_bench.bench.optim import step_seeds
+    seeds = 3
+
+    def tables():
+        gens = [torch.Generator().manual_seed(s) for s in range(seeds)]
+        ps = [torch.nn.Parameter(torch.randn(*shape, generator=g)) for g in gens]
+        return ps, [build_optimizer("normalised_step", [p], alpha=0.1) for p in ps]
+    (own, own_opts), (batch, batch_opts) = tables(), tables()
+    for step in range(3):
+        for s in range(seeds):
+            g = torch.randn(*shape, generator=torch.Generator().manual_seed(100 * step + s)) * (s + 1)
+            own[s].grad, batch[s].grad = g.clone(), g.clone()
+            own_opts[s].step()
+        step_seeds(batch_opts)
+    assert all(torch.equal(a, b) for a, b in zip(own, batch))
+    assert not torch.equal(own[0], own[1])
+
+
 def test_newton_schulz_on_a_stack_equals_each_matrix_alone(one_thread):
     """orthogonalise on [G, m, n] against each matrix alone: bit for bit, tiny shapes (torch's
     own bmm loop) and BLAS ones alike; and against the unfused X <- a X + (b A + c A A) X
