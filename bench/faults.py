@@ -140,13 +140,14 @@ def symlink_trial(args: list[str], root: Path, where: Path) -> str | None:
     must refuse (exit 1) and write nothing; the operator then removes the link. Returns
     what was wrong, or None."""
     victim = root.parent / f"{root.name}-victim.txt"
+    root.parent.mkdir(parents=True, exist_ok=True)
     victim.write_text("not the harness's")
     (root / where).mkdir(parents=True)
     (root / where / LOCK).symlink_to(victim)
     code = bench(args, root).wait()
     wrong = [f"exit {code}, not 1"] if code != 1 else []
-    if victim.read_text() != "not the harness's":
-        wrong.append("the link's target was written")
+    if not victim.is_file() or victim.read_text() != "not the harness's":
+        wrong.append("the link's target was written or replaced")
     if any((d / SUMMARY).exists() for d in run_dirs(root)):
         wrong.append("a summary was written beside the link")
     (root / where / LOCK).unlink()
