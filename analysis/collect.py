@@ -200,9 +200,21 @@ def _distinct(table: pa.Table, col: str) -> list:
     return list(dict.fromkeys(v for v in table.column(col).to_pylist() if v is not None and v == v))
 
 
-def _constant(table: pa.Table, col: str):
+class Values(dict):
+    """A table's columns' distinct values (_distinct), each column's worked out once."""
+
+    def __init__(self, table: pa.Table):
+        super().__init__()
+        self.table = table
+
+    def __missing__(self, col: str) -> list:
+        self[col] = found = _distinct(self.table, col)
+        return found
+
+
+def _constant(table: pa.Table | Values, col: str):
     """The one value of a per-run column; None where absent or missing."""
-    values = _distinct(table, col)
+    values = table[col] if isinstance(table, Values) else _distinct(table, col)
     return values[0] if len(values) == 1 else None
 
 
@@ -225,8 +237,10 @@ def _steps(steps: list) -> str:
     return ", ".join(str(s) for s in shown)
 
 
-def inconsistencies(run: RunInfo, df: pa.Table) -> list[str]:
-    """Why a table that summary.json calls completed cannot be that run's result."""
+def inconsistencies(run: RunInfo, df: pa.Table, values: Values | None = None) -> list[str]:
+    """Why a table that summary.json calls completed cannot be that run's result
+    (`values`: df's Values, where the caller keeps them)."""
+    values = Values(df) if values is None else values
     problems = []
     if "partial" in df.column_names:
         n = sum(1 for v in df.column("partial").to_pylist() if v is not None and v == v and v)
@@ -240,17 +254,16 @@ def inconsistencies(run: RunInfo, df: pa.Table) -> list[str]:
     for col, where in (("seed", str(where_.seed)), ("config_hash", where_.config_hash)):
         if col not in df.column_names:
             continue
-        values = _distinct(df, col)
-        if len(values) != 1:
-            problems.append(f"metrics.parquet holds {len(values)} values of {col}")
+        if len(values[col]) != 1:
+            problems.append(f"metrics.parquet holds {len(values[col])} values of {col}")
             continue
-        mine = str(_constant(df, col))
+        mine = str(values[col][0])
         if mine != where:
             problems.append(f"metrics.parquet says {col} {mine}, its directory is "
                             f"{run.path.name if col == 'seed' else run.path.parent.name}")
         elif summary.get(col) is not None and str(summary[col]) != mine:
             problems.append(f"summary.json says {col} {summary[col]}, metrics.parquet {mine}")
-    episodes, eval_every = _constant(df, "task.episodes"), _constant(df, "task.eval_every")
+    episodes, eval_every = _constant(values, "task.episodes"), _constant(values, "task.eval_every")
     if isinstance(episodes, (int, float)) and episodes == int(episodes):
         every = int(eval_every) if isinstance(eval_every, (int, float)) and eval_every > 0 else None
         want, have = expected_steps(int(episodes), every), df.column("step").to_pylist()
@@ -274,11 +287,11 @@ def _commits(summary: dict) -> tuple[str | None, str | None]:
     return commit, ";".join(c or "unknown" for c in summary.get("git_commits") or []) or commit
 
 
-def _is_canonical(run: RunInfo, df: pa.Table, root) -> bool:
+def _is_canonical(run: RunInfo, values: Values, root) -> bool:
     """Whether the directory is where the runner writes this run (not a copy elsewhere)."""
     if root is None:
         return False
-    want = (str(_constant(df, "task.name")), str(_constant(df, "algo.name")), run.path.parent.name,
+    want = (str(_constant(values, "task.name")), str(_constant(values, "algo.name")), run.path.parent.name,
             run.path.name)
     return run.path.relative_to(root).parts == want
 
@@ -307,12 +320,16 @@ def load_runs(runs: list[RunInfo], root=None,
         except Exception as e:  # pyarrow raises several types for truncated/garbage files
             skipped.append(RunInfo(run.path, "corrupt", f"corrupt metrics.parquet: {e}"))
             continue
-        problems = inconsistencies(run, df)
+        values = Values(df)
+        problems = inconsistencies(run, df, values)
         if problems:
             skipped.append(RunInfo(run.path, "inconsistent", "inconsistent: " + "; ".join(problems)))
             continue
-        df = _rekeyed(df, current)  # a run recorded before the hash lost the names
-        key = (_constant(df, "config_hash"), _constant(df, "seed"))
+        rekeyed = _rekeyed(df, current)  # a run recorded before the hash lost the names
+        if rekeyed is not df:
+            df = values.table = rekeyed
+            values.pop("config_hash", None)
+        key = (_constant(values, "config_hash"), _constant(values, "seed"))
         if None in key:
             key = (run.path.parent.name, run.path.name)
         commit, commits = _commits(run.summary or {})
@@ -320,7 +337,7 @@ def load_runs(runs: list[RunInfo], root=None,
         provenance = {"git_commit": commit, "git_commits": commits, CODE: (run.summary or {}).get(CODE) or None}
         for col, value in provenance.items():
             df = df.append_column(col, pa.array([value] * df.num_rows))
-        frames.append((run, _is_canonical(run, df, root), key, _pack(df, schemas)))
+        frames.append((run, _is_canonical(run, values, root), key, _pack(df, schemas)))
     # One (config_hash, seed) is one run however many copies lie under the root (a backup
     # copied into it, a directory moved and copied back): the copy where the runner
     # writes it wins, else the shallowest, else the first by path.
@@ -345,7 +362,7 @@ def _rekeyed(df: pa.Table, current: dict) -> pa.Table:
     if "config_hash" not in df.column_names:
         return df
     cols = config_columns(df.column_names)
-    row = {c: df.column(c)[0].as_py() for c in cols}
+    row = df.select(cols).slice(0, 1).to_pylist()[0]  # one conversion, not one per column
     h = df.column("config_hash")[0].as_py()
     key = repr((h, sorted(row.items())))
     if key not in current:

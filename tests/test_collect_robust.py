@@ -301,6 +301,17 @@ def legacy_run(root, seed):
     return old
 
 
+def test_a_legacy_copy_beside_its_current_run_is_counted_once(tmp_path):
+    """A run's table recorded under its legacy hash is re-keyed before copies are told
+    apart: beside the same run under today's hash it is a duplicate, not a second seed."""
+    root = tmp_path / "outputs"
+    old = legacy_run(root, 0)
+    write_run(root, demo_config(), 0, [0.9, 0.5, 0.2])
+    df, skipped = collect.collect(root)
+    assert len(df) == 3 and set(df["config_hash"]) == {demo_hash()}
+    assert [(r.status, r.path) for r in skipped] == [("duplicate", old)]
+
+
 def test_migrate_names_and_skips_damaged_runs_and_moves_the_rest(tmp_path, capsys):
     import datetime
 

@@ -7,10 +7,11 @@ every run directory checked against an uninterrupted reference of its config.
 Faults: SIGKILL, SIGTERM, SIGINT at a random moment; a duplicate launch; ENOSPC (a 512 KiB
 tmpfs; needs root, else left out and said so); a symlinked `.lock` (refused, target
 untouched); a NaN metric (`failed`, `diverged`); a code edit between two launches (comment
-edit skipped, statement edit refused, `on_code_change=rerun` retrains). Right after the
-fault the record must be truthful; after re-running until completed every row must equal
-the reference's. Prints trials, faults, runs compared, rows lost and mislabelled; exits 1
-if any row was lost or mislabelled.
+edit skipped, statement edit refused, `on_code_change=rerun` retrains); a plot of a table
+collected before the run finished, under a symlinked output_root (warned; silent once
+re-collected). Right after the fault the record must be truthful; after re-running until
+completed every row must equal the reference's. Runs are found as collect finds them
+(symlinks followed). Prints trials, faults, rows lost and mislabelled; exits 1 if any.
 """
 from __future__ import annotations
 
@@ -29,10 +30,10 @@ from pathlib import Path
 import pandas as pd
 
 from tpo_bench.contract import io
-from tpo_bench.contract.schema import CHECKPOINT, LOCK, METRICS, SUMMARY
+from tpo_bench.contract.schema import CHECKPOINT, LOCK, METRICS, SUMMARY, run_dirs
 
 SIGNALS = {"sigkill": signal.SIGKILL, "sigterm": signal.SIGTERM, "sigint": signal.SIGINT}
-FAULTS = (*SIGNALS, "duplicate", "enospc", "symlink_lock", "nan_metric", "code_edit")
+FAULTS = (*SIGNALS, "duplicate", "enospc", "symlink_lock", "nan_metric", "code_edit", "stale_plot")
 # A handful of configs, so that references are shared between trials.
 CONFIGS = [
     ["task=demo", "algo=tpo", "task.episodes=16", "checkpoint_every=4"],
@@ -80,7 +81,8 @@ def bench(args: list[str], root: Path, plugin: Path | None = None) -> subprocess
 
 
 def run_dir(root: Path) -> Path | None:
-    found = [p.parent for p in root.rglob(SUMMARY)]
+    """The one run directory under root with a summary, found by collect's walk."""
+    found = [d for d in run_dirs(root) if (d / SUMMARY).is_file()] if root.is_dir() else []
     return found[0] if len(found) == 1 else None
 
 
@@ -138,14 +140,15 @@ def symlink_trial(args: list[str], root: Path, where: Path) -> str | None:
     must refuse (exit 1) and write nothing; the operator then removes the link. Returns
     what was wrong, or None."""
     victim = root.parent / f"{root.name}-victim.txt"
+    root.parent.mkdir(parents=True, exist_ok=True)
     victim.write_text("not the harness's")
     (root / where).mkdir(parents=True)
     (root / where / LOCK).symlink_to(victim)
     code = bench(args, root).wait()
     wrong = [f"exit {code}, not 1"] if code != 1 else []
-    if victim.read_text() != "not the harness's":
-        wrong.append("the link's target was written")
-    if list(root.rglob(SUMMARY)):
+    if not victim.is_file() or victim.read_text() != "not the harness's":
+        wrong.append("the link's target was written or replaced")
+    if any((d / SUMMARY).exists() for d in run_dirs(root)):
         wrong.append("a summary was written beside the link")
     (root / where / LOCK).unlink()
     return "; ".join(wrong) or None
@@ -167,6 +170,41 @@ def code_edit_trial(args: list[str], root: Path, plugin: Path, rng: random.Rando
     if before is None or (run_dir(root) / SUMMARY).read_text() != before:
         wrong.append("the completed run's record changed")
     return edit, "; ".join(wrong) or None
+
+
+def analysis(script: str, *args) -> subprocess.CompletedProcess:
+    return subprocess.run([sys.executable, f"analysis/{script}.py", *map(str, args)],
+                          capture_output=True, text=True, cwd=Path(__file__).resolve().parent.parent)
+
+
+def stale_plot_trial(args: list[str], root: Path, ref_root: Path, reference: pd.DataFrame) -> str | None:
+    """A table collected before the run finished (the reference's), the run completed
+    in a folder under root that is a symlink, then plot: it must warn that the table misses one completed run; after
+    collect again it must be silent and the table hold the run's rows. Returns what was
+    wrong, or None."""
+    table = root / "results.parquet"
+    root.mkdir(parents=True)
+    # The run's output_root a link to scratch space: collect and plot walk through it.
+    scratch = root.parent / f"{root.name}-scratch"
+    scratch.mkdir()
+    (root / "sweep").symlink_to(scratch.resolve(), target_is_directory=True)
+    wrong = []
+    if (r := analysis("collect", ref_root, "--out", table)).returncode != 0:
+        return f"collect of the reference exited {r.returncode}: {r.stderr.strip()[-200:]}"
+    time.sleep(0.05)  # the run's finished_at strictly after the table's mtime
+    bench(args, root / "sweep").wait()
+    r = analysis("plot", "--results", table, "--out", root / "plots")
+    if r.returncode != 0 or "warning: 1 completed run under" not in r.stderr:
+        wrong.append(f"plot of a stale table: exit {r.returncode}, no warning of the run it misses "
+                     f"({r.stderr.strip()[-200:]!r})")
+    if (r := analysis("collect", root, "--out", table)).returncode != 0:
+        wrong.append(f"collect exited {r.returncode}: {r.stderr.strip()[-200:]}")
+    elif len(pd.read_parquet(table, columns=["step"])) != len(reference):
+        wrong.append("the re-collected table does not hold the run's rows")
+    r = analysis("plot", "--results", table, "--out", root / "plots")
+    if r.returncode != 0 or "warning" in r.stderr:
+        wrong.append(f"plot of a fresh table: exit {r.returncode}: {r.stderr.strip()[-200:]!r}")
+    return "; ".join(wrong) or None
 
 
 def after_fault(root: Path, expected: str, reference: pd.DataFrame) -> tuple[int, str | None]:
@@ -239,7 +277,14 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--root", type=Path, default=Path("outputs/faults"))
     ap.add_argument("--minutes", type=float, default=0.0,
                     help="stop after the trial that passes this wall time (0: run every trial)")
+    ap.add_argument("--only", default=None, metavar="KIND[,KIND]",
+                    help=f"draw only these faults (of {', '.join(FAULTS)})")
     args = ap.parse_args(argv)
+    kinds = FAULTS if args.only is None else tuple(args.only.split(","))
+    if unknown := sorted(set(kinds) - set(FAULTS)):
+        print(f"error: --only {','.join(unknown)}: unknown fault; valid: {', '.join(FAULTS)}",
+              file=sys.stderr)
+        return 2
     rng = random.Random(args.seed)
     shutil.rmtree(args.root, ignore_errors=True)
     references: dict[tuple, pd.DataFrame] = {}
@@ -249,14 +294,14 @@ def main(argv: list[str] | None = None) -> int:
     can_mount = True
     t0 = time.time()
     for trial in range(args.trials):
-        fault = rng.choice([f for f in FAULTS if can_mount or f != "enospc"])
+        fault = rng.choice([f for f in kinds if can_mount or f != "enospc"] or list(SIGNALS))
         c = "plugin" if fault == "code_edit" else rng.randrange(len(CONFIGS))
         seed = rng.randrange(3)
         config = [*(PLUGIN_CONFIG if c == "plugin" else CONFIGS[c]), f"seed={seed}", "debug.sleep=0.05"]
         key = (c, seed)
         plugin = None
+        ref_root = args.root / "reference" / f"config{c}-seed{seed}"  # no "=": Hydra parses it
         if key not in references:
-            ref_root = args.root / "reference" / f"config{c}-seed{seed}"  # no "=": Hydra parses it
             if c == "plugin":
                 plugin = args.root / "reference" / "plugin"
                 write_plugin(plugin)
@@ -271,6 +316,8 @@ def main(argv: list[str] | None = None) -> int:
             expected = duplicate_trial(config, root, rng)
         elif fault == "symlink_lock":
             expected, problem_now = None, symlink_trial(config, root, where[key])
+        elif fault == "stale_plot":
+            expected, problem_now = None, stale_plot_trial(config, root, ref_root, references[key])
         elif fault == "nan_metric":
             episodes = int(next(a for a in config if a.startswith("task.episodes=")).split("=")[1])
             expected = "diverged"
