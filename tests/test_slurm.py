@@ -361,3 +361,20 @@ def test_requeued_job_resumes_from_checkpoint(slurm, tmp_path, how):
     b = pd.read_parquet(local / "metrics.parquet").drop(columns=["wall_s"])
     assert len(a) == 40 and not a["partial"].any()
     pd.testing.assert_frame_equal(a, b, check_exact=True)
+
+
+@pytest.mark.parametrize("first_line, ours", [
+    ("# written by tpo-bench slurm-local.sh", True),
+    ("# written by tpo-bench tools/slurm-local.sh", True),
+    ("# written by tpo-bench scripts/slurm-local.sh", True),  # a checkout laid out otherwise
+    ("# written by the site's admins", False),
+    ("ClusterName=site", False)])
+def test_script_recognises_its_own_config_wherever_it_lives(first_line, ours):
+    """`start` rewrites a slurm.conf that this script wrote, from whatever path in a checkout,
+    and refuses any other: the check is its OURS pattern against the file's first line."""
+    probe = f'source <(sed -n "/^MARKER=/p; /^OURS=/p" {SCRIPT}); ' \
+            f'printf "%s\\n" "$MARKER" | grep -qE "$OURS" || exit 3; ' \
+            f'printf "%s\\n" "$1" | grep -qE "$OURS"'
+    proc = subprocess.run(["bash", "-c", probe, "probe", first_line], capture_output=True, text=True)
+    assert proc.returncode != 3, "the script does not recognise the marker it writes"
+    assert (proc.returncode == 0) == ours, proc.stderr

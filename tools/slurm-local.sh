@@ -21,7 +21,9 @@ set -euo pipefail
 
 CONF_DIR=/etc/slurm
 CONF=$CONF_DIR/slurm.conf
-MARKER="# written by tpo-bench tools/slurm-local.sh"
+# The first line of every file it writes; recognised wherever the script lives in the checkout.
+MARKER="# written by tpo-bench slurm-local.sh"
+OURS="^# written by tpo-bench (.*/)?slurm-local\.sh"
 STATE=/var/lib/slurm-local
 LOGS=/var/log/slurm-local
 RUN=/run/slurm-local
@@ -121,7 +123,7 @@ write_conf() {
     mem_mb=${SLURM_LOCAL_MEM_MB:-$((mem_mb - headroom))}
     [ "$mem_mb" -ge 256 ] || die "too little memory for a SLURM node (${mem_mb} MB usable)"
 
-    if [ -e "$CONF" ] && ! grep -qF "$MARKER" "$CONF" && [ "${SLURM_LOCAL_FORCE:-0}" != 1 ]; then
+    if [ -e "$CONF" ] && ! grep -qE "$OURS" "$CONF" && [ "${SLURM_LOCAL_FORCE:-0}" != 1 ]; then
         die "$CONF exists and was not written by this script; refusing to overwrite it (SLURM_LOCAL_FORCE=1 overwrites)"
     fi
     mkdir -p "$CONF_DIR"
@@ -289,7 +291,7 @@ cmd_status() {
         echo "slurm-local: SLURM client tools are not installed (no sinfo); run: $0 start" >&2
         exit 1
     fi
-    if grep -qF "$MARKER" "$CONF" 2>/dev/null && ! { [ -s "$CTLD_PID" ] && [ -d "/proc/$(cat "$CTLD_PID")" ]; }; then
+    if grep -qE "$OURS" "$CONF" 2>/dev/null && ! { [ -s "$CTLD_PID" ] && [ -d "/proc/$(cat "$CTLD_PID")" ]; }; then
         echo "slurm-local: slurmctld is not running; the cluster is not up (run: $0 start)" >&2
         exit 1
     fi
