@@ -3,9 +3,9 @@
 S policies of one architecture run as one computation: their parameters stacked into
 [S, ...] tensors (`stack`), activations [S, b, t, d], every dense layer (the output head
 too) one bmm over the seed axis, attention one SDPA call over S*b sequences, LayerNorm
-one normalisation and one fused multiply-add (`_SeedLayerNorm`), in the module's order of
-operations. On the CPU at one thread each seed's slice then equals its own module's
-output and gradients bit for bit (tests/test_batched.py). Elsewhere (more threads, a
+tasks/_layernorm.py's (the module's own at S = 1), in the module's order of operations.
+On the CPU at one thread each seed's slice then equals its own module's output and
+gradients bit for bit (tests/test_batched.py). Elsewhere (more threads, a
 GPU, where bmm and mm may tile and reduce otherwise) expect last-bit differences, which
 training then carries on.
 
@@ -18,7 +18,8 @@ from __future__ import annotations
 import torch
 import torch.nn.functional as F
 
-from tpo_bench.tasks.transformer import LN_EPS, Transformer
+from tpo_bench.tasks._layernorm import layer_norm
+from tpo_bench.tasks.transformer import Transformer
 
 Params = dict[str, torch.Tensor]
 
@@ -27,38 +28,6 @@ def stack(policies: list[Transformer]) -> Params:
     """name -> [S, *shape], differentiable back to each policy's parameters."""
     named = [dict(p.named_parameters()) for p in policies]
     return {k: torch.stack([n[k] for n in named]) for k in named[0]}
-
-
-class _SeedLayerNorm(torch.autograd.Function):
-    """LayerNorm of x [S, n, d] with a per-seed affine w, b [S, d]. Forward: one
-    normalisation without affine for all seeds, then addcmul (b + y * w, one fused
-    multiply-add, as the native kernel's affine rounds: measured on the CPU, bitwise).
-    Backward: the native kernel per seed, from the saved statistics; its sums of the
-    affine's gradients run sequentially over rows, which no batched op reproduces."""
-
-    @staticmethod
-    def forward(ctx, x, w, b):
-        y, mean, rstd = torch.ops.aten.native_layer_norm(x, [x.shape[-1]], None, None, LN_EPS)
-        ctx.save_for_backward(x, w, b, mean, rstd)
-        return torch.addcmul(b.unsqueeze(1), y, w.unsqueeze(1))
-
-    @staticmethod
-    def backward(ctx, dy):
-        x, w, b, mean, rstd = ctx.saved_tensors
-        mask = list(ctx.needs_input_grad)
-        # unbind, not x[s]: each x[s]'s backward would write a zero-filled [S, ...] gradient
-        per_seed = [torch.ops.aten.native_layer_norm_backward(*a, mask) for a in zip(
-            dy.contiguous().unbind(), x.unbind(), [[x.shape[-1]]] * len(w), mean.unbind(),
-            rstd.unbind(), w.unbind(), b.unbind())]
-        return tuple(torch.stack([g[i] for g in per_seed]) if mask[i] else None for i in range(3))
-
-
-def _ln(x: torch.Tensor, scale: torch.Tensor, bias: torch.Tensor) -> torch.Tensor:
-    """x [S, n, d], scale/bias [S, d]: LayerNorm with a per-seed affine."""
-    if torch.is_grad_enabled() and (x.requires_grad or scale.requires_grad):
-        return _SeedLayerNorm.apply(x, scale, bias)
-    y = torch.ops.aten.native_layer_norm(x, [x.shape[-1]], None, None, LN_EPS)[0]
-    return torch.addcmul(bias.unsqueeze(1), y, scale.unsqueeze(1))
 
 
 def _dense(x: torch.Tensor, w: torch.Tensor, b: torch.Tensor | None = None) -> torch.Tensor:
@@ -83,7 +52,7 @@ class Stacked:
     def _qkv(self, i: int, x: torch.Tensor):
         p, S, (b, t, d) = self.p, self.S, x.shape[1:]
         pre = f"blocks.{i}."
-        y = _ln(x.reshape(S, b * t, d), p[pre + "ln1_scale"], p[pre + "ln1_bias"])
+        y = layer_norm(x.reshape(S, b * t, d), p[pre + "ln1_scale"], p[pre + "ln1_bias"])
         w = torch.cat([p[pre + "wq"], p[pre + "wk"], p[pre + "wv"]], 2).reshape(S, d, 3 * d)
         bias = torch.cat([p[pre + "bq"], p[pre + "bk"], p[pre + "bv"]], 1).reshape(S, 3 * d)
         qkv = _dense(y, w, bias).view(S * b, t, 3, self.heads, self.hd).permute(2, 0, 3, 1, 4)
@@ -95,7 +64,7 @@ class Stacked:
         flat = x.reshape(S, b * t, d)
         flat = flat + torch.bmm(att.transpose(1, 2).reshape(S, b * t, d),
                                 p[pre + "wo"].reshape(S, d, d)) + p[pre + "bo"].unsqueeze(1)
-        y = _ln(flat, p[pre + "ln2_scale"], p[pre + "ln2_bias"])
+        y = layer_norm(flat, p[pre + "ln2_scale"], p[pre + "ln2_bias"])
         h = F.gelu(_dense(y, p[pre + "w1"], p[pre + "b1"]), approximate="tanh")
         out = flat + torch.bmm(h, p[pre + "w2"]) + p[pre + "b2"].unsqueeze(1)
         return out.view(S, b, t, d)
@@ -111,7 +80,7 @@ class Stacked:
         shape, as the module adds it: its gradient is then summed over a gradient of the
         module's strides (after a flat add, over a contiguous copy: another order)."""
         S, rest, d = self.S, x.shape[1:-1], x.shape[-1]
-        y = _ln(x.reshape(S, -1, d), self.p["lnf_scale"], self.p["lnf_bias"])
+        y = layer_norm(x.reshape(S, -1, d), self.p["lnf_scale"], self.p["lnf_bias"])
         bias = self.p["head_b"].view(S, *[1] * len(rest), -1)
         return _dense(y, self.p["head_w"]).view(S, *rest, -1) + bias
 

@@ -1,0 +1,73 @@
+"""tasks/_layernorm.py: LayerNorm over a leading seed axis. Against F.layer_norm the
+forward is equal and the gradients close; a seed's slice of the stacked computation is
+that seed alone bit for bit (on the CPU, one thread); its op count does not grow with S."""
+import pytest
+import torch
+import torch.nn.functional as F
+
+from tpo_bench.tasks._layernorm import LN_EPS, layer_norm
+
+# Gradients against F.layer_norm: max abs difference over each gradient's scale
+# (dx: max |dy * w| / min std of a row; dw, db: the reference's largest magnitude).
+# Measured worst, 20 draws each of n 1-1000, d 3-67: dx 6.7e-7, dw 2.2e-6, db 2.2e-6.
+TOL = 1e-5
+
+
+@pytest.fixture(autouse=True)
+def one_thread():
+    before = torch.get_num_threads()
+    torch.set_num_threads(1)
+    yield
+    torch.set_num_threads(before)
+
+
+def _case(S: int, n: int, d: int, seed: int = 0):
+    g = torch.Generator().manual_seed(seed)
+    x = torch.randn(S, n, d, generator=g) * 2 + 0.5
+    w, b = 1 + 0.3 * torch.randn(S, d, generator=g), 0.1 * torch.randn(S, d, generator=g)
+    return x, w, b, torch.randn(S, n, d, generator=g)
+
+
+def _run(fn, x, w, b, dy):
+    """(output, dx, dw, db) of fn(x, w, b) under the output gradient dy."""
+    leaves = [t.clone().requires_grad_() for t in (x, w, b)]
+    out = fn(*leaves)
+    out.backward(dy)
+    return (out.detach(), *(t.grad for t in leaves))
+
+
+@pytest.mark.parametrize("n, d", [(1, 3), (5, 8), (40, 64), (300, 67)])
+def test_matches_f_layer_norm(n, d):
+    x, w, b, dy = _case(1, n, d, seed=n + d)
+    ours = _run(layer_norm, x, w, b, dy)
+    ref = _run(lambda x, w, b: F.layer_norm(x, (d,), w[0], b[0], LN_EPS).unsqueeze(0),
+               x[0], w, b, dy)
+    assert torch.equal(ours[0], ref[0])
+    scales = ((dy * w.unsqueeze(1)).abs().max() / x.std(-1, correction=0).min(),
+              ref[2].abs().max(), ref[3].abs().max())
+    for got, want, scale in zip(ours[1:], (ref[1].unsqueeze(0), *ref[2:]), scales):
+        assert (got - want).abs().max() <= TOL * scale
+
+
+@pytest.mark.parametrize("S", [2, 3, 8, 32])
+@pytest.mark.parametrize("n, d", [(1, 3), (5, 8), (15, 64), (33, 67), (257, 64), (4099, 64)])
+def test_a_seeds_slice_is_that_seed_alone_bit_for_bit(S, n, d):
+    """Output and the three gradients, for the first, a middle and the last seed."""
+    x, w, b, dy = _case(S, n, d, seed=S * n + d)
+    stacked = _run(layer_norm, x, w, b, dy)
+    for s in (0, S // 2, S - 1):
+        alone = _run(layer_norm, x[s:s + 1], w[s:s + 1], b[s:s + 1], dy[s:s + 1])
+        for name, a, c in zip(("y", "dx", "dw", "db"), stacked, alone):
+            assert torch.equal(a[s:s + 1], c), (name, s)
+
+
+def test_its_op_count_does_not_grow_with_the_seeds():
+    from tpo_bench.tools.speed import OpCount
+
+    def ops(S):
+        x, w, b, dy = _case(S, 5, 8)
+        with OpCount() as count:
+            _run(layer_norm, x, w, b, dy)
+        return count.ops
+
+    assert ops(1) == ops(8) == ops(32)
