@@ -342,11 +342,7 @@ def ops_mode(args) -> int:
     df = pd.DataFrame(rows)
     df["torch"] = torch.__version__
     print(ops_table(df))
-    out = Path(args.out or "outputs/speed/ops.csv")
-    out.parent.mkdir(parents=True, exist_ok=True)
-    df.to_csv(out, index=False)
-    print(f"wrote {out}")
-    return 0
+    return write_table(df, args.out or "outputs/speed/ops.csv")
 
 
 def vs_loop(overrides: tuple[str, ...], seeds: int, rounds: int, warmup: int = 1) -> list[dict]:
@@ -405,11 +401,7 @@ def vs_loop_mode(args) -> int:
     print(f"batched vs the per-seed loop ({threads} thread(s), paired alternating rounds; "
           "speed-up = loop seconds / batched seconds):")
     print(vs_loop_table(df))
-    out = Path(args.out or "outputs/speed/vs_loop.csv")
-    out.parent.mkdir(parents=True, exist_ok=True)
-    df.to_csv(out, index=False)
-    print(f"wrote {out}")
-    return 0
+    return write_table(df, args.out or "outputs/speed/vs_loop.csv")
 
 
 def sweep_jobs(*overrides: str) -> list[list[str]]:
@@ -579,6 +571,15 @@ def seeds_mode(args) -> int:
     return 0
 
 
+
+def write_table(df: pd.DataFrame, out: str | Path) -> int:
+    """Write a benchmark's rows as CSV (folders made), say where; the command's exit code."""
+    out = Path(out)
+    out.parent.mkdir(parents=True, exist_ok=True)
+    df.to_csv(out, index=False)
+    print(f"wrote {out}")
+    return 0
+
 def main(argv=None) -> int:
     p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     p.add_argument("--episodes", type=int, default=5)
@@ -654,11 +655,7 @@ def main(argv=None) -> int:
     if args.sweep:
         for r in sweep_throughput():
             print(f"sweep {r['setup']}: {r['episodes_per_s']:.2f} episodes/s ({r['wall_s']:.0f} s)")
-    out = Path(args.out)
-    out.parent.mkdir(parents=True, exist_ok=True)
-    df.to_csv(out, index=False)
-    print(f"wrote {out}")
-    return 0
+    return write_table(df, args.out)
 
 
 if __name__ == "__main__":
