@@ -88,10 +88,20 @@ def status_block(root: Path = RUNS) -> str:
 
     lines = [f"- `{t}` {a}: {len(v)} completed (seeds {seed_list(v)})"
              for (t, a, _), v in sorted(done.items())]
-    lines += [f"- `{s['task']}` {s['algo']} seed {s['seed']}: {s.get('status')} after episode "
-              f"{(s.get('final') or {}).get('step', '?')} (resumes from its last checkpoint)"
+    lines += [f"- `{s['task']}` {s['algo']} seed {s['seed']}: not completed, metrics logged to "
+              f"episode {_last_step(root, s)} (resumes from its last checkpoint)"
               for s in runs if s.get("status") != "completed"]
     return "\n".join(lines)
+
+
+def _last_step(root: Path, summary: dict) -> str:
+    """The last episode a committed unfinished run logged (its summary, written at start
+    or at a kill, may say `running` with no final row)."""
+    path = root / summary["task"] / summary["algo"] / summary["config_hash"] / f"seed={summary['seed']}" / "metrics.parquet"
+    try:
+        return str(int(pd.read_parquet(path, columns=["step"])["step"].max()))
+    except (OSError, ValueError, KeyError):
+        return "?"
 
 
 def cost_block(root: Path = RUNS, table: Path = TABLE) -> str:
@@ -192,12 +202,16 @@ def write_page(name: str, blocks: dict | None = None, check: bool = False) -> bo
     return new != text
 
 
+# Blocks another command writes (it imports code this module may not): left as they are here.
+FOREIGN = {"queue": "python -m tools.study status --page docs/reproducing.md"}
+
+
 def fill(text: str, blocks: dict, only=None) -> str:
     """text with each generated block (of only, if given) rewritten; a block the page
-    names but blocks lacks is an error."""
+    names but blocks lacks is an error, unless another command writes it (FOREIGN)."""
     def sub(m):
         name = m.group(2)
-        if only is not None and name not in only:
+        if only is not None and name not in only or only is None and name in FOREIGN:
             return m.group(0)
         if name not in blocks:
             raise KeyError(f"no generator for block {name!r}; valid: {', '.join(blocks)}")
