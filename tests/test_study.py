@@ -48,7 +48,7 @@ def _rows(stage_seeds):
     out = []
     for stage, over, seeds, done in stage_seeds:
         for s in seeds:
-            j = study.Job(stage, "r", (f"seed={s}", *over), 1.0)
+            j = study.Job(stage, "r", (f"seed={s}", *over), 1800.0)
             out.append((j, Path(f"/x/{'-'.join(over)}/seed={s}"), "completed" if s in done else "todo"))
     return out
 
@@ -69,7 +69,7 @@ def test_status_counts_completed_and_cost_left(tmp_path):
     line = next(l for l in table.splitlines() if l.startswith("| a_mechanism"))
     assert [c.strip() for c in line.split("|")[2:6]] == ["3", "2", "0", "1"]
     total = next(l for l in table.splitlines() if l.startswith("| all"))
-    assert total.split("|")[6].strip() == f"{(1 * 1.0 + 2 * 1.0) / 3600:.1f}"
+    assert total.split("|")[6].strip() == "1.5"  # 3 unfinished runs of half an hour each
 
 
 def test_queue_block_check_and_write(tmp_path):
@@ -155,7 +155,8 @@ def test_commit_run_commits_only_that_runs_files(tmp_path):
         (run / f).write_text("x")
     assert study.commit_run(repo, run)
     files = git("show", "--name-only", "--format=%s", "HEAD").stdout.split("\n")
-    assert "0.2500" in files[0] and "seed 0" in files[0]
+    assert "0.2500" in files[0] and "seed 0" in files[0] and "(final error" in files[0]
+    assert files[0].endswith("; 0 KiB)")  # three one-byte files
     assert sorted(f for f in files[1:] if f) == [f"runs/demo/tpo/abc/seed=0/{f}" for f in
                                                  ("config.json", "metrics.parquet", "summary.json")]
     assert "other.txt" in git("diff", "--cached", "--name-only").stdout  # still staged, not committed

@@ -205,9 +205,10 @@ def commit_run(repo: Path, run_dir: Path, tries: int = 20) -> bool:
              if p.is_file() and p.name in ("summary.json", "config.json", "metrics.parquet")]
     s = json.loads((run_dir / "summary.json").read_text())
     err = (s.get("final") or {}).get("error")
+    size = sum((repo / f).stat().st_size for f in files)
     msg = (f"Study: {s['task']}/{s['algo']} {s['config_hash']} seed {s['seed']} completed "
-           f"(final error {err:.4f}; code {s.get('git_commit')})" if err is not None else
-           f"Study: {run_dir.relative_to(repo)} completed")
+           f"(final error {err:.4f}; code {s.get('git_commit')}; {size / 1024:.0f} KiB)" if err is not None
+           else f"Study: {run_dir.relative_to(repo)} completed ({size / 1024:.0f} KiB)")
     for _ in range(tries):
         add = _git(repo, "add", "--", *files)
         if add.returncode == 0:
