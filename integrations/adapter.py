@@ -1,19 +1,17 @@
 """Trainer rows -> the harness's `Batch` [N, K, T] -> a registered algorithm's `loss`.
 
 A trainer hands its loss one row per completion: per-token log-probs under the current
-policy [B, T], the behaviour (old) ones [B, T], the completion mask [B, T], the raw score
-of each completion [B], the id of its prompt's group [B] and its slot inside the group
-[B]. The rows may come in any order (trainers shuffle) but every group must be whole:
-a group-level loss (TPO's target q, GRPO's standardised advantage) is a function of all K
-scores and log-probs of a prompt, so a partial group gives a different loss, not a noisier
-one. `regroup` sorts rows by (group id, slot) into [N, K, T]; the layout is therefore a
-function of the rows' contents, not of their order, and a shuffled batch gives the same
-loss, bit for bit, as an ordered one.
+policy [B, T], the behaviour (old) ones, the completion mask, each completion's raw score
+[B], its group id [B] and its slot in the group [B]. Rows may come in any order (trainers
+shuffle) but every group must be whole: a group loss (TPO's target, GRPO's standardised
+advantage) on part of a group is another loss, not a noisier one. `regroup` sorts rows by
+(group id, slot), so the layout is a function of the rows' contents, not of their order,
+and a shuffled batch gives the ordered batch's loss bit for bit.
 
-Padded steps hold 0 in every per-step tensor (the Batch's rule), so a candidate's
+Padded steps are zeroed in every per-step tensor (the Batch's rule): a candidate's
 log-prob is the sum over its real tokens (the paper's form). A completion's per-token
-reward is its score on every real token and its success is score >= `success_at`
-(the LLM task's conventions); both feed only diagnostics of the group losses.
+reward is its score on every real token, its success score >= `success_at` (the LLM
+task's conventions); both feed only diagnostics.
 """
 from __future__ import annotations
 

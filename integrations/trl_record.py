@@ -2,27 +2,16 @@
 
     <output_root>/<task>/<algo>/<config hash>/seed=<n>/{config.json, summary.json, metrics.parquet}
 
-(contract.schema's layout), so `python -m tpo_bench.analysis.collect` and `... plot` read a
-TRL-trained run beside the harness's own. One row per optimizer step (step = updates
-before it, 0-based, as the runner counts episodes); TRL must log every step
-(`logging_steps=1`, refused otherwise: a row per step is what `task.episodes` promises
-collect). The columns are contract.schema.METRIC_COLUMNS, NaN where TRL reports nothing:
-
-    reward_mean  TRL's `reward` (mean weighted reward of the step's completions)
-    error        1 - reward_mean (the LLM task's training error: scores in [0, 1])
-    loss, grad_norm, entropy, response_length (`completions/mean_length`)
-    kl_ref       the harness's KL to the reference, where ZooGRPOTrainer logs one
-    q_success, q_fail, clip_frac, absA_success, absA_fail   ZooGRPOTrainer's algorithm metrics
-    rollouts     completions sampled so far (per step: per-device batch x processes x
-                 gradient accumulation steps)
-    wall_s       seconds since training began
-
-The config hashed into the directory name: the task section (`impl: trl`, the model's
-name, the TRL settings that change what is trained, and the caller's `task` extras), the
-algorithm section (its registered name and dataclass fields, or TRL's `loss_type` for a
-plain GRPOTrainer), the optimizer, and the seed beside them. A run that stops early is
-recorded `interrupted`, one whose training raised is left `running` (its heartbeat goes
-stale and collect calls it incomplete).
+(contract.schema's layout), so collect and plot read a TRL-trained run beside the
+harness's own. One row per optimizer step, step = updates before it (0-based, as the
+runner counts episodes): TRL must log every step (`logging_steps=1`, refused otherwise).
+Columns are contract.schema.METRIC_COLUMNS, NaN where TRL reports nothing; `error` is
+1 - reward_mean (the LLM task's training error, scores in [0, 1]); `rollouts` counts the
+completions sampled so far. The hashed config: the task section (`impl: trl`, the model,
+the TRL settings that change what is trained, the caller's extras), the algorithm section
+(registered name and fields, or `trl_<loss_type>` for a plain GRPOTrainer), the optimizer;
+the seed beside them. A run that stops early is recorded `interrupted`; one whose
+training raised is left `running` (its heartbeat goes stale: collect calls it incomplete).
 """
 from __future__ import annotations
 

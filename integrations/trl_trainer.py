@@ -1,33 +1,17 @@
 """A TRL `GRPOTrainer` whose loss is a registered harness algorithm's own (TPO by default).
 
-TRL's trainer samples K completions per prompt and scores them, then hands its loss only
-normalised advantages, shuffled rows and micro-batches. A group loss needs more: the raw
-scores of all K completions of each prompt, in one loss call. This subclass keeps, from
-generation, each row's raw score (the reward functions' weighted sum, before TRL's
-normalisation), its group id and its slot, and its loss regroups the rows
-(`integrations.adapter`) and calls the algorithm's `loss`. Nothing of the loss is
-re-implemented here.
+TRL's loss sees normalised advantages, shuffled rows and micro-batches; a group loss needs
+the raw scores of all K completions of a prompt in one call. This subclass keeps, from
+generation, each row's raw score (the reward functions' weighted sum, before TRL
+normalises it), group id and slot; its loss regroups the rows (integrations.adapter) and
+calls the algorithm's `loss`, divided by the gradient-accumulation steps in training as
+TRL divides its own. With `beta` > 0 the penalty is the harness's KL to the reference
+(contract.batch.reference_kl), added as the harness's runner adds it. TRL's `loss_type`,
+`epsilon`, `scale_rewards` and `importance_sampling_level` belong to its own loss and do
+not enter this one; the algorithm's `epochs` is TRL's `num_iterations` here.
 
-What it refuses, and why (each a ValueError at construction):
-- a generation batch split into several micro-batches (`steps_per_generation` > 1): TRL
-  shuffles the rows of a generation batch before splitting it, so a prompt's completions
-  would land in different loss calls;
-- a micro-batch that is not whole groups (`per_device_train_batch_size` not a multiple of
-  `num_generations`);
-- vLLM's importance-sampling correction, off-policy sequence masks, entropy masks and
-  masked truncated completions: each reweights or drops tokens or rows inside a group, and
-  the algorithm's loss has no such term;
-- `multi_objective_aggregation="normalize_then_sum"`: the scores handed over are the raw
-  weighted sum, which that setting says they are not.
-At run time a batch whose rows do not form whole groups, or a completion no reward
-function scored, is refused as well.
-
-With `beta` > 0 the penalty is the harness's KL to the reference
-(contract.batch.reference_kl, k3 averaged over real tokens), added to the loss as the
-harness's runner adds it. The loss is divided by the gradient-accumulation steps in
-training, as TRL divides its own. TRL's `loss_type`, `epsilon`, `scale_rewards` and
-`importance_sampling_level` belong to its own loss and do not enter this one; the
-algorithm's `epochs` field is TRL's `num_iterations` here.
+Settings whose semantics a group loss cannot honour are refused (`check_args`, each with
+its reason); at run time, rows that are not whole groups or a completion without a score.
 """
 from __future__ import annotations
 
@@ -40,7 +24,7 @@ try:
 except ImportError as e:  # pragma: no cover - the message is the point
     raise ImportError(f"integrations.trl_trainer needs TRL ({e}); pip install 'tpo-bench[trl]'") from e
 
-SCORES, GROUP, SLOT = "zoo_scores", "zoo_group", "zoo_slot"
+SCORES, GROUP, SLOT = "zoo_scores", "zoo_group", "zoo_slot"  # what generation adds to a row
 
 
 def check_args(args) -> None:

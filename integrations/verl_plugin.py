@@ -1,36 +1,17 @@
-"""TPO inside verl: a policy loss and its advantage, registered from the `verl.plugins`
-entry point (pyproject.toml), so `import verl` registers them in any environment where
-tpo-bench is installed beside verl (VERL_USE_EXTERNAL_PLUGINS=none turns that off).
+"""TPO inside verl, registered from the `verl.plugins` entry point (pyproject.toml), which
+`import verl` loads: `algorithm.adv_estimator=tpo` (u, each response's score
+standardised over its uid by the harness's `standardise`, on its tokens) and
+`actor_rollout_ref.actor.policy_loss.loss_mode=tpo`.
 
-    algorithm.adv_estimator=tpo                  u = the scores standardised per uid
-                                                 (the harness's own standardise)
-    actor_rollout_ref.actor.policy_loss.loss_mode=tpo
-
-verl hands a policy loss per-token tensors and advantages only: no uid, no raw score.
-The advantage carries u (one value per response, on its tokens); the loss reads each
-row's u back, takes the rows of a micro-batch as consecutive groups of `rollout_n` (the
-order verl's rollout writes them in) and calls the harness's TPO through
-integrations.adapter. TPO standardises the scores it is given; u standardised again is
-u (up to rounding), so the target is the one raw scores give.
-
-That order is the whole contract, so what would break it is refused:
-- `actor.shuffle=True`, `actor.use_dynamic_bsz=True`: rows reordered or micro-batches cut
-  by token count, not by group (refused in the loss, which sees the actor's config);
-- a micro-batch (`ppo_micro_batch_size_per_gpu`, or the rows the loss receives) that is
-  not a multiple of `rollout_n`;
-- `trainer.balance_batch=True` (verl's default): rows reordered across data-parallel ranks
-  by length; the loss cannot see the trainer's config, so `check_trainer_config(config)`
-  refuses it (call it in the entry script), and every loss call checks that each block
-  of rollout_n rows sums its u to 0, as a whole group of standardised scores does;
-- rollout importance-sampling weights (`rollout_is_weights`): a per-token reweighting the
-  group loss has no term for.
-
-Scaling: verl's actor sums micro-batch losses; where it fills `global_batch_info`
-(global_batch_size: sequences of the global mini-batch, dp_size), each micro-batch's loss
-is TPO's mean over its groups times rows * dp_size / global_batch_size, so the summed
-(and data-parallel averaged) gradient is the mean over the mini-batch's groups. Without
-it the loss is the micro-batch's mean. TPO's loss is per group, so `loss_agg_mode` does
-not enter it.
+verl hands a policy loss per-token tensors and advantages only: no uid, no raw score. The
+loss reads each row's u back, takes a micro-batch's rows as consecutive groups of
+`rollout_n` (the order verl's rollout writes them in) and calls the harness's TPO through
+integrations.adapter; u standardised again is u (up to rounding), so the target is the
+raw scores'. That order is the contract, so what would break it is refused (below, and
+`check_trainer_config` for the trainer's settings the loss cannot see). Where verl fills
+`global_batch_info`, a micro-batch's loss (TPO's mean over its groups) is scaled by
+rows * dp_size / global_batch_size, so summed micro-batches give the mini-batch's mean
+over groups. TPO's loss is per group: `loss_agg_mode` does not enter it.
 """
 from __future__ import annotations
 
@@ -57,6 +38,11 @@ def _get(cfg, key: str, default=None):
         return cfg.get(key, default)
     return getattr(cfg, key, default)
 
+
+# Refused, each with its reason: trainer.balance_batch (rows reordered across ranks by
+# length; the loss also checks each block of rollout_n rows sums its u to 0, as a whole
+# group of standardised scores does), actor.shuffle, actor.use_dynamic_bsz, a micro-batch
+# not a multiple of rollout_n, rollout importance-sampling weights.
 
 def check_trainer_config(config) -> None:
     """Refuse (ValueError) a verl PPO trainer config (the full one: trainer, algorithm,
