@@ -2,7 +2,8 @@
 built in code, on the CPU, with a verifiable reward from the harness's own scorer (GSM8K's
 final-number rule, tasks/_problems.score): at each of the first optimizer steps the loss
 TRL returns and the gradients it accumulates equal a plain forward plus the harness's
-loss on the same rows regrouped by hand (gradient accumulation 2, rows shuffled by TRL);
+loss on the same rows regrouped by hand (gradient accumulation 2, rows shuffled by TRL),
+and on TRL's own per-token log-probs the loss is the harness's bit for bit;
 the settings a group loss cannot honour are refused; the recorder writes run directories
 that collect and plot read beside the harness's runs.
 
@@ -100,7 +101,11 @@ class _Check(transformers.TrainerCallback):
             ref_total = ref_total + plain_loss(model, inputs, t.algorithm, t.beta) / len(calls)
             rows.append(inputs)
         grads = torch.autograd.grad(ref_total, params)
+        with torch.no_grad():  # TRL's own log-probs, sorted by hand: the loss bit for bit
+            exact = [plain_loss(model, i, t.algorithm, t.beta, logp=trl_logp(t, model, i)) / len(calls)
+                     for i in rows]
         t.checks.append({"trl_loss": [float(l) for _, l in calls],
+                         "bitwise": [bool(e == l) for e, (_, l) in zip(exact, calls)],
                          "ref_loss": [float(plain_loss(model, i, t.algorithm, t.beta).detach()) / len(calls)
                                       for i in rows],
                          "grad_err": max(float((p.grad - g).abs().max()) for p, g in zip(params, grads)),
@@ -108,13 +113,21 @@ class _Check(transformers.TrainerCallback):
                          "rows": rows})
 
 
-def plain_loss(model, inputs, algo, beta):
-    """A forward of the model and the harness's loss on the rows sorted by hand."""
+def trl_logp(trainer, model, inputs):
+    ids = torch.cat([inputs["prompt_ids"], inputs["completion_ids"]], 1)
+    att = torch.cat([inputs["prompt_mask"], inputs["completion_mask"]], 1)
+    return trainer._get_per_token_logps_and_entropies(model, ids, att, inputs["completion_ids"].shape[1])[0]
+
+
+def plain_loss(model, inputs, algo, beta, logp=None):
+    """A forward of the model (or the given per-token log-probs) and the harness's loss on
+    the rows sorted by hand."""
     ids = torch.cat([inputs["prompt_ids"], inputs["completion_ids"]], 1)
     att = torch.cat([inputs["prompt_mask"], inputs["completion_mask"]], 1)
     T = inputs["completion_ids"].shape[1]
-    logits = model(input_ids=ids, attention_mask=att).logits[:, -T - 1:-1].float()
-    logp = torch.log_softmax(logits, -1).gather(-1, inputs["completion_ids"].unsqueeze(-1)).squeeze(-1)
+    if logp is None:
+        logits = model(input_ids=ids, attention_mask=att).logits[:, -T - 1:-1].float()
+        logp = torch.log_softmax(logits, -1).gather(-1, inputs["completion_ids"].unsqueeze(-1)).squeeze(-1)
     order = sorted(range(len(ids)), key=lambda i: (int(inputs["zoo_group"][i]), int(inputs["zoo_slot"][i])))
     order = torch.tensor(order)
     m = inputs["completion_mask"][order].bool()
@@ -151,6 +164,7 @@ def test_trl_steps_equal_a_plain_forward_and_the_harness_loss(tmp_path, algorith
         for got, want in zip(c["trl_loss"], c["ref_loss"]):
             assert abs(got - want) <= 1e-6, (got, want)  # TRL's loss / gradient accumulation steps
         assert c["grad_err"] <= 1e-6, c["grad_err"]
+        assert all(c["bitwise"]), c  # on TRL's own log-probs: the harness's loss, bit for bit
         for rows in c["rows"]:
             key = (rows["zoo_group"] * G + rows["zoo_slot"]).tolist()
             assert key != sorted(key)  # TRL shuffled the rows: the loss regrouped them
