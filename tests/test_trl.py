@@ -135,7 +135,8 @@ def plain_loss(model, inputs, algo, beta, logp=None):
     view = lambda x: x[order].masked_fill(~m, 0).view(n, G, T)  # noqa: E731
     s = inputs["zoo_scores"][order].view(n, G)
     ref = inputs.get("ref_per_token_logps")
-    batch = Batch.sampled_group(view(logp).detach(), s.unsqueeze(-1) * m.view(n, G, T), s >= 1, scores=s,
+    old = inputs.get("old_per_token_logps")  # TRL keeps them when a batch is reused (num_iterations > 1)
+    batch = Batch.sampled_group(view(logp).detach() if old is None else view(old), s.unsqueeze(-1) * m.view(n, G, T), s >= 1, scores=s,
                                 mask=m.view(n, G, T), logp_ref=None if ref is None else view(ref))
     loss = algo.loss(batch, view(logp)).loss
     return loss + beta * reference_kl(batch, view(logp)) if beta else loss
@@ -154,17 +155,26 @@ def train(tmp_path, algorithm, recorder=None, **kw):
 
 
 @pytest.mark.slow
-@pytest.mark.parametrize("algorithm,beta", [(TPO(), 0.0), (TPO(), 0.1), (GRPO(kl_coef=0.0), 0.0)])
-def test_trl_steps_equal_a_plain_forward_and_the_harness_loss(tmp_path, algorithm, beta):
-    t = train(tmp_path, algorithm, beta=beta)
-    assert len(t.checks) == 2  # two optimizer steps, two micro-batches each
+@pytest.mark.parametrize("algorithm,beta,kw", [
+    (TPO(), 0.0, {}), (TPO(), 0.1, {}), (GRPO(kl_coef=0.0), 0.0, {}),
+    # the second step reuses the first step's batch after an update: q stays the target of
+    # the old log-probs TRL kept (TPO's epochs)
+    (TPO(), 0.0, dict(gradient_accumulation_steps=1, num_iterations=2))])
+def test_trl_steps_equal_a_plain_forward_and_the_harness_loss(tmp_path, algorithm, beta, kw):
+    t = train(tmp_path, algorithm, beta=beta, **kw)
+    assert len(t.checks) == 2  # two optimizer steps
     informative = 0
     for c in t.checks:
-        assert len(c["trl_loss"]) == 2
+        assert len(c["trl_loss"]) == kw.get("gradient_accumulation_steps", 2)
         for got, want in zip(c["trl_loss"], c["ref_loss"]):
             assert abs(got - want) <= 1e-6, (got, want)  # TRL's loss / gradient accumulation steps
         assert c["grad_err"] <= 1e-6, c["grad_err"]
         assert all(c["bitwise"]), c  # on TRL's own log-probs: the harness's loss, bit for bit
+    if kw.get("num_iterations"):
+        first, second = t.checks[0]["rows"][0], t.checks[1]["rows"][0]
+        assert torch.equal(first["completion_ids"], second["completion_ids"])  # the batch reused
+        assert "old_per_token_logps" in second
+    for c in t.checks:
         for rows in c["rows"]:
             key = (rows["zoo_group"] * G + rows["zoo_slot"]).tolist()
             assert key != sorted(key)  # TRL shuffled the rows: the loss regrouped them
