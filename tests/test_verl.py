@@ -10,8 +10,6 @@ default one. To run them:
 adv_estimator=tpo; the loss on verl's tensors equals the harness's TPO.loss on the raw
 scores; micro-batches scaled by verl's global-batch info sum to the mini-batch's loss;
 configurations that would reorder or split groups are refused."""
-from types import SimpleNamespace
-
 import numpy as np
 import pytest
 import torch
@@ -28,11 +26,15 @@ from tpo_bench.contract.batch import Batch  # noqa: E402
 N, K, T = 4, 3, 6
 
 
-def actor(**kw):
-    base = dict(rollout_n=K, shuffle=False, use_dynamic_bsz=False, ppo_micro_batch_size_per_gpu=2 * K,
-                global_batch_info={})
+def actor(global_batch_info=None, **kw):
+    """verl's own ActorConfig, as its actor hands it to the loss (global_batch_info filled
+    per micro-batch, as verl's ppo_loss does)."""
+    from verl.workers.config import ActorConfig
+    base = dict(strategy="fsdp", rollout_n=K, ppo_mini_batch_size=N, ppo_micro_batch_size_per_gpu=2 * K)
     base.update(kw)
-    return SimpleNamespace(**base)
+    cfg = ActorConfig(**base)
+    cfg.global_batch_info.update(global_batch_info or {})
+    return cfg
 
 
 def groups(seed=0):
