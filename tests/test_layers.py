@@ -14,9 +14,10 @@ import pytest
 
 from conftest import REPO
 
-PACKAGES = ("contract", "bench", "tasks", "algorithms", "analysis", "hydra_plugins", "tools")
+PACKAGES = ("contract", "bench", "tasks", "algorithms", "analysis", "hydra_plugins", "tools",
+            "integrations")
 NAMESPACE = "tpo_bench"  # every harness package is imported as tpo_bench.<package>
-HARNESS = ("contract", "bench", "tasks", "algorithms", "analysis", "tools", "conf")
+HARNESS = ("contract", "bench", "tasks", "algorithms", "analysis", "tools", "conf", "integrations")
 # package -> the project packages it may import (itself always); none but tools may import
 # tools, and the tests may import any
 MAY_IMPORT = {
@@ -26,6 +27,8 @@ MAY_IMPORT = {
     "bench": {"contract", "tasks", "algorithms", "hydra_plugins"},  # __main__ registers the sweepers
     "hydra_plugins": {"contract", "bench"},
     "analysis": {"contract"},  # a preset's dataclass through contract.registry's tables
+    # other trainers' hooks: rows -> Batch -> a registered algorithm's loss, curves -> run dirs
+    "integrations": {"contract", "algorithms"},
     "tools": set(PACKAGES),
 }
 ANALYSIS_GENERIC = {"analysis.collect", "analysis.stats", "analysis.configs", "analysis.style",
