@@ -40,7 +40,7 @@ from tpo_bench.contract.registry import TASKS
 PAPER = Path(__file__).with_name("paper_numbers.csv")
 PAPER_SEEDS = Path(__file__).with_name("paper_seeds.csv")
 SETTINGS = ["H", "V", "K", "B", "epochs", "eta", "match", "D", "reward", "target"]
-VERDICT_ORDER = [V.REPRODUCED, V.INCONCLUSIVE, V.DIFFERS, V.TOO_SHORT, V.HOLDS, V.FAILS, V.NOT_RUN,
+VERDICT_ORDER = [V.REPRODUCED, V.NOT_DISTINGUISHABLE, V.INCONCLUSIVE, V.DIFFERS, V.TOO_SHORT, V.HOLDS, V.FAILS, V.NOT_RUN,
                  V.NEEDS_GPU]
 
 
@@ -200,12 +200,11 @@ def seed_tails(row, ours: Ours, paper_seeds: dict) -> tuple | None:
     return stats.subset_mean_tails(values, ours.n_seeds, ours.value)
 
 
-def bimodal_seeds(row, paper_seeds: dict) -> tuple:
-    """The paper's per-seed final errors a row is judged against when its outcome is
-    bimodal (verdicts.is_bimodal), else (): the known seeds of its configuration."""
+def known_seeds(row, paper_seeds: dict) -> tuple:
+    """The paper's per-seed final errors of a final-error row's configuration, where its
+    artifact has them (paper_seeds.csv), else ()."""
     values = paper_seeds.get(row["replicate_group"], ())
-    ok = row["metric"] == "final_error_pct" and values and V.is_bimodal(values)
-    return tuple(values) if ok else ()
+    return tuple(values) if row["metric"] == "final_error_pct" else ()
 
 
 def number_verdict(row, ours: Ours, paper_seeds: dict | None = None) -> str:
@@ -213,12 +212,9 @@ def number_verdict(row, ours: Ours, paper_seeds: dict | None = None) -> str:
     if ours.source:  # computed from the science page's formulas, not from runs
         return V.formula_verdict(paper, ours.value)
     n = ours.n_seeds
-    theirs = bimodal_seeds(row, paper_seeds or {})
-    if theirs and ours.per_seed:
-        return V.seeds_verdict(ours.per_seed, theirs)[0]
     if paper.kind == "bound":
         return V.bound_verdict(paper, ours.lo, ours.hi, n)
-    margin = V.MARGINS[row["family"]]
+    margin = V.replicate_margin(V.MARGINS[row["family"]], known_seeds(row, paper_seeds or {}))
     if paper.kind == "never":
         run_length = int(row["episodes"]) if row["episodes"] else (ours.last_step or 0) + 1
         return V.never_verdict(margin, ours.lo, ours.hi, n, run_length)
@@ -280,13 +276,12 @@ def number_line(row, sel, paper_seeds: dict | None = None, provenance: dict | No
         notes.append(f"seeds below {stats.SOLVED_PCT:g} % error: ours {stats.n_below(ours.per_seed)}/"
                      f"{ours.n_seeds}, the paper's {stats.n_below(theirs)}/{len(theirs)} "
                      f"(figure `{figures.SEEDS_FIGURE}`)")
-        if bimodal_seeds(row, paper_seeds):
-            mean = np.mean(theirs)
-            own = "" if V.parse_paper(row["value"]).value == round(mean, 1) else (
-                f", the known seeds of this configuration (another replicate, mean {mean:.1f})")
-            notes.append(f"bimodal row: judged against the paper's {len(theirs)} seeds{own} by a "
-                         f"two-sided permutation test of the seed means, p = "
-                         f"{V.seeds_verdict(ours.per_seed, theirs)[1]:.2g}")
+        margin = V.replicate_margin(V.MARGINS[row["family"]], theirs)
+        if margin is not V.MARGINS[row["family"]]:
+            notes.append(f"margin ± {margin.delta:.3g}: {margin.why}")
+        if ours.per_seed:
+            notes.append(f"two-sided permutation test of our seed mean against the paper's "
+                         f"{len(theirs)} seeds: p = {stats.mean_difference_test(ours.per_seed, theirs):.2g}")
     if row["seeds"] and 0 < ours.n_seeds < int(row["seeds"]) and not ours.source:
         ids = rows["seed"]
         notes.append(f"below the paper's {row['seeds']} seeds: ours are seeds "
@@ -644,6 +639,14 @@ def summarise(parts: list[dict], table_runs: frozenset = frozenset()) -> tuple[l
         "under 5 seeds no verdict is claimed).",
     ]
     if shared:
+        per_set = {}
+        for l in judged:
+            per_set.setdefault(l["_runs"], set()).add(verdict_kind(l["verdict"]))
+        by_set = Counter(k for kinds_ in per_set.values() for k in kinds_)
+        text.append("The same verdicts on paper numbers counted once per set of runs (one "
+                    "configuration judged against several printed values, e.g. a prompt- and "
+                    "an interaction-matched row, counts once per verdict it gets): "
+                    + ", ".join(f"{by_set[k]} {k}" for k in VERDICT_ORDER if by_set[k]) + ".")
         text.append(f"{len(shared)} of the {len(judged)} run-based verdicts on paper numbers "
                     f"share their runs with another (one configuration judged against several "
                     f"printed values): they rest on {len(by_runs)} distinct sets of runs. The "
@@ -758,7 +761,7 @@ def build(df: pd.DataFrame, out: Path, fig_dir: Path, runs_root: Path | None = N
     head = ["# Reproduction report: Target Policy Optimization (Kaddour 2026)", "",
             f"Generated by `python analysis/paper/report.py` from {source or 'the results table'} "
             f"({len(df)} rows). Do not edit by hand: regenerate it.", "",
-            "## How the verdicts are computed", "", V.RULES, margins_table(), "", "## Summary", "",
+            "## How the verdicts are computed", "", V.rules(paper_seeds), margins_table(), "", "## Summary", "",
             md_table(summary), "", *[t + "\n" for t in summary_text], RULE_CHANGES, ""]
     if findings:  # hand-written: why a verdict differs, with the evidence and commands
         head += [findings.strip(), ""]
