@@ -29,7 +29,7 @@ import pandas as pd
 
 from tpo_bench.analysis import collect, stats
 from tpo_bench.analysis.configs import pick_config
-from tpo_bench.analysis.paper import experiments, figures, paper_figures
+from tpo_bench.analysis.paper import experiments, figures, paper_figures, rule_dates
 from tpo_bench.analysis.paper import verdicts as V
 from tpo_bench.analysis.paper.experiments import ALIASES, EXPERIMENTS
 from tpo_bench.analysis.style import fmt
@@ -243,6 +243,7 @@ def number_line(row, sel, paper_seeds: dict | None = None, provenance: dict | No
     n = ours.n_seeds if ours is not None else 0
     hidden = {"_key": paper_key(row), "_group": row["replicate_group"], "_runs": run_ids(rows),
               "_formula": formula, "_n": n,
+              "_known_seeds": bool(known_seeds(row, paper_seeds or {})),
               "_paper_seeds": n_paper, "_below": bool(n_paper and 0 < n < n_paper),
               "_per_seed": (ours.per_seed if ours is not None and row["metric"] == "final_error_pct"
                             else ())}
@@ -432,7 +433,9 @@ def run_provenance(df: pd.DataFrame, legacy_runs: set, roots: list[Path]) -> dic
         listed = summary.get("git_commits") or (str(commits).split(";") if isinstance(commits, str) else [])
         attempts = summary.get("attempts_log") or [{}]
         kernels = sorted({x.get("cpu_kernels") or "not recorded" for x in attempts})
-        out[(str(h), int(s))] = {"legacy": (str(h), int(s)) in legacy_runs
+        starts = [x["started_at"] for x in attempts if x.get("started_at") is not None]
+        out[(str(h), int(s))] = {"started": min(starts) if starts else None,
+                                 "legacy": (str(h), int(s)) in legacy_runs
                                  or bool(summary.get("legacy_config_hash")),
                                  "commits": [c for c in listed if c and c != "unknown"],
                                  "kernels": " + ".join(kernels)}
@@ -512,6 +515,16 @@ def split_lines(sel: pd.DataFrame) -> list[dict]:
     return lines
 
 
+def flag_post_hoc(numbers: list[dict], claims: list[dict], section: str, sel, prov: dict) -> None:
+    """Adds to each row the rules (rule_dates.RULES) that took effect after its runs had
+    started: a number row's own runs, a claim's the section's."""
+    everything = run_ids(sel) if not sel.empty else frozenset()
+    for l in numbers + claims:
+        runs = l["_runs"] if "_runs" in l else everything
+        started = [prov[r]["started"] for r in runs if r in prov]
+        l["rules set after its runs"] = rule_dates.flag(rule_dates.post_hoc(l, section, started))
+
+
 def md_table(lines: list[dict]) -> str:
     cols = [c for c in lines[0] if not c.startswith("_")]
     esc = lambda v: str(v).replace("|", "\\|").replace("\n", " ")  # noqa: E731
@@ -528,25 +541,27 @@ def margins_table() -> str:
         + md_table(lines)
 
 
-# Rule changes judged on data already seen, with the verdicts they moved, as
-# `python analysis/paper/rule_log.py COMMIT` printed them on reproduction/results.parquet (each
-# commit's message lists the rows); reproduction/findings.md's rule-change log gives them all.
-RULE_CHANGES = (
-    "**Verdicts moved by the interval rules** (commit 9afe318; `python analysis/paper/rule_log.py "
-    "9afe318`, listed row by row in that commit's message): 76 of the 163 verdict rows of the "
-    "report before it. 3 of them are the formula-check rows, relabelled, not moved; 4 are "
-    "repeat rows (3 in `mnist_holdout`, the ablation's TPO 7.4 %), so 69 verdicts counted "
-    "once moved. Why: *reproduced* now needs our 90 % interval inside the paper's value ± "
-    "its family's declared margin and at least 5 seeds, so rows with a wider interval or "
-    "fewer seeds (every terminal-reward row, at 3 seeds) became *inconclusive (n seeds)*; "
-    "the replicate-spread and paper-seed-subset routes to *within noise* became notes; two "
-    "claims fail as soon as the settings run contradict them. Earlier rule changes moved 6 "
-    "rows, all toward a pass (e51599a: 4, d097d13: 2; 0ab6b9a and five selection changes: "
-    "none). Every move is in the findings' [rule-change log](#rule-change-log). "
-    "**The bimodal rows' rule** (commit a076e36: the terminal-reward TPO and GRPO rows at "
-    "H = 10 judged by a permutation test against the paper's own seeds, from 9 seeds on) moved "
-    "no verdict: those rows had 8 seeds (`python analysis/paper/rule_log.py a076e36 --add-runs "
-    "reproduction/runs/terminal`).")
+def rule_log(parts: list[dict]) -> str:
+    """The rules in force with the date each took effect, and how many verdicts each
+    judged post hoc (after runs of the row existed), from the rows' flags."""
+    rows = [l for p in parts for l in p["lines"] if not l.get("_repeat_of")
+            and not l.get("_formula") and "rules set after its runs" in l
+            and verdict_kind(l["verdict"]) not in (V.NOT_RUN, V.NEEDS_GPU)]
+    flagged = [l for l in rows if l["rules set after its runs"]]
+    table = rule_dates.table()
+    for t in table:
+        t["verdicts judged post hoc"] = str(sum(f" {t['commit']}" in f" {l['rules set after its runs']}"
+                                                for l in flagged))
+    return "\n".join([
+        "### Rule log", "",
+        "Every rule the verdicts depend on, with the commit and date it took effect "
+        "(`analysis/paper/rule_dates.py`) and the verdicts it moved on the committed data "
+        "(`python analysis/paper/rule_log.py COMMIT --add-runs reproduction/runs/terminal`; "
+        "each commit's message lists them). A verdict is *post hoc* for a rule that took "
+        "effect after its runs had started, so the rule may have been chosen with them in "
+        "view; each table's column `rules set after its runs` names those rules. "
+        f"Of {len(rows)} verdicts on runs (each paper number and claim once), {len(flagged)} "
+        "are post hoc for at least one rule.", "", md_table(table)])
 
 
 def _seed_span(values) -> str:
@@ -698,6 +713,8 @@ def build(df: pd.DataFrame, out: Path, fig_dir: Path, runs_root: Path | None = N
                    for _, r in rows[rows["kind"] == "number"].iterrows()]
         claims = [ordering_line(r, sel) for _, r in rows[rows["kind"] == "ordering"].iterrows()]
         mark_repeats(numbers + claims, name, first)
+        if provenance is not None:
+            flag_post_hoc(numbers, claims, name, sel, provenance)
         paired = [l for _, r in rows[rows["kind"] == "ordering"].iterrows() for l in paired_lines(r, sel)]
         judged.append((name, exp, sel, numbers, claims, paired))
     if not any(judged_anything(numbers + claims) for *_, numbers, claims, _ in judged):
@@ -762,7 +779,9 @@ def build(df: pd.DataFrame, out: Path, fig_dir: Path, runs_root: Path | None = N
             f"Generated by `python analysis/paper/report.py` from {source or 'the results table'} "
             f"({len(df)} rows). Do not edit by hand: regenerate it.", "",
             "## How the verdicts are computed", "", V.rules(paper_seeds), margins_table(), "", "## Summary", "",
-            md_table(summary), "", *[t + "\n" for t in summary_text], RULE_CHANGES, ""]
+            md_table(summary), "", *[t + "\n" for t in summary_text]]
+    if provenance is not None:
+        head += [rule_log(parts), ""]
     if findings:  # hand-written: why a verdict differs, with the evidence and commands
         head += [findings.strip(), ""]
     return "\n".join(head + sections)
