@@ -605,3 +605,12 @@ def test_findings_mnist_holdout_numbers_are_the_committed_data():
     assert g["error"].sem()["tpo"] * 100 == pytest.approx(float(m[2]), abs=0.005)
     assert val["pg"] == pytest.approx(float(m[3]), abs=0.005)
     assert val["dg"] == pytest.approx(float(m[4]), abs=0.005)
+
+
+def test_hand_written_findings_name_no_verdict():
+    """Verdicts live in the generated tables only: the hand-written findings inserted into
+    the report may quote numbers and explain them, never label them."""
+    from conftest import REPO
+    text = " ".join((REPO / "reproduction" / "findings.md").read_text().lower().split())
+    for label in (V.REPRODUCED, V.DIFFERS, V.INCONCLUSIVE, V.NOT_DISTINGUISHABLE, "within noise"):
+        assert label not in text, label
