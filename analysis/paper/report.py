@@ -291,11 +291,18 @@ def number_line(row, sel, paper_seeds: dict | None = None, provenance: dict | No
                         and row["algo"] in HEADLINE else ""))
     if row["episodes"] and ours.last_step is not None and ours.last_step < int(row["episodes"]) - 1:
         notes.append(f"our runs stop at step {ours.last_step} (the paper ran {row['episodes']})")
+    verdict = number_verdict(row, ours, paper_seeds)
+    printed = V.parse_paper(row["value"])
+    if (verdict == V.REPRODUCED and printed.kind == "number" and not row["offset"]
+            and not row["metric"].startswith("steps_to_")
+            and (ours.lo > printed.value + printed.r or ours.hi < printed.value - printed.r)):
+        notes.append("inside the margin, but our interval excludes the paper's value: a "
+                     "difference is shown, smaller than the margin")
     se = f" ± {_num(ours.se, 2)}" if ours.se is not None and ours.value is not None and not ours.source else ""
     interval = "" if ours.source else f"[{_num(ours.lo)}, {_num(ours.hi)}]"
     return {**out, "ours": _num(ours.value) + se, "90 % interval": interval,
             "seeds": (f"{ours.n_seeds} (< {row['seeds']})" if hidden["_below"]
-                      else str(ours.n_seeds or "formula")), "verdict": number_verdict(row, ours, paper_seeds),
+                      else str(ours.n_seeds or "formula")), "verdict": verdict,
             "notes": "; ".join(notes), **prov, **hidden}
 
 
