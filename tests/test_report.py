@@ -614,3 +614,11 @@ def test_hand_written_findings_name_no_verdict():
     text = " ".join((REPO / "reproduction" / "findings.md").read_text().lower().split())
     for label in (V.REPRODUCED, V.DIFFERS, V.INCONCLUSIVE, V.NOT_DISTINGUISHABLE, "within noise"):
         assert label not in text, label
+
+
+def test_summary_counts_verdicts_once_per_set_of_runs(shared_runs_report):
+    # 7.4 and 19.0 rest on one set of TPO runs, >95 and >99 on one of GRPO without KL:
+    # five inconclusive verdicts on paper numbers, three sets of runs
+    _, text, _ = shared_runs_report
+    line = next(l for l in text.splitlines() if "counted once per set of runs" in l)
+    assert line.endswith(": 3 inconclusive.")
