@@ -267,7 +267,7 @@ def _locate(root: str, task: str, algo: str, config: dict[str, Any], seed: int) 
 
 
 def _check_batch_seeds(rc: RunConfig, task) -> None:
-    """batch_seeds=true (bench.batched) needs a task that runs S policies as one computation."""
+    """batch_seeds=true (bench.engine) needs a task that runs S policies as one computation."""
     if rc.batch_seeds and rc.seeds_per_job != 1 and not (
             hasattr(task, "rollout_seeds") and hasattr(task, "logprobs_seeds")):
         raise ConfigError(f"batch_seeds=true trains a job's seeds_per_job seeds as one stacked "

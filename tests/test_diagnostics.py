@@ -21,7 +21,7 @@ from tpo_bench.contract.batch import Batch, Request, Rollout
 from tpo_bench.bench.optim import build_optimizer
 from tpo_bench.contract.rng import Streams
 from tpo_bench.bench.build import build
-from tpo_bench.bench.runner import train_episode
+from tpo_bench.bench.engine import train_episode
 from conftest import TINY, compose
 
 # ------------------------------------------------------------------ a hand-built episode

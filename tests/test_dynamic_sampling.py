@@ -9,7 +9,7 @@ import torch
 
 from tpo_bench.bench import dynamic
 from tpo_bench.bench.build import ConfigError, build
-from tpo_bench.bench.runner import train_episode
+from tpo_bench.bench.engine import train_episode
 from tpo_bench.contract.batch import Batch, Rollout
 from tpo_bench.contract.rng import Streams
 from conftest import compose

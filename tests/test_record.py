@@ -9,7 +9,7 @@ import pandas as pd
 import pytest
 import torch
 
-from tpo_bench.bench.runner import train_episode
+from tpo_bench.bench.engine import train_episode
 from tpo_bench.contract import schema
 from tpo_bench.contract.rng import Streams
 from conftest import run_bench
