@@ -65,7 +65,7 @@ def train_episodes(task, algo, request: Request, policies: list, opts: list, str
         [task.rollout(policies[0], request, streams[0])]
     firsts = [ro.batch for ro in ros]  # what the error and the group diagnostics describe
     extras: list[dict[str, float]] = [{} for _ in policies]
-    if getattr(algo, "dynamic_sampling", 0):  # shape-changing top-ups: per seed
+    if algo.dynamic_sampling:  # shape-changing top-ups: per seed
         for s, (policy, st) in enumerate(zip(policies, streams)):
             ros[s], extras[s] = dynamic.top_up(
                 ros[s], lambda policy=policy, st=st: task.rollout(policy, request, st.extra()),
@@ -75,9 +75,8 @@ def train_episodes(task, algo, request: Request, policies: list, opts: list, str
     books = [EpisodeRow(before[s] if before[s] is not None else flat_params(p), dict(extra))
              for s, (p, extra) in enumerate(zip(policies, extras))]
     batches = [ro.batch for ro in ros]
-    forward = captured(task, algo, policies) if compile and stacked and \
-        not getattr(algo, "dynamic_sampling", 0) else None
-    kl_ref = getattr(task, "kl_ref", 0.0) if batches[0].logp_ref is not None else 0.0
+    forward = captured(task, algo, policies) if compile and stacked and not algo.dynamic_sampling else None
+    kl_ref = task.kl_ref if batches[0].logp_ref is not None else 0.0
     over: dict[str, Any] = {}  # OVER_EPOCHS metrics summed over the epochs ([S] when stacked)
     for epoch in range(algo.epochs):
         for policy in policies:  # the optimizers' parameters: opt.zero_grad's, unprofiled
@@ -197,8 +196,7 @@ class EpisodeRow:
             torch.cat(grads).norm() if grads else 0.0
         self.row["loss"] = as_kept(loss)
         self.row.update({k: as_kept(v) for k, v in metrics.items() if k not in OVER_EPOCHS})
-        if hasattr(task, "grad_metrics"):  # e.g. misalignment to an oracle direction
-            self.row.update(task.grad_metrics(policy))
+        self.row.update(task.grad_metrics(policy))  # e.g. misalignment to an oracle direction
 
     def finish(self, ro: Rollout, first: Batch, policy, shared: dict[str, Any]) -> dict[str, Any]:
         """The row, once the episode's steps are taken: `ro` what was trained on, `first`
@@ -234,7 +232,7 @@ def backward(task, algo, batch: Batch, policy, kl_ref: float) -> tuple[Any, dict
     """One full-batch gradient (accumulated over micro-batches): the loss and the
     algorithm's metrics, each the groups-weighted mean over the parts (kept: `as_kept`)."""
     # task.micro_batch counts completions; the task has checked it holds whole groups.
-    parts = micro_batches(batch, getattr(task, "micro_batch", 0) // batch.group_size)
+    parts = micro_batches(batch, task.micro_batch // batch.group_size)
     loss_value, metrics = 0.0, {}
     for part, share in parts:
         logp = task.logprobs(policy, part)

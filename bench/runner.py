@@ -457,7 +457,7 @@ def start_seat(seat: Seat) -> None:
     # Tasks with held-out evaluation log one row per evaluation, step = updates done
     # (the first before any update); the others one row per episode, step = its
     # 0-based index, error measured on its rollouts before its update (science §Token sequences).
-    eval_every = getattr(spec.task, "eval_every", 0)
+    eval_every = spec.task.eval_every
     if seat.state is not None:
         state = seat.state
         seat.policy.load_state_dict(state["policy"])
@@ -491,7 +491,7 @@ def record_step(seat: Seat, step: int, row: dict[str, Any], asked: bool, why: st
     progress line, a checkpoint when due or `asked` (a signal, read once per step by the
     caller so that every seat of a batch sees the same answer). Returns whether it
     checkpointed (the caller then calls boundary.after_checkpoint, once for all its seats)."""
-    spec, rows, eval_every = seat.spec, seat.rows, getattr(seat.spec.task, "eval_every", 0)
+    spec, rows, eval_every = seat.spec, seat.rows, seat.spec.task.eval_every
     episodes = spec.task.episodes
     seat.effective["group_size_effective"] = row.pop("group_size")
     seat.cumulative += row.pop("rollouts")
