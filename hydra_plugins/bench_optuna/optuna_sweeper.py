@@ -22,7 +22,7 @@ from omegaconf import OmegaConf, open_dict
 from hydra_plugins.bench_optuna import _space as S
 from hydra_plugins.bench_optuna import _trials as T
 from hydra_plugins.bench_optuna._trials import Plan
-from hydra_plugins.bench_sweeper.bench_sweeper import BenchSweeper
+from hydra_plugins.bench_sweeper.bench_sweeper import BenchSweeper, save_sweep_config
 
 RERUN_SEED_OFFSET = 1000  # fresh seeds for the full-length rerun, clear of the tuning seeds
 # Overrides that the printed full-length rerun command must not carry over.
@@ -190,9 +190,7 @@ class OptunaSweeper(BenchSweeper):
         if OmegaConf.select(self.config, "dry_run"):
             print(f"[dry run] {len(plans)} studies validated; nothing launched")
             return []
-        sweep_dir = Path(self.config.hydra.sweep.dir)
-        sweep_dir.mkdir(parents=True, exist_ok=True)
-        OmegaConf.save(self.config, sweep_dir / "multirun.yaml")
+        save_sweep_config(self.config)
         results = [self._optimise(p) for p in plans]
         self._report(plans, results)
         if any(r is None for r in results):

@@ -17,6 +17,23 @@ from hydra.core.override_parser.overrides_parser import OverridesParser
 from omegaconf import OmegaConf, open_dict
 
 
+def save_sweep_config(config) -> None:
+    """multirun.yaml into hydra.sweep.dir as Hydra's basic sweeper writes it, but through
+    contract.io.write_under: a folder or file under output_root that another user made a
+    symbolic link is refused (LinkRefused, named), never followed, so a link planted at
+    the next sweep's path cannot aim the write at someone's file."""
+    from tpo_bench.contract import io
+
+    sweep_dir = Path(config.hydra.sweep.dir)
+    root = OmegaConf.select(config, "output_root")
+    try:
+        io.write_under(root if root is not None else sweep_dir.parent, sweep_dir / "multirun.yaml",
+                       OmegaConf.to_yaml(config))
+    except io.LinkRefused as e:
+        print(f"error: hydra.sweep.dir: {e.strerror}; nothing was launched", file=sys.stderr, flush=True)
+        sys.exit(2)
+
+
 class BenchSweeper(BasicSweeper):
     def setup(self, *, hydra_context, task_function, config) -> None:
         self._slurm = str(OmegaConf.select(config, "hydra.launcher._target_") or "").endswith(
@@ -59,6 +76,24 @@ class BenchSweeper(BasicSweeper):
         drop = getattr(self, "_duplicates", set())
         return [kept for batch in batches
                 if (kept := [job for job in batch if tuple(job) not in drop])]
+
+    def _launch_all(self, arguments: List[str]) -> Any:
+        """BasicSweeper.sweep, its multirun.yaml written by save_sweep_config."""
+        params_conf = self._parse_config()
+        params_conf.extend(arguments)
+        parser = OverridesParser.create(config_loader=self.hydra_context.config_loader)
+        self.overrides = self.split_arguments(parser.parse_overrides(params_conf), self.max_batch_size)
+        save_sweep_config(self.config)
+        returns, initial_job_idx = [], 0
+        while not self.is_done():
+            batch = self.get_job_batch()
+            self.validate_batch_is_legal(batch)
+            results = self.launcher.launch(batch, initial_job_idx=initial_job_idx)
+            for r in results:
+                _ = r.return_value  # raises where the job raised
+            initial_job_idx += len(batch)
+            returns.append(results)
+        return returns
 
     def sweep(self, arguments: List[str]) -> Any:
         from tpo_bench.bench.jobs import explicit_keys, job_specs
@@ -147,7 +182,7 @@ class BenchSweeper(BasicSweeper):
         # episode boundary (bench.interrupts), instead of the launcher killing them.
         stop = SweepStop(Path(self.config.hydra.sweep.dir) / SWEEP_STOP) if self._local else nullcontext()
         with progress, stop:
-            returns = super().sweep(arguments)
+            returns = self._launch_all(arguments)
         runs = [r for batch in returns for job in batch
                 for r in (job.return_value or {}).get("runs", [])]
         progress.finish(Counter(r["status"] for r in runs if r["status"] in ("held", "refused")),
