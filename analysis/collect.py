@@ -263,6 +263,11 @@ def inconsistencies(run: RunInfo, df: pa.Table, values: Values | None = None) ->
                             f"{run.path.name if col == 'seed' else run.path.parent.name}")
         elif summary.get(col) is not None and str(summary[col]) != mine:
             problems.append(f"summary.json says {col} {summary[col]}, metrics.parquet {mine}")
+    for col, where in (("task.name", where_.task), ("algo.name", where_.algo)):
+        if len(values[col]) > 1 or (values[col] and str(values[col][0]) != where):
+            problems.append(f"metrics.parquet says {col} {', '.join(map(str, values[col]))}, "
+                            f"its path says {where}")
+    problems += schema.path_disagreements(run.path)
     episodes, eval_every = _constant(values, "task.episodes"), _constant(values, "task.eval_every")
     if isinstance(episodes, (int, float)) and episodes == int(episodes):
         every = int(eval_every) if isinstance(eval_every, (int, float)) and eval_every > 0 else None

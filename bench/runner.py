@@ -342,6 +342,11 @@ def _claim_lock(spec: RunSpec, rd: rundir.RunDir) -> tuple[dict, dict | None]:
                 return {}, _not_run(spec, schema.REFUSED, f"{e}; remove it (the run then resumes "
                                     f"from its checkpoint, if any) or force=true restarts the run")
             prev = {}
+        if prev and not spec.force and (wrong := schema.path_disagreements(rd.path)):
+            rd.release()
+            return prev, _not_run(spec, schema.REFUSED, f"its files are another run's, not this "
+                                  f"path's ({'; '.join(wrong)}): copied or planted here? Move it "
+                                  f"away (force=true overwrites it)")
         if prev.get("status") == schema.COMPLETED and not spec.force:
             if damage := _table_damage(rd.path / schema.METRICS):
                 rd.release()

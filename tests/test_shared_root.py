@@ -42,3 +42,68 @@ def test_a_linked_folder_on_the_way_to_the_sweep_dir_is_refused(tmp_path):
     assert "hydra.sweep.dir" in proc.stderr and "multirun is a symbolic link" in proc.stderr
     assert sorted(p.name for p in victim.parent.iterdir()) == ["private.yaml"]
     assert not list(root.rglob("seed=*"))  # refused before any run started
+
+
+# ------------------------------------------------------------------ planted runs
+
+def spec_for(root: Path, *args: str):
+    from conftest import compose
+    from tpo_bench.bench.build import build
+    return build(compose(*TINY, f"output_root={root}", *args))
+
+
+def run_it(spec):
+    from tpo_bench.bench.runner import run
+    return run(spec)
+
+
+def _collect(root: Path, tmp_path: Path, capsys, *flags):
+    from tpo_bench.analysis import collect
+    import pandas as pd
+
+    out = tmp_path / "results.parquet"
+    capsys.readouterr()  # the runs' own lines
+    rc = collect.main([str(root), "--out", str(out), *flags])
+    text = capsys.readouterr()
+    return rc, text.out + text.err, (pd.read_parquet(out) if out.exists() else None)
+
+
+def test_a_completed_run_planted_under_other_names_is_neither_skipped_to_nor_pooled(tmp_path, capsys):
+    root = tmp_path / "out"
+    real = spec_for(root, "seed=5")
+    assert run_it(real)["status"] == "completed"
+    planted = root / "zz" / "zz" / real.config_hash / "seed=5"
+    planted.parent.mkdir(parents=True)
+    real.run_dir.rename(planted)
+    spec = spec_for(root, "seed=5")
+    assert spec.run_dir == real.run_dir  # found only where its own files say it belongs
+    answer = run_it(spec)
+    assert answer["status"] == "completed" and answer["run_dir"] == str(real.run_dir)
+    assert answer["attempts"] == 1  # trained, not skipped to the copy
+    rc, text, table = _collect(root, tmp_path, capsys)
+    assert rc == 1 and table is None, text
+    [line] = [ln for ln in text.splitlines() if "zz/zz" in ln]
+    assert "inconsistent" in line and "metrics.parquet says task.name demo, its path says zz" in line
+    assert "summary.json says algo tpo, its path says zz" in line, line
+    rc, text, table = _collect(root, tmp_path, capsys, "--allow-skips")
+    assert rc == 0 and table.groupby(["config_hash", "seed"]).ngroups == 1
+    assert "collected 1 runs" in text
+
+
+def test_a_completed_run_copied_into_another_configs_folder_is_refused(tmp_path, capsys):
+    import shutil
+
+    root = tmp_path / "out"
+    theirs = spec_for(root, "seed=1", "optim.lr=0.002")
+    assert run_it(theirs)["status"] == "completed"
+    ours = spec_for(root, "seed=1", "optim.lr=0.003")
+    assert ours.config_hash != theirs.config_hash
+    shutil.copytree(theirs.run_dir, ours.run_dir)
+    before = {p.name: p.read_bytes() for p in ours.run_dir.iterdir() if p.is_file()}
+    answer = run_it(ours)
+    assert answer["status"] == "refused", answer
+    assert f"config.json hashes to {theirs.config_hash}, its folder is {ours.config_hash}" \
+        in answer["reason"]
+    assert {p.name: p.read_bytes() for p in ours.run_dir.iterdir() if p.is_file()} == before
+    rc, text, _ = _collect(root, tmp_path, capsys)
+    assert rc == 1 and f"config.json hashes to {theirs.config_hash}" in text, text
