@@ -139,7 +139,9 @@ class OptunaSweeper(BenchSweeper):
         root = Path(cfg["output_root"])
         storage = self.opts["storage"] or f"sqlite:///{(root / '.optuna' / f'{name}.db').absolute()}"
         best_dir = Path(self.opts["best_dir"] or root / "tuned")
-        best = best_dir / "algo" / f"{self.opts['best_name'].format(algo=algo, task=task)}.yaml"
+        # One folder per study: two studies of one algorithm (two tasks, two study keys)
+        # each keep their own `<algo>_tuned`, and the rerun command loads each from its own.
+        best = best_dir / name / "algo" / f"{self.opts['best_name'].format(algo=algo, task=task)}.yaml"
         first = cfg.get("seed", 0)
         return Plan(name, overrides, task, algo, cfg["task"].get("episodes"),
                     list(range(first, first + self.opts["seeds"])), space, source, storage,
