@@ -13,7 +13,12 @@ copy) stops it with exit 1 and nothing written, unless --allow-skips (then the t
 the runs kept is written).
 """
 import argparse
+import contextlib
+import errno
+import fcntl
 import functools
+import os
+import socket
 import json
 import sys
 import time
@@ -505,6 +510,33 @@ def write_atomic(df: pd.DataFrame, out) -> None:
     io.write_parquet(Path(out), df)
 
 
+@contextlib.contextmanager
+def merge_lock(table):
+    """Merges into one table one at a time: a POSIX lock (lockf) on `.<table>.lock` beside
+    it, held from reading the table to renaming the new one into place, so a second
+    `--merge-into` reads the first's result instead of the table both started from (each
+    would otherwise drop the other's runs). A second waits, saying for whom; the lock file
+    is opened without following a link."""
+    path = Path(table)
+    lock = path.with_name(f".{path.name}.lock")
+    io.refuse_link(lock)
+    fd = os.open(lock, os.O_RDWR | os.O_CREAT | os.O_NOFOLLOW, 0o666)
+    try:
+        try:
+            fcntl.lockf(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+        except OSError as e:
+            if e.errno not in (errno.EACCES, errno.EAGAIN):
+                raise
+            holder = os.pread(fd, 200, 0).decode(errors="replace").strip() or "another process"
+            print(f"waiting for the merge into {table} by {holder} to finish", file=sys.stderr, flush=True)
+            fcntl.lockf(fd, fcntl.LOCK_EX)
+        os.ftruncate(fd, 0)
+        os.pwrite(fd, f"pid {os.getpid()} on {socket.gethostname()}".encode(), 0)
+        yield
+    finally:
+        os.close(fd)  # drops the lock
+
+
 def merge(existing: pd.DataFrame, new: pd.DataFrame) -> tuple[pd.DataFrame, list[tuple]]:
     """`new`'s runs into `existing` (a committed snapshot): a (config_hash, seed) in both is
     taken from `new` (a re-run or a finished resume), never kept twice. Columns of `new`
@@ -614,21 +646,22 @@ def main(argv=None) -> int:
               f"consistent; nothing written to {args.out}. Repair or remove them, or pass "
               f"--allow-skips to collect the {kept} alone", file=sys.stderr)
         return 1
-    if args.merge_into:
-        df, replaced = merge(pd.read_parquet(args.merge_into), df)
-        args.out = args.merge_into
-        if replaced:
-            print(f"replaced {len(replaced)} run(s) already in {args.merge_into}: "
-                  + ", ".join(f"{h} seed={s}" for h, s in replaced))
-    df = check_code(df, args.split_code)
-    if df is None:
-        print(f"error: nothing written to {args.out}", file=sys.stderr)
-        return 1
-    try:
-        write_atomic(df, args.out)
-    except OSError as e:
-        print(f"error: cannot write {args.out}: {e}; nothing written", file=sys.stderr)
-        return 1
+    with merge_lock(args.merge_into) if args.merge_into else contextlib.nullcontext():
+        if args.merge_into:
+            df, replaced = merge(pd.read_parquet(args.merge_into), df)
+            args.out = args.merge_into
+            if replaced:
+                print(f"replaced {len(replaced)} run(s) already in {args.merge_into}: "
+                      + ", ".join(f"{h} seed={s}" for h, s in replaced))
+        df = check_code(df, args.split_code)
+        if df is None:
+            print(f"error: nothing written to {args.out}", file=sys.stderr)
+            return 1
+        try:
+            write_atomic(df, args.out)
+        except OSError as e:
+            print(f"error: cannot write {args.out}: {e}; nothing written", file=sys.stderr)
+            return 1
     left = [r for r in skipped if r.status in LEFT_OUT]
     if left:
         failed = sum(r.status == "failed" for r in left)

@@ -107,3 +107,44 @@ def test_a_completed_run_copied_into_another_configs_folder_is_refused(tmp_path,
     assert {p.name: p.read_bytes() for p in ours.run_dir.iterdir() if p.is_file()} == before
     rc, text, _ = _collect(root, tmp_path, capsys)
     assert rc == 1 and f"config.json hashes to {theirs.config_hash}" in text, text
+
+
+# ------------------------------------------------------------------ merges at once
+
+SLOW_MERGE = ("import sys, time\n"
+              "from tpo_bench.analysis import collect\n"
+              "merge = collect.merge\n"
+              "def slow(existing, new):\n"
+              "    out = merge(existing, new)\n"
+              "    time.sleep(2.0)  # read the table, computed the merge, not yet written\n"
+              "    return out\n"
+              "collect.merge = slow\n"
+              "sys.exit(collect.main(sys.argv[1:]))\n")
+
+
+def test_two_merges_into_one_table_at_once_keep_every_run(tmp_path):
+    import subprocess
+    import sys
+
+    import numpy as np
+    import pandas as pd
+
+    from conftest import REPO
+    from tpo_bench.analysis import collect
+    from tpo_bench.tools.bench_collect import demo_config, write_run
+
+    roots = []
+    for i, seeds in enumerate(((0,), (0, 1), (0, 1, 2))):
+        roots.append(tmp_path / f"root{i}")
+        for s in seeds:
+            write_run(roots[-1], demo_config(3, 1e-3 * (i + 1)), s, np.linspace(0.9, 0.1, 3))
+    table = tmp_path / "table.parquet"
+    assert collect.main([str(roots[0]), "--out", str(table)]) == 0
+    procs = [subprocess.Popen([sys.executable, "-c", SLOW_MERGE, str(r), "--merge-into", str(table)],
+                              cwd=REPO, text=True, stdout=subprocess.PIPE, stderr=subprocess.PIPE)
+             for r in roots[1:]]
+    outs = [p.communicate(timeout=300) for p in procs]
+    assert [p.returncode for p in procs] == [0, 0], outs
+    merged = pd.read_parquet(table)
+    assert merged.groupby(["config_hash", "seed"]).ngroups == 1 + 2 + 3, outs
+    assert any("waiting for the merge into" in err for _, err in outs), outs
