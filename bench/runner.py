@@ -150,6 +150,7 @@ def _backward(task, algo, batch: Batch, policy, kl_ref: float) -> tuple[Any, dic
     loss_value, metrics = 0.0, {}
     for part, share in parts:
         logp = task.logprobs(policy, part)
+        part.check_logp(logp)
         out = algo.loss(part, logp)
         loss = out.loss
         if kl_ref:  # the task's KL penalty to its reference, whatever the algorithm (science §Language models)

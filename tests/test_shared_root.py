@@ -148,3 +148,44 @@ def test_two_merges_into_one_table_at_once_keep_every_run(tmp_path):
     merged = pd.read_parquet(table)
     assert merged.groupby(["config_hash", "seed"]).ngroups == 1 + 2 + 3, outs
     assert any("waiting for the merge into" in err for _, err in outs), outs
+
+
+# ------------------------------------------------------------------ a task's padded log-probs
+
+@pytest.mark.parametrize("preset", ["grpo", "grpo_masked", "grpo_no_kl", "gspo", "tpo"])
+def test_junk_in_a_tasks_padded_log_probs_is_refused_not_trained_on(preset):
+    import dataclasses
+
+    import torch
+
+    from conftest import compose
+    from tpo_bench.algorithms import ALGORITHMS
+    from tpo_bench.bench.runner import _backward
+    from tpo_bench.contract.batch import Batch
+
+    section = compose(f"algo={preset}")["algo"]
+    cls = ALGORITHMS.get(section.pop("impl", None) or section["name"])
+    algo = cls(**{k: v for k, v in section.items() if k in {f.name for f in dataclasses.fields(cls)}})
+    g = torch.Generator().manual_seed(0)
+    mask = torch.ones(2, 4, 3, dtype=torch.bool)
+    mask[:, 1, 2] = mask[1, 3, 1:] = False
+    logp_old = -torch.rand(2, 4, 3, generator=g) * mask
+    rewards = torch.rand(2, 4, 3, generator=g) * mask
+    batch = Batch.sampled_group(logp_old, rewards, rewards.sum(-1) > 1.0, mask=mask)
+    policy = torch.nn.Linear(1, 1)
+
+    class Task:
+        junk = 0.0
+
+        def logprobs(self, policy, part):
+            shift = policy.weight.sum() * 0.01
+            return (part.logp_old + shift * part.mask).masked_fill(~part.mask, self.junk)
+
+    task = Task()
+    loss, _ = _backward(task, algo, batch, policy, 0.0)  # zeros at the padding: trained
+    assert abs(loss) < 100
+    task.junk = 1e9
+    policy.zero_grad()
+    with pytest.raises(ValueError, match="task.logprobs returned non-zero log-probs at padded steps"):
+        _backward(task, algo, batch, policy, 0.0)
+
