@@ -26,7 +26,7 @@ import pandas as pd
 import torch
 
 from tpo_bench.algorithms import OVER_EPOCHS
-from tpo_bench.bench import checkpoint, debug, dynamic, interrupts, rundir, tracking
+from tpo_bench.bench import checkpoint, debug, dynamic, fingerprint, interrupts, rundir, tracking
 from tpo_bench.bench.build import RunSpec
 from tpo_bench.contract.identity import flatten
 from tpo_bench.bench.optim import build_optimizer
@@ -374,8 +374,8 @@ def _code_changed(spec: RunSpec, prev: dict, said: bool) -> dict | None | bool:
     (or it records none), else as on_code_change says: the answer for `refuse` and
     `keep`, None for `rerun` (train it again; said once, `said` on the second look)."""
     old, new = prev.get("code_fingerprint"), spec.code_fingerprint
-    if not old or old == new:
-        return False
+    if not old or old == (new if prev.get("code_scope") else spec.narrow_fingerprint or new):
+        return False  # a run recorded without code_scope has the narrower fingerprint
     what = f"completed under other code (code fingerprint {old}, today's {new})"
     if spec.on_code_change == "keep":
         print(f"[skip] {spec.run_dir} {what}: the old result is kept (on_code_change=keep)", flush=True)
@@ -519,6 +519,7 @@ def _provenance(spec: RunSpec, rd: rundir.RunDir, prev: dict, record: dict) -> d
             "slurm_array_job_id": os.environ.get("SLURM_ARRAY_JOB_ID"),
             "slurm_array_task_id": os.environ.get("SLURM_ARRAY_TASK_ID"),
             "code_fingerprint": spec.code_fingerprint, "code_files": list(spec.code_files),
+            "code_scope": fingerprint.SCOPE,
             **record, **spec.effective}
 
 

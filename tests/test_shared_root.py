@@ -189,3 +189,75 @@ def test_junk_in_a_tasks_padded_log_probs_is_refused_not_trained_on(preset):
     with pytest.raises(ValueError, match="task.logprobs returned non-zero log-probs at padded steps"):
         _backward(task, algo, batch, policy, 0.0)
 
+
+# ------------------------------------------------------------------ what the fingerprint covers
+
+PKG_LOSS = '''from dataclasses import dataclass
+
+from tpo_bench.algorithms.tpo import TPO
+
+from .helpers import scale
+
+
+@dataclass(frozen=True)
+class Scaled(TPO):
+    def loss(self, batch, logp):
+        out = super().loss(batch, logp)
+        return type(out)(out.loss * scale(), out.metrics)
+'''
+
+
+def test_a_helper_module_of_the_plugins_package_is_fingerprinted(tmp_path, monkeypatch):
+    import importlib
+
+    from tpo_bench.bench.fingerprint import code_fingerprint
+
+    pkg = tmp_path / "fp_pkg_scaled"
+    pkg.mkdir()
+    (pkg / "__init__.py").write_text("")
+    (pkg / "loss.py").write_text(PKG_LOSS)
+    helper = pkg / "helpers.py"
+    helper.write_text("def scale():\n    return 1.0\n")
+    monkeypatch.syspath_prepend(str(tmp_path))
+    cls = importlib.import_module("fp_pkg_scaled.loss").Scaled
+    first, files = code_fingerprint(cls)
+    assert str(helper) in files and "algorithms/tpo.py" in files
+    assert not any("site-packages" in f for f in files)
+    helper.write_text("def scale():\n    return 1e-9\n")
+    os.utime(helper, ns=(1, 1))  # another file state than the cached one
+    assert code_fingerprint(cls)[0] != first
+
+
+def test_the_harness_a_run_executes_is_fingerprinted(tmp_path, monkeypatch):
+    """bench/optim.py (say, the learning rate scaled by 1e-9) counts: a copy of it stands
+    in for the real file, edited."""
+    import shutil
+
+    from tpo_bench.bench import fingerprint
+
+    real = Path(fingerprint.__file__).parent / "optim.py"
+    copy = tmp_path / "optim.py"
+    shutil.copy(real, copy)
+    origin = fingerprint._origin
+    monkeypatch.setattr(fingerprint, "_origin",
+                        lambda m: copy if m == "tpo_bench.bench.optim" else origin(m))
+    first = spec_for(tmp_path / "out").code_fingerprint
+    text = copy.read_text()
+    assert "lr" in text
+    copy.write_text(text + "\n\ndef _scaled(lr):\n    return lr * 1e-9\n")
+    os.utime(copy, ns=(1, 1))
+    assert spec_for(tmp_path / "out").code_fingerprint != first
+
+
+def test_a_run_recorded_before_the_wider_fingerprint_is_still_skipped(tmp_path, capsys):
+    spec = spec_for(tmp_path / "out")
+    assert run_it(spec)["status"] == "completed"
+    path = spec.run_dir / "summary.json"
+    s = json.loads(path.read_text())
+    assert s["code_scope"] and s["code_fingerprint"] == spec.code_fingerprint
+    del s["code_scope"]
+    path.write_text(json.dumps({**s, "code_fingerprint": spec.narrow_fingerprint}))
+    again = run_it(spec_for(tmp_path / "out"))
+    assert again["status"] == "completed" and "already completed" in capsys.readouterr().out
+    path.write_text(json.dumps({**s, "code_fingerprint": "0123456789abcdef"}))
+    assert run_it(spec_for(tmp_path / "out"))["status"] == "refused"
