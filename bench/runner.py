@@ -369,13 +369,21 @@ def _claim_lock(spec: RunSpec, rd: rundir.RunDir) -> tuple[dict, dict | None]:
     return prev, None
 
 
+def _same_code(spec: RunSpec, prev: dict) -> bool:
+    """Whether `prev` (a summary) records today's code fingerprint, or none. A run recorded
+    without code_scope has the narrower fingerprint (bench.fingerprint)."""
+    old = prev.get("code_fingerprint")
+    return not old or old == (spec.code_fingerprint if prev.get("code_scope")
+                              else spec.narrow_fingerprint or spec.code_fingerprint)
+
+
 def _code_changed(spec: RunSpec, prev: dict, said: bool) -> dict | None | bool:
     """A completed run against today's code: False where its code fingerprint is today's
     (or it records none), else as on_code_change says: the answer for `refuse` and
     `keep`, None for `rerun` (train it again; said once, `said` on the second look)."""
     old, new = prev.get("code_fingerprint"), spec.code_fingerprint
-    if not old or old == (new if prev.get("code_scope") else spec.narrow_fingerprint or new):
-        return False  # a run recorded without code_scope has the narrower fingerprint
+    if _same_code(spec, prev):
+        return False
     what = f"completed under other code (code fingerprint {old}, today's {new})"
     if spec.on_code_change == "keep":
         print(f"[skip] {spec.run_dir} {what}: the old result is kept (on_code_change=keep)", flush=True)
@@ -472,6 +480,19 @@ def open_seat(spec: RunSpec, rd: rundir.RunDir, prev: dict, batched: bool = Fals
             if state is not None else []
     except checkpoint.CheckpointError as e:
         return _not_run(spec, schema.REFUSED, str(e))
+    if state is not None and not _same_code(spec, prev):
+        what = (f"its checkpoint was written under other code (code fingerprint "
+                f"{prev.get('code_fingerprint')}, today's {spec.code_fingerprint})")
+        if spec.on_code_change == "refuse":
+            return _not_run(spec, schema.REFUSED, f"{what}; on_code_change=keep resumes it under "
+                            f"today's code, on_code_change=rerun starts it again (force=true too)")
+        if spec.on_code_change == "rerun":
+            print(f"[rerun] {spec.run_dir} {what}: started again (on_code_change=rerun)", flush=True)
+            checkpoint.clear(rd.path)
+            state, notes = None, []
+        else:
+            notes.append(f"{what}: resumed under today's code (on_code_change=keep); its "
+                         f"curve mixes the two")
     record = _attempt_record(prev, spec, threads, ident, batched)
     if len(record["threads_used"]) > 1:
         notes.append(f"threads {record['threads_used']} across attempts: metrics are bitwise "

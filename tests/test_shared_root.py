@@ -261,3 +261,38 @@ def test_a_run_recorded_before_the_wider_fingerprint_is_still_skipped(tmp_path, 
     assert again["status"] == "completed" and "already completed" in capsys.readouterr().out
     path.write_text(json.dumps({**s, "code_fingerprint": "0123456789abcdef"}))
     assert run_it(spec_for(tmp_path / "out"))["status"] == "refused"
+
+
+# ------------------------------------------------------------------ resume under other code
+
+def _unfinished_under_other_code(root: Path) -> Path:
+    """A run that stopped at step 2 with its checkpoint (a NaN there), its record then
+    saying it ran under other code."""
+    spec = spec_for(root, "checkpoint_every=1", "debug.nan_at=2")
+    assert run_it(spec)["status"] == "failed"
+    assert (spec.run_dir / "checkpoint.pt").exists()
+    path = spec.run_dir / "summary.json"
+    path.write_text(json.dumps({**json.loads(path.read_text()), "code_fingerprint": "0123456789abcdef"}))
+    return spec.run_dir
+
+
+@pytest.mark.parametrize("choice", ["refuse", "rerun", "keep"])
+def test_on_code_change_applies_at_resume_too(tmp_path, capsys, choice):
+    d = _unfinished_under_other_code(tmp_path / "out")
+    files = lambda: {p.name: p.read_bytes() for p in d.iterdir() if p.is_file() and p.name != ".lock"}
+    before = files()
+    capsys.readouterr()
+    answer = run_it(spec_for(tmp_path / "out", "checkpoint_every=1", f"on_code_change={choice}"))
+    out = capsys.readouterr()
+    if choice == "refuse":
+        assert answer["status"] == "refused", answer
+        assert "0123456789abcdef" in answer["reason"] and "on_code_change=keep" in answer["reason"]
+        assert files() == before
+        return
+    assert answer["status"] == "completed"
+    if choice == "rerun":
+        assert "resumed from checkpoint" not in out.out and "started again" in out.out
+    else:
+        assert "resumed from checkpoint at step 2" in out.out
+        assert "resumed under today's code (on_code_change=keep)" in out.out
+
