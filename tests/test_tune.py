@@ -178,3 +178,16 @@ def test_two_studies_of_one_algorithm_keep_a_tuned_preset_each(out):
     # the printed rerun command loads each study's preset from that study's folder
     [rerun] = [ln for ln in first.stdout.splitlines() if "hydra.searchpath" in ln]
     assert str(Path(mine).parent.parent) in rerun
+
+
+def test_a_linked_study_database_is_refused_and_its_target_untouched(out, tmp_path):
+    theirs = tmp_path / "theirs" / "other-study.db"
+    theirs.parent.mkdir()
+    theirs.write_bytes(b"another study's database")
+    (out / ".optuna").mkdir(parents=True)
+    (out / ".optuna" / "demo-tpo.db").symlink_to(theirs)
+    proc = sweep(out, "hydra.sweeper.n_trials=1", "hydra.sweeper.seeds=1", check=False)
+    assert proc.returncode == 1, proc.stderr
+    assert "demo-tpo.db is a symbolic link" in proc.stderr and "nothing was run" in proc.stderr
+    assert theirs.read_bytes() == b"another study's database"
+    assert not list(out.rglob("summary.json")) and not (out / ".optuna" / "demo-tpo.lock").exists()

@@ -243,7 +243,17 @@ class OptunaSweeper(BenchSweeper):
         interrupted and tell finished trials twice. Held, every RUNNING trial is a dead
         sweep's."""
         from tpo_bench.bench import rundir
+        from tpo_bench.contract import io
 
+        if not self.opts["storage"]:  # the default database under output_root/.optuna/
+            db = Path(plan.storage.removeprefix("sqlite:///"))
+            try:
+                for p in (db.parent, db, plan.lock_path):
+                    io.refuse_link(p)
+            except io.LinkRefused as e:
+                print(f"error: study {plan.name}: {e.strerror}; nothing was run",
+                      file=sys.stderr, flush=True)
+                sys.exit(1)
         fd, holder = rundir.hold(plan.lock_path)
         if holder is not None:
             print(f"error: study {plan.name} ({plan.storage}) is being run by another sweep, "
