@@ -33,6 +33,7 @@ import pyarrow.parquet as pq
 
 from tpo_bench.analysis.rekey import config_columns, current_hash, rekey_table
 from tpo_bench.contract import io, schema
+from tpo_bench.contract.identity import flatten
 from tpo_bench.contract.schema import STALE_AFTER_S  # a running run silent this long lost its process
 
 DEFAULT_ROOT = "outputs"
@@ -273,6 +274,7 @@ def inconsistencies(run: RunInfo, df: pa.Table, values: Values | None = None) ->
             problems.append(f"metrics.parquet says {col} {', '.join(map(str, values[col]))}, "
                             f"its path says {where}")
     problems += schema.path_disagreements(run.path)
+    problems += _config_disagreements(run.path, df)
     episodes, eval_every = _constant(values, "task.episodes"), _constant(values, "task.eval_every")
     if isinstance(episodes, (int, float)) and episodes == int(episodes):
         every = int(eval_every) if isinstance(eval_every, (int, float)) and eval_every > 0 else None
@@ -288,6 +290,26 @@ def inconsistencies(run: RunInfo, df: pa.Table, values: Values | None = None) ->
     if summary.get("rows") is not None and summary["rows"] != df.num_rows:
         problems.append(f"summary.json says {summary['rows']} rows, metrics.parquet has {df.num_rows}")
     return problems
+
+
+def _config_disagreements(run_dir: Path, df: pa.Table) -> list[str]:
+    """Where the table's config columns (its first row: they are constant per run, and
+    rows that differ among themselves fail the checks above) disagree with the run's
+    config.json, the config its hash is of: an edited table would otherwise pool under a
+    hash that does not describe it. [] where config.json is absent or unreadable (the
+    path check names that)."""
+    try:
+        config = json.loads((run_dir / schema.CONFIG).read_text())
+    except (OSError, ValueError):
+        return []
+    if not isinstance(config, dict):
+        return []
+    want = {k: v for k, v in flatten(config).items() if k in df.column_names}
+    if not want:
+        return []
+    have = df.select(list(want)).slice(0, 1).to_pylist()[0]
+    return [f"metrics.parquet says {k} {have[k]}, config.json {v}" for k, v in want.items()
+            if have[k] != v and not (v is None and have[k] is None)]
 
 
 def _commits(summary: dict) -> tuple[str | None, str | None]:

@@ -296,3 +296,25 @@ def test_on_code_change_applies_at_resume_too(tmp_path, capsys, choice):
         assert "resumed from checkpoint at step 2" in out.out
         assert "resumed under today's code (on_code_change=keep)" in out.out
 
+
+# ------------------------------------------------------------------ edited tables
+
+@pytest.mark.parametrize("col,value", [("optim.lr", 0.5), ("task.episodes", 99)])
+def test_a_config_column_edited_in_a_runs_table_is_inconsistent(tmp_path, capsys, col, value):
+    import numpy as np
+    import pandas as pd
+
+    from tpo_bench.tools.bench_collect import demo_config, write_run
+
+    root = tmp_path / "out"
+    config = demo_config(3, 1e-3)
+    runs = [write_run(root, config, s, np.linspace(0.9, 0.1, 3)) for s in (0, 1)]
+    df = pd.read_parquet(runs[1] / "metrics.parquet")
+    want = df[col].iloc[0]
+    df[col] = value
+    df.to_parquet(runs[1] / "metrics.parquet", index=False)
+    rc, text, table = _collect(root, tmp_path, capsys)
+    assert rc == 1 and table is None, text
+    [line] = [ln for ln in text.splitlines() if "seed=1" in ln]
+    assert f"metrics.parquet says {col} {value}, config.json {want}" in line, line
+
