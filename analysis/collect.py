@@ -40,7 +40,7 @@ DEFAULT_ROOT = "outputs"
 # Runs that are not (yet) a result: reported and left out of the table without stopping
 # collect. Anything else skipped (a damaged file, a table that disagrees with its summary,
 # a second copy) stops it unless --allow-skips.
-LEFT_OUT = ("failed", "running", "incomplete")
+LEFT_OUT = ("failed", "running", "incomplete", "unreadable")
 DEFAULT_OUT = "outputs/results.parquet"  # where analysis/plot.py looks by default
 # One line of a figure, one configuration of a report row: (task, algorithm, config hash).
 # Seeds of different hashes are never pooled.
@@ -150,7 +150,20 @@ def read_summary(path: Path) -> dict:
     return info
 
 
+def _unreadable(path: Path, e: OSError) -> RunInfo:
+    where = e.filename or path
+    return RunInfo(Path(path), "unreadable", f"unreadable ({e.strerror}: {where}): made by another "
+                                             "user (umask 077?); its owner can share it with chmod -R g+rX")
+
+
 def _classify(run_dir: Path, stale_after: float = STALE_AFTER_S) -> RunInfo:
+    try:
+        return _classify_readable(run_dir, stale_after)
+    except PermissionError as e:
+        return _unreadable(run_dir, e)
+
+
+def _classify_readable(run_dir: Path, stale_after: float) -> RunInfo:
     summary = run_dir / schema.SUMMARY
     if not summary.is_file():
         return RunInfo(run_dir, "incomplete", "incomplete (no summary.json)")
@@ -180,8 +193,12 @@ def _classify(run_dir: Path, stale_after: float = STALE_AFTER_S) -> RunInfo:
 
 
 def find_runs(root, stale_after: float = STALE_AFTER_S, progress: Progress | None = None) -> list[RunInfo]:
-    """Every seed=<n> directory under root, classified by its summary.json."""
-    return [_classify(d, stale_after) for d in _tracked(list(schema.run_dirs(root)), progress)]
+    """Every seed=<n> directory under root, classified by its summary.json; a folder this
+    user cannot list is an `unreadable` entry (left out, named)."""
+    unreadable: list = []
+    found = list(schema.run_dirs(root, unreadable))
+    return [_classify(d, stale_after) for d in _tracked(found, progress)] + \
+        [_unreadable(folder, e) for folder, e in unreadable]
 
 
 def read_metrics(path: Path) -> pa.Table:
@@ -293,8 +310,8 @@ def inconsistencies(run: RunInfo, df: pa.Table, values: Values | None = None) ->
 
 
 def _config_disagreements(run_dir: Path, df: pa.Table) -> list[str]:
-    """Where the table's config columns (its first row: they are constant per run, and
-    rows that differ among themselves fail the checks above) disagree with the run's
+    """Where the table's config columns (their first row: the runner writes them constant
+    per run) disagree with the run's
     config.json, the config its hash is of: an edited table would otherwise pool under a
     hash that does not describe it. [] where config.json is absent or unreadable (the
     path check names that)."""
@@ -349,6 +366,9 @@ def load_runs(runs: list[RunInfo], root=None,
             continue
         try:
             df = read_metrics(run.metrics_path)
+        except PermissionError as e:
+            skipped.append(_unreadable(run.path, e))
+            continue
         except Exception as e:  # pyarrow raises several types for truncated/garbage files
             skipped.append(RunInfo(run.path, "corrupt", f"corrupt metrics.parquet: {e}"))
             continue
@@ -647,7 +667,7 @@ def main(argv=None) -> int:
     df, skipped = load_runs(runs, root, Progress("run directories read", args.progress, started))
     # Failed runs first, then the unfinished ones (resumable), then damaged files and
     # tables that are not what their summary says, then extra copies.
-    for kinds, title in ((("failed",), "failed"), (("running", "incomplete", "unknown"), "incomplete"),
+    for kinds, title in ((("failed",), "failed"), (("unreadable",), "unreadable"), (("running", "incomplete", "unknown"), "incomplete"),
                          (("corrupt",), "corrupt"), (("inconsistent",), "inconsistent"),
                          (("duplicate",), "duplicate")):
         group = [r for r in skipped if r.status in kinds]
@@ -687,8 +707,11 @@ def main(argv=None) -> int:
     left = [r for r in skipped if r.status in LEFT_OUT]
     if left:
         failed = sum(r.status == "failed" for r in left)
-        print(f"left out {len(left)} run(s) not completed ({failed} failed, {len(left) - failed} "
-              f"unfinished; listed above): re-run them to add them")
+        unreadable = sum(r.status == "unreadable" for r in left)
+        print(f"left out {len(left)} run(s) not completed ({failed} failed, "
+              f"{len(left) - failed - unreadable} unfinished"
+              + (f", {unreadable} unreadable" if unreadable else "")
+              + "; listed above): re-run them to add them")
     print(f"collected {kept} runs ({len(df)} rows), skipped {len(skipped)} -> {args.out}")
     return 0
 

@@ -173,7 +173,8 @@ def path_disagreements(path: str | Path) -> list[str]:
     return out
 
 
-def _walk(root: str | Path, depth: int | None = None) -> Iterator[Path]:
+def _walk(root: str | Path, depth: int | None = None,
+          unreadable: list | None = None) -> Iterator[Path]:
     """Every folder under root (not root itself) down to `depth` levels, not descending into
     run directories. Symlinked folders are followed, each real folder entered once (a link
     back up the tree cannot loop), the tree's own folders before those reached by a link:
@@ -195,7 +196,11 @@ def _walk(root: str | Path, depth: int | None = None) -> Iterator[Path]:
             if not first_visit(folder):
                 continue
             entries = sorted(os.scandir(folder), key=lambda e: e.name, reverse=True)
-        except OSError:  # gone meanwhile, unreadable, a dangling link
+        except PermissionError as e:  # another user's folder (umask 077): said, not skipped silently
+            if unreadable is not None:
+                unreadable.append((folder, e))
+            continue
+        except OSError:  # gone meanwhile, a dangling link
             continue
         for entry in entries:
             path, run = Path(entry.path), SEED_DIR.fullmatch(entry.name)
@@ -210,10 +215,11 @@ def _walk(root: str | Path, depth: int | None = None) -> Iterator[Path]:
                 (linked if link else own).append((path, level + 1))
 
 
-def run_dirs(root: str | Path) -> Iterator[Path]:
+def run_dirs(root: str | Path, unreadable: list | None = None) -> Iterator[Path]:
     """Every run directory under root (sorted), however deep the root sits above them,
-    symlinked folders included (each real folder once)."""
-    return iter(sorted(p for p in _walk(root) if SEED_DIR.fullmatch(p.name)))
+    symlinked folders included (each real folder once). `unreadable`, where given, gets
+    (folder, PermissionError) for each folder this user cannot list."""
+    return iter(sorted(p for p in _walk(root, unreadable=unreadable) if SEED_DIR.fullmatch(p.name)))
 
 
 def find_run(output_root: str | Path, config_hash: str, seed: int) -> Path | None:

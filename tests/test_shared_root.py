@@ -318,3 +318,44 @@ def test_a_config_column_edited_in_a_runs_table_is_inconsistent(tmp_path, capsys
     [line] = [ln for ln in text.splitlines() if "seed=1" in ln]
     assert f"metrics.parquet says {col} {value}, config.json {want}" in line, line
 
+
+# ------------------------------------------------------------------ another user's unreadable runs
+
+@pytest.mark.parametrize("where", ["run folder", "config folder"])
+def test_a_teammates_unreadable_run_is_named_and_left_out(tmp_path, capsys, monkeypatch, where):
+    """As root cannot be refused a folder, the OS's answer for a folder made with umask 077
+    is played by the calls that meet it."""
+    import errno
+    import pathlib
+
+    import numpy as np
+
+    from tpo_bench.contract import schema
+    from tpo_bench.tools.bench_collect import demo_config, write_run
+
+    root = tmp_path / "out"
+    mine = write_run(root, demo_config(3, 1e-3), 0, np.linspace(0.9, 0.1, 3))
+    theirs = write_run(root, demo_config(3, 2e-3), 1, np.linspace(0.9, 0.1, 3))
+    denied = theirs if where == "run folder" else theirs.parent
+    if where == "run folder":
+        is_file = pathlib.Path.is_file
+
+        def guarded(self):
+            if self.parent == denied:
+                raise PermissionError(errno.EACCES, "Permission denied", str(self))
+            return is_file(self)
+        monkeypatch.setattr(pathlib.Path, "is_file", guarded)
+    else:
+        scandir = schema.os.scandir
+
+        def guarded(path):
+            if pathlib.Path(path) == denied:
+                raise PermissionError(errno.EACCES, "Permission denied", str(path))
+            return scandir(path)
+        monkeypatch.setattr(schema.os, "scandir", guarded)
+    rc, text, table = _collect(root, tmp_path, capsys)
+    assert rc == 0, text
+    assert table["seed"].unique().tolist() == [mine and 0]
+    [line] = [ln for ln in text.splitlines() if str(denied.relative_to(root)) in ln and "skipped" in ln]
+    assert "unreadable (Permission denied" in line and "chmod" in line, line
+    assert "1 unreadable" in text
