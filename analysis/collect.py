@@ -20,6 +20,7 @@ import functools
 import os
 import socket
 import json
+import math
 import sys
 import time
 from dataclasses import dataclass
@@ -250,6 +251,13 @@ def expected_steps(episodes: int, eval_every: int | None) -> list[int]:
     return [0, *range(eval_every, episodes + 1, eval_every), *([episodes] if episodes % eval_every else [])]
 
 
+def expected_count(episodes: int, eval_every: int | None) -> int:
+    """len(expected_steps(episodes, eval_every)), without building the list."""
+    if not eval_every:
+        return max(episodes, 0)
+    return 1 + max(episodes, 0) // eval_every + (1 if episodes > 0 and episodes % eval_every else 0)
+
+
 def last_step(episodes: int, eval_every: int | None) -> int:
     """The step of a complete run's final row (expected_steps(...)[-1])."""
     return episodes if eval_every else episodes - 1
@@ -293,17 +301,18 @@ def inconsistencies(run: RunInfo, df: pa.Table, values: Values | None = None) ->
     problems += schema.path_disagreements(run.path)
     problems += _config_disagreements(run.path, df)
     episodes, eval_every = _constant(values, "task.episodes"), _constant(values, "task.eval_every")
-    if isinstance(episodes, (int, float)) and episodes == int(episodes):
-        every = int(eval_every) if isinstance(eval_every, (int, float)) and eval_every > 0 else None
-        want, have = expected_steps(int(episodes), every), df.column("step").to_pylist()
-        if have != want:
-            config = f"task.episodes={int(episodes)}" + (
-                f", task.eval_every={every}: one row per evaluation plus the first" if every else "")
-            if len(have) != len(want):
-                span = f"steps {min(have)}..{max(have)}" if have else "no steps"
-                problems.append(f"{len(have)} rows, {span}; the config expects {len(want)} ({config})")
-            else:
-                problems.append(f"steps {_steps(have)}; the config expects {_steps(want)} ({config})")
+    if isinstance(episodes, (int, float)) and math.isfinite(episodes) and episodes == int(episodes):
+        every = int(eval_every) if isinstance(eval_every, (int, float)) and math.isfinite(eval_every) \
+            and eval_every > 0 else None
+        have, count = df.column("step").to_pylist(), expected_count(int(episodes), every)
+        config = f"task.episodes={int(episodes)}" + (
+            f", task.eval_every={every}: one row per evaluation plus the first" if every else "")
+        # the count first: a table's claim (task.episodes=1e12) never sizes what is built
+        if len(have) != count:
+            span = f"steps {min(have)}..{max(have)}" if have else "no steps"
+            problems.append(f"{len(have)} rows, {span}; the config expects {count} ({config})")
+        elif have != (want := expected_steps(int(episodes), every)):
+            problems.append(f"steps {_steps(have)}; the config expects {_steps(want)} ({config})")
     if summary.get("rows") is not None and summary["rows"] != df.num_rows:
         problems.append(f"summary.json says {summary['rows']} rows, metrics.parquet has {df.num_rows}")
     return problems

@@ -359,3 +359,25 @@ def test_a_teammates_unreadable_run_is_named_and_left_out(tmp_path, capsys, monk
     [line] = [ln for ln in text.splitlines() if str(denied.relative_to(root)) in ln and "skipped" in ln]
     assert "unreadable (Permission denied" in line and "chmod" in line, line
     assert "1 unreadable" in text
+
+
+# ------------------------------------------------------------------ a table's claims
+
+@pytest.mark.parametrize("episodes", [1e12, float("inf")])
+def test_a_huge_episode_count_claimed_by_a_table_is_named_not_allocated(tmp_path, capsys, episodes):
+    import numpy as np
+    import pandas as pd
+
+    from tpo_bench.tools.bench_collect import demo_config, write_run
+
+    root = tmp_path / "out"
+    runs = [write_run(root, demo_config(3, 1e-3), s, np.linspace(0.9, 0.1, 3)) for s in (0, 1)]
+    df = pd.read_parquet(runs[1] / "metrics.parquet")
+    df["task.episodes"] = episodes
+    df.to_parquet(runs[1] / "metrics.parquet", index=False)
+    rc, text, table = _collect(root, tmp_path, capsys)
+    assert rc == 1 and table is None, text
+    [line] = [ln for ln in text.splitlines() if "seed=1" in ln]
+    assert "inconsistent" in line and f"task.episodes {episodes}" in line, line
+    rc, text, table = _collect(root, tmp_path, capsys, "--allow-skips")
+    assert rc == 0 and table["seed"].unique().tolist() == [0]
