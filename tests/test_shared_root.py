@@ -381,3 +381,14 @@ def test_a_huge_episode_count_claimed_by_a_table_is_named_not_allocated(tmp_path
     assert "inconsistent" in line and f"task.episodes {episodes}" in line, line
     rc, text, table = _collect(root, tmp_path, capsys, "--allow-skips")
     assert rc == 0 and table["seed"].unique().tolist() == [0]
+
+
+# ------------------------------------------------------------------ a sweep checked whole
+
+def test_a_seed_past_64_bits_anywhere_in_a_sweep_stops_it_before_any_run(tmp_path):
+    root = tmp_path / "out"
+    proc = run_bench("-m", *TINY, f"output_root={root}", "seed=1,99999999999999999999", check=False)
+    assert not list(root.rglob("seed=*")), proc.stdout  # seed 1 did not train first
+    assert proc.returncode == 2, proc.stdout + proc.stderr
+    assert "seed must be an integer from 0 to 9223372036854775807" in proc.stderr
+    assert "99999999999999999999" in proc.stderr and "nothing was launched" in proc.stderr

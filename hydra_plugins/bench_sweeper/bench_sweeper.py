@@ -100,7 +100,7 @@ class BenchSweeper(BasicSweeper):
         from tpo_bench.contract.schema import seed_dir
         from tpo_bench.bench.build import ConfigError
         from tpo_bench.bench.interrupts import SweepStop
-        from tpo_bench.contract.schema import NOT_STARTED, SWEEP_STOP
+        from tpo_bench.contract.schema import MAX_SEED, NOT_STARTED, SWEEP_STOP
         from hydra_plugins.bench_sweeper._progress import SweepProgress, every_s
 
         parser = OverridesParser.create(config_loader=self.hydra_context.config_loader)
@@ -124,6 +124,9 @@ class BenchSweeper(BasicSweeper):
                 if seeds and not (seeds[0].isdigit()):
                     raise ConfigError(f"seed must be a non-negative integer, got {seeds[0]!r}")
                 first = int(seeds[0]) if seeds else int(OmegaConf.select(self.config, "seed") or 0)
+                if first > MAX_SEED:  # every job's seed, not only each config's first job's
+                    raise ConfigError(f"seed must be an integer from 0 to {MAX_SEED} (2**63 - 1: "
+                                      f"metrics.parquet stores it as a 64-bit integer), got {first}")
                 if key not in home:
                     cfg = self.hydra_context.config_loader.load_sweep_config(self.config, list(job))
                     with open_dict(cfg):
