@@ -298,6 +298,13 @@ def inconsistencies(run: RunInfo, df: pa.Table, values: Values | None = None) ->
         if len(values[col]) > 1 or (values[col] and str(values[col][0]) != where):
             problems.append(f"metrics.parquet says {col} {', '.join(map(str, values[col]))}, "
                             f"its path says {where}")
+    # The runner ends a run whose error is infinite as diverged: a completed one never
+    # holds one. (NaN may stand where a row has no error: an evaluation row of a task
+    # whose evaluation measures test_error only.)
+    bad = [v for v in df.column("error").to_pylist() if isinstance(v, float) and math.isinf(v)]
+    if bad:
+        problems.append(f"{len(bad)} infinite error value{'s' * (len(bad) > 1)} "
+                        f"({', '.join(map(str, bad[:3]))}) in a completed run")
     problems += schema.path_disagreements(run.path)
     problems += _config_disagreements(run.path, df)
     episodes, eval_every = _constant(values, "task.episodes"), _constant(values, "task.eval_every")

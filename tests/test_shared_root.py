@@ -392,3 +392,18 @@ def test_a_seed_past_64_bits_anywhere_in_a_sweep_stops_it_before_any_run(tmp_pat
     assert proc.returncode == 2, proc.stdout + proc.stderr
     assert "seed must be an integer from 0 to 9223372036854775807" in proc.stderr
     assert "99999999999999999999" in proc.stderr and "nothing was launched" in proc.stderr
+
+
+@pytest.mark.parametrize("value", [float("inf"), -float("inf")])
+def test_an_infinite_error_edited_into_a_completed_run_is_inconsistent(tmp_path, capsys, value):
+    import numpy as np
+
+    from tpo_bench.tools.bench_collect import demo_config, write_run
+
+    root = tmp_path / "out"
+    write_run(root, demo_config(3, 1e-3), 0, np.linspace(0.9, 0.1, 3))
+    write_run(root, demo_config(3, 1e-3), 1, [0.9, value, 0.1])
+    rc, text, table = _collect(root, tmp_path, capsys)
+    assert rc == 1 and table is None, text
+    [line] = [ln for ln in text.splitlines() if "seed=1" in ln]
+    assert f"1 infinite error value ({value})" in line, line
