@@ -59,6 +59,9 @@ class RunSpec:
     """hash of the algorithm's and task's code (bench.fingerprint); summary.json keeps it"""
     code_files: tuple[str, ...] = ()
     """the files that hash is over"""
+    narrow_fingerprint: str = ""
+    """the fingerprint as runs recorded it before it covered the harness and the plugin's
+    package (bench.fingerprint): what a run whose summary has no code_scope is compared to"""
     on_code_change: str = "refuse"
     """a completed run whose recorded fingerprint differs: refuse, rerun or keep"""
     logger: dict[str, Any] = dataclasses.field(default_factory=lambda: {"name": "none"})
@@ -217,6 +220,7 @@ def build(cfg: dict[str, Any], explicit: frozenset[str] = frozenset(), here: boo
     _check_batch_seeds(rc, task)
     logger = logger_config(cfg.get("logger"))
     fingerprint, files = code_fingerprint(type(task), type(algo))
+    narrow, _ = code_fingerprint(type(task), type(algo), harness=False)
 
     run_task, hparams, notes, match = _match(rc, cfg, task, algo, hparams)
     config = _science(rc, cfg, task_impl, task, algo_impl, algo, optim, match)
@@ -231,7 +235,7 @@ def build(cfg: dict[str, Any], explicit: frozenset[str] = frozenset(), here: boo
         progress_every_s=rc.progress_every_s, force=rc.force, checkpoint_every=rc.checkpoint_every,
         debug=dataclasses.asdict(rc.debug), config=config, config_hash=h, logger=logger,
         output_root=rc.output_root, code_fingerprint=fingerprint,
-        code_files=tuple(files), on_code_change=rc.on_code_change,
+        code_files=tuple(files), narrow_fingerprint=narrow, on_code_change=rc.on_code_change,
         run_dir=_locate(rc.output_root, task.name, cfg["algo"]["name"], config, rc.seed),
     )
 

@@ -236,6 +236,7 @@ def backward(task, algo, batch: Batch, policy, kl_ref: float) -> tuple[Any, dict
     loss_value, metrics = 0.0, {}
     for part, share in parts:
         logp = task.logprobs(policy, part)
+        part.check_logp(logp)
         out = algo.loss(part, logp)
         loss = out.loss
         if kl_ref:  # the task's KL penalty to its reference, whatever the algorithm (science §Language models)

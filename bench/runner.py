@@ -28,7 +28,7 @@ from typing import Any
 import pandas as pd
 import torch
 
-from tpo_bench.bench import checkpoint, debug, interrupts, rundir, tracking
+from tpo_bench.bench import checkpoint, debug, fingerprint, interrupts, rundir, tracking
 from tpo_bench.bench.build import RunSpec
 from tpo_bench.bench.engine import train_episodes
 from tpo_bench.contract.identity import flatten
@@ -280,6 +280,11 @@ def _claim_lock(spec: RunSpec, rd: rundir.RunDir) -> tuple[dict, dict | None]:
                 return {}, _not_run(spec, schema.REFUSED, f"{e}; remove it (the run then resumes "
                                     f"from its checkpoint, if any) or force=true restarts the run")
             prev = {}
+        if prev and not spec.force and (wrong := schema.path_disagreements(rd.path)):
+            rd.release()
+            return prev, _not_run(spec, schema.REFUSED, f"its files are another run's, not this "
+                                  f"path's ({'; '.join(wrong)}): copied or planted here? Move it "
+                                  f"away (force=true overwrites it)")
         if prev.get("status") == schema.COMPLETED and not spec.force:
             if damage := _table_damage(rd.path / schema.METRICS):
                 rd.release()
@@ -301,12 +306,20 @@ def _claim_lock(spec: RunSpec, rd: rundir.RunDir) -> tuple[dict, dict | None]:
     return prev, None
 
 
+def _same_code(spec: RunSpec, prev: dict) -> bool:
+    """Whether `prev` (a summary) records today's code fingerprint, or none. A run recorded
+    without code_scope has the narrower fingerprint (bench.fingerprint)."""
+    old = prev.get("code_fingerprint")
+    return not old or old == (spec.code_fingerprint if prev.get("code_scope")
+                              else spec.narrow_fingerprint or spec.code_fingerprint)
+
+
 def _code_changed(spec: RunSpec, prev: dict, said: bool) -> dict | None | bool:
     """A completed run against today's code: False where its code fingerprint is today's
     (or it records none), else as on_code_change says: the answer for `refuse` and
     `keep`, None for `rerun` (train it again; said once, `said` on the second look)."""
     old, new = prev.get("code_fingerprint"), spec.code_fingerprint
-    if not old or old == new:
+    if _same_code(spec, prev):
         return False
     what = f"completed under other code (code fingerprint {old}, today's {new})"
     if spec.on_code_change == "keep":
@@ -385,6 +398,19 @@ def open_seat(spec: RunSpec, rd: rundir.RunDir, prev: dict, batched: bool = Fals
             if state is not None else []
     except checkpoint.CheckpointError as e:
         return _not_run(spec, schema.REFUSED, str(e))
+    if state is not None and not _same_code(spec, prev):
+        what = (f"its checkpoint was written under other code (code fingerprint "
+                f"{prev.get('code_fingerprint')}, today's {spec.code_fingerprint})")
+        if spec.on_code_change == "refuse":
+            return _not_run(spec, schema.REFUSED, f"{what}; on_code_change=keep resumes it under "
+                            f"today's code, on_code_change=rerun starts it again (force=true too)")
+        if spec.on_code_change == "rerun":
+            print(f"[rerun] {spec.run_dir} {what}: started again (on_code_change=rerun)", flush=True)
+            checkpoint.clear(rd.path)
+            state, notes = None, []
+        else:
+            notes.append(f"{what}: resumed under today's code (on_code_change=keep); its "
+                         f"curve mixes the two")
     record = _attempt_record(prev, spec, threads, ident, batched)
     if len(record["threads_used"]) > 1:
         notes.append(f"threads {record['threads_used']} across attempts: metrics are bitwise "
@@ -432,6 +458,7 @@ def _provenance(spec: RunSpec, rd: rundir.RunDir, prev: dict, record: dict) -> d
             "slurm_array_job_id": os.environ.get("SLURM_ARRAY_JOB_ID"),
             "slurm_array_task_id": os.environ.get("SLURM_ARRAY_TASK_ID"),
             "code_fingerprint": spec.code_fingerprint, "code_files": list(spec.code_files),
+            "code_scope": fingerprint.SCOPE,
             **record, **spec.effective}
 
 

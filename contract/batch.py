@@ -78,6 +78,18 @@ class Batch:
                     raise ValueError(f"batch.{name} holds non-zero values at padded steps "
                                      "(mask False); a task must put 0 there")
 
+    def check_logp(self, logp: torch.Tensor, source: str = "task.logprobs") -> None:
+        """ValueError unless `logp` (the trained policy's per-step log-probs of this batch's
+        candidates, from `source`) has logp_old's shape and, where the batch has a mask, 0
+        at every padded step: the algorithms' sums over steps (GRPO's, GSPO's mean, TPO's
+        candidate log-prob) count every step, so junk there would be trained on."""
+        if tuple(logp.shape) != tuple(self.logp_old.shape):
+            raise ValueError(f"{source} returned log-probs of shape {tuple(logp.shape)}; the "
+                             f"batch's logp_old has {tuple(self.logp_old.shape)}")
+        if self.mask is not None and bool((logp.detach().masked_fill(self.mask, 0) != 0).any()):
+            raise ValueError(f"{source} returned non-zero log-probs at padded steps (mask "
+                             "False); a task must put 0 there, as in logp_old")
+
     @property
     def num_groups(self) -> int:
         return self.logp_old.shape[0]
