@@ -160,8 +160,8 @@ def test_junk_in_a_tasks_padded_log_probs_is_refused_not_trained_on(preset):
 
     from conftest import compose
     from tpo_bench.algorithms import ALGORITHMS
-    from tpo_bench.bench.runner import _backward
-    from tpo_bench.contract.batch import Batch
+    from tpo_bench.bench.engine import backward
+    from tpo_bench.contract.batch import Batch, TaskOptions
 
     section = compose(f"algo={preset}")["algo"]
     cls = ALGORITHMS.get(section.pop("impl", None) or section["name"])
@@ -174,7 +174,7 @@ def test_junk_in_a_tasks_padded_log_probs_is_refused_not_trained_on(preset):
     batch = Batch.sampled_group(logp_old, rewards, rewards.sum(-1) > 1.0, mask=mask)
     policy = torch.nn.Linear(1, 1)
 
-    class Task:
+    class Task(TaskOptions):
         junk = 0.0
 
         def logprobs(self, policy, part):
@@ -182,12 +182,12 @@ def test_junk_in_a_tasks_padded_log_probs_is_refused_not_trained_on(preset):
             return (part.logp_old + shift * part.mask).masked_fill(~part.mask, self.junk)
 
     task = Task()
-    loss, _ = _backward(task, algo, batch, policy, 0.0)  # zeros at the padding: trained
+    loss, _ = backward(task, algo, batch, policy, 0.0)  # zeros at the padding: trained
     assert abs(loss) < 100
     task.junk = 1e9
     policy.zero_grad()
     with pytest.raises(ValueError, match="task.logprobs returned non-zero log-probs at padded steps"):
-        _backward(task, algo, batch, policy, 0.0)
+        backward(task, algo, batch, policy, 0.0)
 
 
 # ------------------------------------------------------------------ what the fingerprint covers
