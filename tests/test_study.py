@@ -160,3 +160,24 @@ def test_commit_run_commits_only_that_runs_files(tmp_path):
     assert sorted(f for f in files[1:] if f) == [f"runs/demo/tpo/abc/seed=0/{f}" for f in
                                                  ("config.json", "metrics.parquet", "summary.json")]
     assert "other.txt" in git("diff", "--cached", "--name-only").stdout  # still staged, not committed
+
+
+@pytest.mark.slow
+def test_run_trains_only_at_the_queues_commit(tmp_path):
+    repo = tmp_path / "g"
+    (repo / "algorithms").mkdir(parents=True)
+    git = lambda *a: subprocess.run(["git", "-C", str(repo), *a], check=True, capture_output=True, text=True)
+    git("init", "-q")
+    git("config", "user.email", "t@t")
+    git("config", "user.name", "t")
+    (repo / "algorithms" / "x.py").write_text("A = 1\n")
+    git("add", ".")
+    git("commit", "-qm", "one")
+    first = git("rev-parse", "HEAD").stdout.strip()
+    assert study.check_code(repo, first[:7]) is None
+    assert study.check_code(repo, None) is None
+    (repo / "algorithms" / "x.py").write_text("A = 2\n")
+    assert "with edits" in study.check_code(repo, first[:7])
+    git("commit", "-qam", "two")
+    why = study.check_code(repo, first[:7])
+    assert why is not None and first[:7] in why and "--repo" in why

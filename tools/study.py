@@ -71,6 +71,26 @@ def _expand(args: str) -> list[tuple[str, ...]]:
     return list(itertools.product(*axes))
 
 
+def pinned(path: Path = QUEUE) -> str | None:
+    """The commit the queue's runs are trained with (study.yaml's `code`), if it names one."""
+    code = yaml.safe_load(path.read_text()).get("code")
+    return None if code is None else str(code)
+
+
+def check_code(repo: Path, code: str | None) -> str | None:
+    """None if the checkout that will train (repo) is at the queue's commit; else why not."""
+    if code is None:
+        return None
+    head = _git(repo, "rev-parse", "HEAD").stdout.strip()
+    dirty = _git(repo, "status", "--porcelain", "--untracked-files=no", "--", "algorithms", "tasks",
+                 "contract", "bench").stdout.strip()
+    if not head.startswith(code) or dirty:
+        return (f"{repo} is at {head[:12] or 'no commit'}{' with edits' if dirty else ''}; the queue's runs "
+                f"train at {code} (study.yaml's `code`): `git worktree add -b study ../tpo-study {code}` "
+                f"and pass --repo ../tpo-study (or --any-code)")
+    return None
+
+
 def load(path: Path = QUEUE) -> list[dict]:
     stages = yaml.safe_load(path.read_text())["stages"]
     for s in stages:
@@ -317,6 +337,7 @@ def main(argv=None) -> int:
     p.add_argument("--jobs", type=int, default=2)
     p.add_argument("--max-runs", type=int, default=0, help="stop after this many runs (0: all)")
     p.add_argument("--commit", action="store_true")
+    p.add_argument("--any-code", action="store_true", help="run: train with whatever code --repo holds")
     p.add_argument("--markdown", action="store_true")
     p.add_argument("--page", type=Path, default=None,
                    help="status: rewrite the page's `queue` generated block (--check: compare only)")
@@ -350,6 +371,10 @@ def main(argv=None) -> int:
         for j, d, st in rows:
             print(f"{st:<9} {j.stage:<22} {d.relative_to(repo)}  {j.label}")
         return 0
+    why = None if a.any_code else check_code(repo, pinned(a.queue))
+    if why:
+        print(f"error: {why}", file=sys.stderr)
+        return 2
     if a.max_runs:
         left = left[:a.max_runs]
     print(f"[study] {len(left)} runs to go, {a.jobs} at once", flush=True)
