@@ -128,6 +128,7 @@ def test_batched_seeds_are_tracked_as_runs_of_their_own(tmp_path, monkeypatch):
         assert got == pytest.approx(_expect(df, "error"))
 
 
+@pytest.mark.slow  # starts a process
 def test_a_failing_logger_warns_once_and_the_parquet_stands(tmp_path, monkeypatch, capsys):
     class Broken:
         def __init__(self, spec, attempt):
