@@ -142,7 +142,7 @@ def micro_batches(batch: Batch, micro_groups: int) -> list[tuple[Batch, float]]:
              (min(s + micro_groups, N) - s) / N) for s in starts]
 
 
-def _backward(task, algo, batch: Batch, policy, kl_ref: float) -> tuple[Any, dict[str, Any]]:
+def backward(task, algo, batch: Batch, policy, kl_ref: float) -> tuple[Any, dict[str, Any]]:
     """One full-batch gradient (accumulated over micro-batches): the loss and the
     algorithm's metrics, each the groups-weighted mean over the parts (kept: `as_kept`)."""
     # task.micro_batch counts completions; the task has checked it holds whole groups.
@@ -189,7 +189,7 @@ def train_episode(task, algo, request: Request, policy, opt, streams: Streams,
     kl_ref = getattr(task, "kl_ref", 0.0) if ro.batch.logp_ref is not None else 0.0
     for epoch in range(algo.epochs):
         opt.zero_grad(set_to_none=True)
-        loss, metrics = _backward(task, algo, ro.batch, policy, kl_ref)
+        loss, metrics = backward(task, algo, ro.batch, policy, kl_ref)
         book.after_backward(epoch, task, policy, loss, metrics)
         opt.step()
     t2 = _phase_mark(clock, device)
@@ -213,7 +213,7 @@ def fmt_duration(seconds: float) -> str:
         f"{seconds // 60}m{seconds % 60:02d}s"
 
 
-def _progress(label: str, done: int, episodes: int, row: dict, last: dict, evaluates: bool,
+def progress_line(label: str, done: int, episodes: int, row: dict, last: dict, evaluates: bool,
               elapsed: float, resumed_at: int) -> None:
     """One plain line, the same in a terminal and in a SLURM log (no \\r, no colours). The
     rate counts this attempt's episodes only: a resumed run's earlier episodes took no time
@@ -634,7 +634,7 @@ class ProgressLine:
         now = time.monotonic()
         if (self.log_every and done % self.log_every == 0) or done == self.episodes or \
                 now - self.last >= self.every_s:
-            _progress(self.label, done, self.episodes, row, last, self.evaluates,
+            progress_line(self.label, done, self.episodes, row, last, self.evaluates,
                       now - self.started, self.start)
             self.last = now
 

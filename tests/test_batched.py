@@ -86,13 +86,13 @@ def test_batched_seeds_equal_their_single_runs(algo):
     the loss vmapped over the seed axis (not the per-seed fallback) and one optimizer
     update for all seeds."""
     spec = build(compose(*SMALL, f"algo={algo}"))
-    batched._NOT_VMAPPABLE.discard(type(spec.algo))
+    batched.NOT_VMAPPABLE.discard(type(spec.algo))
     rows_single, rows_batched, single, stacked = _batched_vs_single(spec, range(SEEDS), episodes=2)
     for e in range(2):
         for s in range(SEEDS):
             assert _same_row(rows_single[e][s], rows_batched[e][s]), (algo, e, s)
     assert _same_state(single, stacked)
-    assert type(spec.algo) not in batched._NOT_VMAPPABLE
+    assert type(spec.algo) not in batched.NOT_VMAPPABLE
     # the seeds really differ from each other: a mix-up between them would show
     assert rows_single[-1][0]["loss"] != rows_single[-1][1]["loss"]
 
@@ -216,7 +216,7 @@ def test_bandit_batched_seeds_equal_their_single_runs(task, args, mnist_dir):
         for s in range(SEEDS):
             assert _same_row(rows_single[e][s], rows_batched[e][s]), (task, e, s)
     assert _same_state(single, stacked)
-    assert type(spec.algo) not in batched._NOT_VMAPPABLE  # the loss was vmapped
+    assert type(spec.algo) not in batched.NOT_VMAPPABLE  # the loss was vmapped
     assert rows_single[-1][0] != rows_single[-1][1]  # the seeds differ: a mix-up would show
 
 
@@ -527,4 +527,4 @@ def test_a_captured_epoch_equals_the_eager_one(monkeypatch):
                                         compile=True)
         assert all(_same_row(a, b) for a, b in zip(rows_e, rows_c))
     assert _same_state(eager, comp)
-    assert batched._CAPTURED  # the captured path ran
+    assert batched.CAPTURED  # the captured path ran
