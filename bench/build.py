@@ -73,7 +73,7 @@ class RunSpec:
         return self.optim_hparams.get("lr")
 
 
-def _instantiate(registry, section: dict[str, Any], key: str):
+def instantiate(registry, section: dict[str, Any], key: str):
     """Registered dataclass from a config section; the section's `impl` (default: its
     `name`) picks the implementation, so a variant is a yaml with other field values."""
     section = dict(section)
@@ -174,14 +174,14 @@ def build(cfg: dict[str, Any], explicit: frozenset[str] = frozenset(), here: boo
     train on another machine (its device is not this one's to judge)."""
     rc = run_config(cfg)
     for section in ("task", "algo"):
-        if cfg[section].get("name") is not None:  # a missing name is _instantiate's to report
+        if cfg[section].get("name") is not None:  # a missing name is instantiate's to report
             _check_plain_name(f"{section}.name", cfg[section]["name"])
     load_plugins(list(rc.plugins))
-    task_impl, task = _instantiate(TASKS, cfg["task"], "task")
+    task_impl, task = instantiate(TASKS, cfg["task"], "task")
     algo_section = dict(cfg["algo"])
     if "algo.name" in explicit and "algo.impl" not in explicit:
         algo_section.pop("impl", None)  # an algorithm named on the command line is the one that runs
-    algo_impl, algo = _instantiate(ALGORITHMS, algo_section, "algo")
+    algo_impl, algo = instantiate(ALGORITHMS, algo_section, "algo")
     _check_plain_name("task.name", task.name)  # a plug-in task may name itself
     _check_algorithm(algo, cfg["algo"]["name"])
     steps = task.steps_per_batch

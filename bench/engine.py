@@ -304,7 +304,7 @@ def seed_losses(algo, batches: list[Batch], logps: list[torch.Tensor]):
     same = all({k: v.shape for k, v in _tensor_fields(b).items() if v is not None} ==
                {k: v.shape for k, v in fields.items()} for b in batches) and \
         len({lp.shape for lp in logps}) == 1
-    if same and type(algo) not in _NOT_VMAPPABLE:
+    if same and type(algo) not in NOT_VMAPPABLE:
         stacked = {k: torch.stack([getattr(b, k) for b in batches]) for k in fields}
         names: list[str] = []
 
@@ -318,7 +318,7 @@ def seed_losses(algo, batches: list[Batch], logps: list[torch.Tensor]):
         except RuntimeError as e:  # a data-dependent op in the loss: it stays per seed
             if "vmap" not in str(e):
                 raise
-            _NOT_VMAPPABLE.add(type(algo))
+            NOT_VMAPPABLE.add(type(algo))
         else:
             return loss, {k: as_kept(v) for k, v in zip(names, values)}
     outs = [algo.loss(b, lp) for b, lp in zip(batches, logps)]
@@ -328,12 +328,12 @@ def seed_losses(algo, batches: list[Batch], logps: list[torch.Tensor]):
         for k in keys}
 
 
-_NOT_VMAPPABLE: set[type] = set()
+NOT_VMAPPABLE: set[type] = set()
 
 # torch.compile's backend for `captured` (a test may take "aot_eager": the same capture,
 # no code generation).
 COMPILE_BACKEND = "inductor"
-_CAPTURED: dict = {}
+CAPTURED: dict = {}
 
 
 def captured(task, algo, policies: list):
@@ -344,15 +344,15 @@ def captured(task, algo, policies: list):
     (train_episodes asks for this only without top-ups). Backward's accumulation and the
     optimizer step stay eager. Cached per (task, algo, seed set)."""
     key = (id(task), id(algo), tuple(id(p) for p in policies))
-    if key not in _CAPTURED:
+    if key not in CAPTURED:
         cuda = next(policies[0].parameters()).device.type == "cuda"
 
         def forward(batches):
             return seed_losses(algo, batches, task.logprobs_seeds(policies, batches))
-        _CAPTURED.clear()  # one seed set at a time: a seed leaving the batch recaptures
-        _CAPTURED[key] = torch.compile(forward, backend=COMPILE_BACKEND, dynamic=False,
+        CAPTURED.clear()  # one seed set at a time: a seed leaving the batch recaptures
+        CAPTURED[key] = torch.compile(forward, backend=COMPILE_BACKEND, dynamic=False,
                                        mode="reduce-overhead" if cuda and COMPILE_BACKEND == "inductor" else None)
-    return _CAPTURED[key]
+    return CAPTURED[key]
 
 
 def _tensor_fields(batch: Batch) -> dict[str, torch.Tensor | None]:

@@ -41,7 +41,7 @@ def _strip_docstrings(tree: ast.AST) -> ast.AST:
     return tree
 
 
-def _origin(module: str) -> Path | None:
+def origin(module: str) -> Path | None:
     try:
         spec = importlib.util.find_spec(module)
     except (ImportError, ValueError):
@@ -83,7 +83,7 @@ def _homes(classes: tuple[type, ...]) -> list[Path]:
         if module.startswith("tpo_bench."):
             continue
         top = module.split(".")[0]
-        path = _origin(top)
+        path = origin(top)
         if path is None or _installed(path):
             continue
         out.append(path.parent if path.name == "__init__.py" or top != module else path.parent)
@@ -95,7 +95,7 @@ def _followed(module: str, packages: tuple[str, ...], homes: list[Path]) -> bool
         return module in packages or module.startswith(tuple(f"{p}." for p in packages))
     if not homes:
         return False
-    top = _origin(module.split(".")[0])  # a top-level lookup imports nothing
+    top = origin(module.split(".")[0])  # a top-level lookup imports nothing
     if top is None or _installed(top):
         return False
     return any(top.is_relative_to(h) for h in homes)
@@ -132,13 +132,13 @@ def code_fingerprint(*classes: type, harness: bool = True) -> tuple[str, list[st
         if module in seen:
             continue
         seen.add(module)
-        path = _origin(module)
+        path = origin(module)
         if path is None:
             continue
         digest, deps = _file(module, path)
         parts.append((_shown(path), digest))
         todo.extend(m for m in deps if m not in seen and _followed(m, packages, homes)
-                    and _origin(m) is not None)
+                    and origin(m) is not None)
     parts.sort()
     whole = hashlib.sha256("".join(f"{name}\0{digest}\n" for name, digest in parts).encode())
     return whole.hexdigest()[:16], [name for name, _ in parts]

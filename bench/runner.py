@@ -43,7 +43,7 @@ def fmt_duration(seconds: float) -> str:
         f"{seconds // 60}m{seconds % 60:02d}s"
 
 
-def _progress(label: str, done: int, episodes: int, row: dict, last: dict, evaluates: bool,
+def progress_line(label: str, done: int, episodes: int, row: dict, last: dict, evaluates: bool,
               elapsed: float, resumed_at: int) -> None:
     """One plain line, the same in a terminal and in a SLURM log (no \\r, no colours). The
     rate counts this attempt's episodes only: a resumed run's earlier episodes took no time
@@ -565,7 +565,7 @@ class ProgressLine:
         now = time.monotonic()
         if (self.log_every and done % self.log_every == 0) or done == self.episodes or \
                 now - self.last >= self.every_s:
-            _progress(self.label, done, self.episodes, row, last, self.evaluates,
+            progress_line(self.label, done, self.episodes, row, last, self.evaluates,
                       now - self.started, self.start)
             self.last = now
 

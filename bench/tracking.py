@@ -76,7 +76,7 @@ class Tracker:
         self.label = f"{spec.task.name}/{spec.algo_name} {spec.config_hash} seed={spec.seed}"
         self.backend = None
         if self.name != "none":
-            self._safely("start", lambda: setattr(self, "backend", _BACKENDS[self.name](spec, attempt)))
+            self._safely("start", lambda: setattr(self, "backend", BACKENDS[self.name](spec, attempt)))
 
     def _safely(self, what: str, call) -> None:
         try:
@@ -177,4 +177,4 @@ class _Mlflow:
         self.client.set_terminated(self.run_id, "FINISHED" if status == "completed" else "FAILED")
 
 
-_BACKENDS = {"tensorboard": _TensorBoard, "wandb": _Wandb, "mlflow": _Mlflow}
+BACKENDS = {"tensorboard": _TensorBoard, "wandb": _Wandb, "mlflow": _Mlflow}

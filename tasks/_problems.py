@@ -132,19 +132,19 @@ def _stream(dataset: str, seed: int, config: dict):
             yield ds[i]
 
 
-def _jsonable(x):
+def jsonable(x):
     """x with each leaf json.dumps refuses made one it takes (numpy scalars by value, the
     rest, like gsm_symbolic's Fractions, as text); containers keep their types (tuples
     too: arc_agi's scorer wants them)."""
     if isinstance(x, dict):
         return {k if isinstance(k, (str, int, float, bool)) or k is None else str(k):
-                _jsonable(v) for k, v in x.items()}
+                jsonable(v) for k, v in x.items()}
     if isinstance(x, (list, tuple)):
-        return type(x)(_jsonable(v) for v in x)
+        return type(x)(jsonable(v) for v in x)
     if x is None or isinstance(x, (str, int, float, bool)):
         return x
     if callable(getattr(x, "item", None)):  # a numpy scalar
-        return _jsonable(x.item())
+        return jsonable(x.item())
     return str(x)
 
 
@@ -159,7 +159,7 @@ def problems(dataset: str, split: str, size: int, seed: int, config: dict | None
             raise ValueError(f"task.dataset_config.{next(iter(config))}: gsm8k takes no config")
         return _gsm8k_problems(split, size, seed, data_dir)
     config = dict(config or {})
-    _scorer(dataset, _config_key(config))  # refuses a bad name or config before any draw
+    scorer_for(dataset, _config_key(config))  # refuses a bad name or config before any draw
     out: list[Problem] = []
     stream, drawn, limit = _stream(dataset, seed, config), 0, DRAWS_PER_ITEM * size + CHUNK
     while len(out) < size:
@@ -172,7 +172,7 @@ def problems(dataset: str, split: str, size: int, seed: int, config: dict | None
         drawn += 1
         if split_of(e["question"]) == split:
             gold = "" if e["answer"] is None else str(e["answer"])
-            out.append(Problem(e["question"], gold, _jsonable({**e, CONFIG_KEY: config})))
+            out.append(Problem(e["question"], gold, jsonable({**e, CONFIG_KEY: config})))
     return out
 
 
@@ -210,7 +210,7 @@ def _config_key(config: dict) -> str:
 
 
 @functools.lru_cache(maxsize=64)
-def _scorer(dataset: str, config_json: str):
+def scorer_for(dataset: str, config_json: str):
     return _build(dataset, json.loads(config_json), seed=0, size=1)
 
 
@@ -220,7 +220,7 @@ def score(dataset: str, completion: str, problem: Problem) -> float:
         return float(got is not None and got == _decimal(problem.entry["answer"]))
     config = _config_key(problem.entry.get(CONFIG_KEY) or {})
     try:
-        value = float(_scorer(dataset, config).score_answer(extract_answer(completion),
+        value = float(scorer_for(dataset, config).score_answer(extract_answer(completion),
                                                             problem.entry))
     except Exception:  # noqa: BLE001 -- model text must not crash a run in a scorer's parser
         return 0.0

@@ -63,3 +63,86 @@ def compose(*overrides: str) -> dict:
     from tpo_bench.bench.config import compose as bench_compose
 
     return bench_compose(*overrides)
+
+
+# The fast tier (`pytest -m "not slow"`) starts no process. Every way a test can start one
+# (subprocess, os.system/popen/spawn*, os.fork, multiprocessing, joblib) goes through one of
+# these functions; each is wrapped for the whole session, and a test not marked slow that
+# calls one fails, whether the call is in the test, a fixture it uses or code it runs.
+_SPAWN_POINTS = [("subprocess", "Popen._execute_child"), ("os", "system"), ("os", "fork"),
+                 ("os", "forkpty"), ("os", "posix_spawn"), ("os", "posix_spawnp"),
+                 ("multiprocessing.util", "spawnv_passfds")]
+_spawned: list[str] = []
+_fast_item: list = []  # the running test when it is in the fast tier
+_unwatch: list = []
+
+
+def _watch(owner, attr: str, label: str) -> None:
+    original = getattr(owner, attr)
+
+    def spawn(*args, **kwargs):
+        if _fast_item:
+            _spawned.append(label)
+        return original(*args, **kwargs)
+
+    setattr(owner, attr, spawn)
+    _unwatch.append(lambda: setattr(owner, attr, original))
+
+
+def pytest_sessionstart(session) -> None:
+    import importlib
+
+    for module_name, path in _SPAWN_POINTS:
+        owner = importlib.import_module(module_name)
+        *parents, attr = path.split(".")
+        for parent in parents:
+            owner = getattr(owner, parent)
+        if hasattr(owner, attr):
+            _watch(owner, attr, f"{module_name}.{path}")
+
+
+def pytest_sessionfinish(session, exitstatus) -> None:
+    while _unwatch:
+        _unwatch.pop()()
+
+
+@pytest.hookimpl(wrapper=True)
+def pytest_runtest_protocol(item, nextitem):
+    fast = item.get_closest_marker("slow") is None
+    if fast:
+        _fast_item.append(item)
+    try:
+        return (yield)
+    finally:
+        _fast_item.clear()
+        _spawned.clear()
+
+
+def _fail_if_spawned(item) -> None:
+    if _spawned and item.get_closest_marker("slow") is None:
+        calls = sorted(set(_spawned))
+        _spawned.clear()
+        pytest.fail(f"{item.nodeid} is in the fast tier but started a process "
+                     f"({', '.join(calls)}): mark it (or its module) slow", pytrace=False)
+    _spawned.clear()
+
+
+@pytest.hookimpl(wrapper=True)
+def pytest_runtest_setup(item):
+    result = yield
+    _fail_if_spawned(item)
+    return result
+
+
+@pytest.hookimpl(wrapper=True)
+def pytest_runtest_call(item):
+    result = yield
+    _fail_if_spawned(item)
+    return result
+
+
+@pytest.hookimpl(wrapper=True)
+def pytest_runtest_teardown(item, nextitem):
+    result = yield
+    _fail_if_spawned(item)
+    return result

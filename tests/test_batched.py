@@ -87,13 +87,13 @@ def test_batched_seeds_equal_their_single_runs(algo):
     the loss vmapped over the seed axis (not the per-seed fallback) and one optimizer
     update for all seeds."""
     spec = build(compose(*SMALL, f"algo={algo}"))
-    engine._NOT_VMAPPABLE.discard(type(spec.algo))
+    engine.NOT_VMAPPABLE.discard(type(spec.algo))
     rows_single, rows_batched, single, stacked = _batched_vs_single(spec, range(SEEDS), episodes=2)
     for e in range(2):
         for s in range(SEEDS):
             assert _same_row(rows_single[e][s], rows_batched[e][s]), (algo, e, s)
     assert _same_state(single, stacked)
-    assert type(spec.algo) not in engine._NOT_VMAPPABLE
+    assert type(spec.algo) not in engine.NOT_VMAPPABLE
     # the seeds really differ from each other: a mix-up between them would show
     assert rows_single[-1][0]["loss"] != rows_single[-1][1]["loss"]
 
@@ -217,7 +217,7 @@ def test_bandit_batched_seeds_equal_their_single_runs(task, args, mnist_dir):
         for s in range(SEEDS):
             assert _same_row(rows_single[e][s], rows_batched[e][s]), (task, e, s)
     assert _same_state(single, stacked)
-    assert type(spec.algo) not in engine._NOT_VMAPPABLE  # the loss was vmapped
+    assert type(spec.algo) not in engine.NOT_VMAPPABLE  # the loss was vmapped
     assert rows_single[-1][0] != rows_single[-1][1]  # the seeds differ: a mix-up would show
 
 
@@ -249,6 +249,7 @@ def test_mnist_at_an_odd_batch_size_is_equal_up_to_rounding(mnist_dir):
 
 @pytest.mark.parametrize("task, args", [("mnist", ["task.episodes=4", "task.eval_every=2", "task.batch_size=8"]),
                                         ("tabular_multi", ["task.episodes=4"])])
+@pytest.mark.slow  # starts a process
 def test_bandit_batched_job_writes_each_seed_as_its_single_run(tmp_path, task, args, mnist_dir):
     """The job's path (bench.runner.run_seeds), evaluation rows included: each seed's
     metrics.parquet equals the one its single run writes."""
@@ -385,6 +386,7 @@ def _kill_self(signum):
     return lambda: os.kill(os.getpid(), signum)
 
 
+@pytest.mark.slow  # starts a process
 def test_a_stop_mid_step_checkpoints_every_seed_or_none(tmp_path, monkeypatch):
     """SIGTERM while seed 1 records step 1 (seed 0 has recorded it already): the batch read
     the request once for that step, so no seed checkpoints at step 1 and every seed does
@@ -399,6 +401,7 @@ def test_a_stop_mid_step_checkpoints_every_seed_or_none(tmp_path, monkeypatch):
     assert [summary(s.run_dir)["status"] for s in specs] == ["interrupted"] * SEEDS
 
 
+@pytest.mark.slow  # starts a process
 def test_an_interrupted_batch_reports_each_seed_as_it_recorded_itself(tmp_path, monkeypatch):
     """Seed 1 diverges at step 1, then SIGTERM at step 2: the sweep is told seed 1 failed
     (diverged) and seeds 0 and 2 were interrupted, as their summary.json files say."""
@@ -412,6 +415,7 @@ def test_an_interrupted_batch_reports_each_seed_as_it_recorded_itself(tmp_path, 
     assert [a["status"] for a in answers] == [summary(s.run_dir)["status"] for s in specs]
 
 
+@pytest.mark.slow  # starts a process
 @pytest.mark.parametrize("fault", ["requeue_handler", "batched_episode"])
 def test_an_error_outside_one_seeds_steps_fails_every_seed(tmp_path, monkeypatch, fault):
     """An error no one seed's step raised fails each seed with it (not `interrupted`, which
@@ -464,6 +468,7 @@ def test_a_failed_seed_is_recorded_and_released_while_the_others_train(tmp_path,
     assert seen == {"failed": "failed", "free": True, "other": "running", "other_free": False}
 
 
+@pytest.mark.slow  # starts a process
 def test_a_seed_waiting_to_join_keeps_its_heartbeat(tmp_path, monkeypatch):
     """Seed 2 resumes at step 4 (its single run diverged there, after a checkpoint), seeds 0
     and 1 start at 0: while it waits to join, its summary.json heartbeat goes on (at
@@ -523,7 +528,7 @@ def test_a_captured_epoch_equals_the_eager_one(monkeypatch):
                                         compile=True)
         assert all(_same_row(a, b) for a, b in zip(rows_e, rows_c))
     assert _same_state(eager, comp)
-    assert engine._CAPTURED  # the captured path ran
+    assert engine.CAPTURED  # the captured path ran
 
 
 # ---------------------------------------------------------------- one loop

@@ -4,7 +4,7 @@ only as tpo_bench.<room>; the contract imports none of the rest; tasks and algor
 import each other nor the runner; analysis reads the records through the contract alone;
 the tools may import anything and nothing but the tests imports them; no import cycle.
 Inside analysis/: no cycle, the generic modules stay out of the paper's and the tuning's
-rooms, no module uses another's underscore names (nor in bench/). The runner reads no task
+rooms. Nowhere (tests and tools included) does a module use another's underscore names. The runner reads no task
 or algorithm member that contract.batch does not declare."""
 import ast
 import re
@@ -168,25 +168,71 @@ def test_the_generic_modules_stay_out_of_the_paper_and_tuning_rooms():
                    for n in g[m])
 
 
+def private(name: str) -> bool:
+    return name.startswith("_") and not name.startswith("__")
+
+
+def private_uses(path: Path, module: str, known: set[str]) -> list[str]:
+    """Where the file reaches into another project module's underscore names: `mod._name`,
+    `from mod import _name` (a name, not a private module of the package) and
+    `setattr(mod, "_name", ...)` (monkeypatch.setattr included)."""
+    found, where = [], path.relative_to(REPO)
+    local = {n: m for n, m in imports(path, known).items() if m != module}
+    for node in ast.walk(ast.parse(path.read_text())):
+        if isinstance(node, ast.Attribute) and private(node.attr) \
+                and isinstance(node.value, ast.Name) and node.value.id in local:
+            found.append(f"{where}:{node.lineno} {node.value.id}.{node.attr}")
+        elif isinstance(node, ast.ImportFrom) and node.module and node.level == 0 \
+                and room_name(node.module) in known and room_name(node.module) != module:
+            found += [f"{where}:{node.lineno} from {node.module} import {a.name}"
+                      for a in node.names
+                      if private(a.name) and f"{room_name(node.module)}.{a.name}" not in known]
+        elif isinstance(node, ast.Call) and len(node.args) >= 2 \
+                and ast.unparse(node.func).split(".")[-1] in ("setattr", "getattr", "hasattr", "delattr") \
+                and isinstance(node.args[0], ast.Name) and node.args[0].id in local \
+                and isinstance(node.args[1], ast.Constant) and isinstance(node.args[1].value, str) \
+                and private(node.args[1].value):
+            found.append(f"{where}:{node.lineno} {ast.unparse(node.func)}({node.args[0].id}, "
+                         f"{node.args[1].value!r})")
+    return found
+
+
+def every_python_file() -> dict[str, Path]:
+    """Every module of the project, its tests, tools, entry package and docs' build."""
+    files = dict(modules())
+    for folder in ("tests", "tpo_bench", "docs"):
+        for path in sorted((REPO / folder).rglob("*.py")):
+            files[".".join(path.relative_to(REPO).with_suffix("").parts)] = path
+    return files
+
+
 def test_no_module_uses_another_modules_private_names():
-    """Across analysis/ and across the runner (bench/): no `module._name`, no `from module
-    import _name` of another module of the same room."""
-    found = []
-    for room in ("analysis", "bench"):
-        mods = modules((room,))
-        for path in mods.values():
-            tree = ast.parse(path.read_text())
-            local = imports(path, set(mods))
-            for node in ast.walk(tree):
-                if isinstance(node, ast.Attribute) and node.attr.startswith("_") \
-                        and not node.attr.startswith("__") and isinstance(node.value, ast.Name) \
-                        and node.value.id in local:
-                    found.append(f"{path.relative_to(REPO)}:{node.lineno} {node.value.id}.{node.attr}")
-                if isinstance(node, ast.ImportFrom) and node.module \
-                        and room_name(node.module).startswith(room):
-                    found += [f"{path.relative_to(REPO)}:{node.lineno} from {node.module} import {a.name}"
-                              for a in node.names if a.name.startswith("_")]
-    assert not found, found
+    """Everywhere (the packages, tools, tests, tpo_bench, docs): no module uses an underscore
+    name of another: a name that another module needs is public."""
+    known = set(modules())
+    files = every_python_file()
+    found = [hit for module, path in files.items() for hit in private_uses(path, module, known)]
+    assert len(files) > 140 and not found, found
+
+
+def test_the_private_name_rule_catches_each_form(tmp_path, monkeypatch):
+    (tmp_path / "bench").mkdir()
+    (tmp_path / "tests").mkdir()
+    (tmp_path / "bench" / "runner.py").write_text("def _step():\n    pass\n_CACHE = {}\n")
+    (tmp_path / "bench" / "own.py").write_text("def _mine():\n    pass\n_mine()\n")
+    forms = ["from tpo_bench.bench.runner import _step",
+             "from tpo_bench.bench import runner\nrunner._CACHE.clear()",
+             "import tpo_bench.bench.runner as r\nr._step()",
+             "from tpo_bench.bench import runner\n"
+             "def test_x(monkeypatch):\n    monkeypatch.setattr(runner, '_step', None)"]
+    for i, form in enumerate(forms):
+        (tmp_path / "tests" / f"test_{i}.py").write_text(form + "\n")
+    monkeypatch.setattr(__import__(__name__), "REPO", tmp_path)
+    known = set(modules(("bench",)))
+    assert known == {"bench.runner", "bench.own"}
+    hits = {m: private_uses(p, m, known) for m, p in every_python_file().items()}
+    assert hits["bench.own"] == [] and hits["bench.runner"] == []
+    assert [len(hits[f"tests.test_{i}"]) for i in range(len(forms))] == [1, 1, 1, 1], hits
 
 
 # ---------------------------------------------------------------- the runner and the contract

@@ -121,7 +121,7 @@ def test_scorer_that_raises_scores_zero(monkeypatch):
         def score_answer(self, answer, entry):
             raise RuntimeError("parser bug")
 
-    monkeypatch.setattr(P, "_scorer", lambda *a: Broken())
+    monkeypatch.setattr(P, "scorer_for", lambda *a: Broken())
     assert score("chain_sum", p.answer, p) == 0.0
 
 
@@ -367,9 +367,9 @@ def test_entries_are_json():
         again = Problem(p.prompt, p.answer, json.loads(json.dumps(p.entry)))
         assert score("gsm_symbolic", p.answer, again) == 1.0
     np = pytest.importorskip("numpy")
-    assert P._jsonable({"a": (Fraction(3, 4), np.int64(5)), 2: [np.str_("x")]}) == \
+    assert P.jsonable({"a": (Fraction(3, 4), np.int64(5)), 2: [np.str_("x")]}) == \
         {"a": ("3/4", 5), 2: ["x"]}
-    assert type(P._jsonable((1, 2))) is tuple  # arc_agi's scorer compares tuples
+    assert type(P.jsonable((1, 2))) is tuple  # arc_agi's scorer compares tuples
 
 
 @pytest.mark.skipif(not os.environ.get("TPO_BENCH_GSM8K_DIR"),

@@ -11,7 +11,7 @@ import yaml
 from tpo_bench.algorithms import ALGORITHMS
 from tpo_bench.algorithms.tpo import TPO
 from tpo_bench.algorithms.clipped import ClippedSurrogate
-from tpo_bench.bench.build import _instantiate
+from tpo_bench.bench.build import instantiate
 from tpo_bench.analysis.configs import algo_defaults
 from tpo_bench.bench.engine import micro_batches
 from tpo_bench.contract.batch import reference_kl
@@ -25,7 +25,7 @@ PRESETS = sorted(p.stem for p in (REPO / "conf" / "algo").glob("*.yaml"))
 def algo(name: str):
     # The preset over its dataclass's defaults, read directly (a Hydra compose per preset
     # costs seconds).
-    return _instantiate(ALGORITHMS, dict(algo_defaults(name)), "algo")[1]
+    return instantiate(ALGORITHMS, dict(algo_defaults(name)), "algo")[1]
 
 
 SEQUENCE_PRESETS = [n for n in PRESETS if getattr(algo(n), "level", "sequence") == "sequence"

@@ -67,15 +67,15 @@ def test_run_line_every_episode_by_time_then_only_the_last(out):
 
 
 def test_run_line_format_rate_and_eta(capsys):
-    from tpo_bench.bench.runner import _progress
+    from tpo_bench.bench.runner import progress_line
 
     row = {"error": 0.25, "reward_mean": 0.75, "loss": -0.5}
     # resumed at 10, 20 episodes in 10 s: 2 ep/s over this attempt, 70 left -> 35 s
-    _progress("demo/tpo 0123456789 seed=3", 30, 100, row, row, False, 10.0, 10)
+    progress_line("demo/tpo 0123456789 seed=3", 30, 100, row, row, False, 10.0, 10)
     # an evaluating task shows its last evaluation: held-out test error where it has one
-    _progress("mnist/tpo 0123456789 seed=0", 10, 10_010, row, {**row, "test_error": 0.125},
+    progress_line("mnist/tpo 0123456789 seed=0", 10, 10_010, row, {**row, "test_error": 0.125},
               True, 10.0, 0)
-    _progress("tabular_single/pg 0123456789 seed=0", 5, 10, row, {**row, "error": 0.5}, True, 5.0, 0)
+    progress_line("tabular_single/pg 0123456789 seed=0", 5, 10, row, {**row, "error": 0.5}, True, 5.0, 0)
     printed = capsys.readouterr().out
     plain(printed)
     first, second, third = [RUN_LINE.match(line) for line in printed.splitlines()]
@@ -131,7 +131,7 @@ def test_sweep_counts_classify_by_what_changed_since_the_start(tmp_path):
     _summary(d["running"], status="running", heartbeat=now - 500)
     d["damaged"].mkdir()
     (d["damaged"] / "summary.json").write_text('{"status": "compl')
-    before = {p: P._fingerprint(P._read(p)) for p in d.values()}
+    before = {p: P.fingerprint(P.read_summary(p)) for p in d.values()}
     assert before[d["damaged"]] == ("unreadable",) and before[d["missing"]] == (None,)
     # ... then the sweep runs:
     _summary(d["new_done"], status="completed", heartbeat=now - 20, finished_at=now - 20,

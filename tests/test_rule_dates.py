@@ -16,6 +16,7 @@ def _git_date(commit):
     return got.stdout.strip() if got.returncode == 0 else None
 
 
+@pytest.mark.slow  # reads git log
 @pytest.mark.parametrize("rule", rule_dates.RULES, ids=lambda r: r.commit)
 def test_each_rule_took_effect_at_its_commits_date(rule):
     date = _git_date(rule.commit)
@@ -27,7 +28,7 @@ def test_each_rule_took_effect_at_its_commits_date(rule):
 def test_a_rule_after_a_rows_first_run_marks_it_post_hoc():
     rule = rule_dates.Rule("abc1234", "2026-12-01T08:00:00+00:00", "a rule", "numbers", 0)
     row = {"algorithm": "tpo", "metric": "final_error_pct"}
-    before, after = rule_dates._time(rule.date) - 60, rule_dates._time(rule.date) + 60
+    before, after = rule_dates.timestamp(rule.date) - 60, rule_dates.timestamp(rule.date) + 60
     assert rule_dates.post_hoc(row, "mnist", [before, after], (rule,)) == [rule]
     assert rule_dates.post_hoc(row, "mnist", [after], (rule,)) == []
     assert rule_dates.post_hoc(row, "mnist", [None], (rule,)) == [rule]  # start not recorded
@@ -58,5 +59,5 @@ def test_the_committed_report_flags_its_post_hoc_verdicts():
     ran = [r for r in rows if not r["verdict"].startswith((V.NOT_RUN, V.NEEDS_GPU))]
     assert ran and all(r["rules set after its runs"].startswith("post hoc: ") for r in ran)
     # the equivalence labels and replicate margins came after every headline run
-    newest = max(rule_dates.RULES, key=lambda r: rule_dates._time(r.date))
+    newest = max(rule_dates.RULES, key=lambda r: rule_dates.timestamp(r.date))
     assert all(newest.commit in r["rules set after its runs"] for r in ran)

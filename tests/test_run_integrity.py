@@ -109,6 +109,7 @@ def test_a_seed_past_64_bits_is_refused_up_front(tmp_path, seed):
     assert spec_for(tmp_path, f"seed={2**63 - 1}").seed == 2**63 - 1
 
 
+@pytest.mark.slow  # starts a process
 def test_an_error_writing_the_table_leaves_a_failed_record(tmp_path, monkeypatch):
     """Any exception at the run's end, not only an OS error: never `running` forever."""
     import pandas as pd
@@ -127,6 +128,7 @@ def test_an_error_writing_the_table_leaves_a_failed_record(tmp_path, monkeypatch
 
 # ------------------------------------------------------------------ a damaged completed run
 
+@pytest.mark.slow  # starts a process
 @pytest.mark.parametrize("damage", ["removed", "truncated"])
 def test_a_completed_run_without_its_table_is_damaged_not_skipped(tmp_path, damage, capsys):
     spec = spec_for(tmp_path)
@@ -176,6 +178,7 @@ class NanGrad:
         return out
 
 
+@pytest.mark.slow  # starts a process
 @pytest.mark.parametrize("at", [0, 2])  # the first episode, and the last (TINY has 3)
 def test_a_nan_gradient_ends_the_run_as_diverged_naming_it(tmp_path, at):
     import dataclasses
@@ -187,6 +190,7 @@ def test_a_nan_gradient_ends_the_run_as_diverged_naming_it(tmp_path, at):
     assert answer["rows"] == at  # the NaN step is not recorded
 
 
+@pytest.mark.slow  # starts a process
 def test_a_nan_error_with_a_finite_loss_ends_the_run_as_diverged(tmp_path):
     spec = spec_for(tmp_path, "debug.nan_error_at=1")
     answer = run_it(spec)
@@ -205,6 +209,7 @@ def test_an_undefined_diagnostic_may_be_nan_but_never_infinite():
 
 # ------------------------------------------------------------------ code changes
 
+@pytest.mark.slow  # starts a process
 def test_a_run_records_the_fingerprint_of_its_code(tmp_path):
     spec = spec_for(tmp_path)
     run_it(spec)
@@ -253,6 +258,7 @@ def _recorded_under_other_code(tmp_path, *args):
     return spec
 
 
+@pytest.mark.slow  # starts a process
 def test_a_run_completed_under_other_code_is_refused_by_default(tmp_path):
     spec = _recorded_under_other_code(tmp_path)
     answer = run_it(spec)
@@ -262,6 +268,7 @@ def test_a_run_completed_under_other_code_is_refused_by_default(tmp_path):
         assert text in answer["reason"]
 
 
+@pytest.mark.slow  # starts a process
 def test_on_code_change_keep_skips_and_says_so(tmp_path, capsys):
     spec = _recorded_under_other_code(tmp_path)
     capsys.readouterr()
@@ -270,6 +277,7 @@ def test_on_code_change_keep_skips_and_says_so(tmp_path, capsys):
     assert "the old result is kept (on_code_change=keep)" in capsys.readouterr().out
 
 
+@pytest.mark.slow  # starts a process
 def test_on_code_change_rerun_trains_again_under_todays_code(tmp_path):
     spec = _recorded_under_other_code(tmp_path)
     answer = run_it(spec_for(tmp_path, "on_code_change=rerun"))
@@ -277,6 +285,7 @@ def test_on_code_change_rerun_trains_again_under_todays_code(tmp_path):
     assert answer["attempts"] == 2
 
 
+@pytest.mark.slow  # starts a process
 def test_a_run_without_a_fingerprint_is_skipped_saying_so(tmp_path, capsys):
     spec = spec_for(tmp_path)
     run_it(spec)

@@ -238,9 +238,9 @@ def test_the_harness_a_run_executes_is_fingerprinted(tmp_path, monkeypatch):
     real = Path(fingerprint.__file__).parent / "optim.py"
     copy = tmp_path / "optim.py"
     shutil.copy(real, copy)
-    origin = fingerprint._origin
-    monkeypatch.setattr(fingerprint, "_origin",
-                        lambda m: copy if m == "tpo_bench.bench.optim" else origin(m))
+    real_origin = fingerprint.origin
+    monkeypatch.setattr(fingerprint, "origin",
+                        lambda m: copy if m == "tpo_bench.bench.optim" else real_origin(m))
     first = spec_for(tmp_path / "out").code_fingerprint
     text = copy.read_text()
     assert "lr" in text
@@ -249,6 +249,7 @@ def test_the_harness_a_run_executes_is_fingerprinted(tmp_path, monkeypatch):
     assert spec_for(tmp_path / "out").code_fingerprint != first
 
 
+@pytest.mark.slow  # starts a process
 def test_a_run_recorded_before_the_wider_fingerprint_is_still_skipped(tmp_path, capsys):
     spec = spec_for(tmp_path / "out")
     assert run_it(spec)["status"] == "completed"

@@ -369,6 +369,7 @@ def test_requeued_job_resumes_from_checkpoint(slurm, tmp_path, how):
     ("# written by tpo-bench scripts/slurm-local.sh", True),  # a checkout laid out otherwise
     ("# written by the site's admins", False),
     ("ClusterName=site", False)])
+@pytest.mark.slow  # starts a process
 def test_script_recognises_its_own_config_wherever_it_lives(first_line, ours):
     """`start` rewrites a slurm.conf that this script wrote, from whatever path in a checkout,
     and refuses any other: the check is its OURS pattern against the file's first line."""

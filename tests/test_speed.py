@@ -175,6 +175,7 @@ def test_the_performance_page_shows_the_committed_measurements(csv):
     assert table in (REPO / "docs" / "performance.md").read_text()
 
 
+@pytest.mark.slow  # starts a process
 def test_the_performance_page_quotes_the_recorded_artifact_comparison():
     """docs/performance.md carries the artifact comparison as `python -m tools.vs_artifact
     --table` prints it from the committed CSV, and its quoted median is the CSV's."""
@@ -195,6 +196,7 @@ def test_the_performance_page_quotes_the_recorded_artifact_comparison():
 
 @pytest.mark.parametrize("args, key", [(["--artifact-src", "/nonexistent"], "--artifact-src"),
                                        (["--episodes", "1"], "--episodes")])
+@pytest.mark.slow  # starts a process
 def test_vs_artifact_refuses_bad_input_in_one_line(args, key):
     from conftest import run_script
     proc = run_script("tools/vs_artifact.py", *args, check=False)

@@ -5,6 +5,8 @@ import ast
 import re
 import subprocess
 
+import pytest
+
 from conftest import REPO
 
 
@@ -13,6 +15,7 @@ def tracked(*patterns: str) -> list[str]:
                           text=True, check=True).stdout.split()
 
 
+@pytest.mark.slow  # starts a process
 def test_module_docstrings_are_at_most_15_lines():
     long = {}
     for f in tracked("*.py"):
@@ -22,6 +25,7 @@ def test_module_docstrings_are_at_most_15_lines():
     assert not long, long
 
 
+@pytest.mark.slow  # starts a process
 def test_preset_descriptions_are_at_most_3_lines():
     long = {}
     for f in tracked("conf/*.yaml"):
@@ -34,6 +38,7 @@ def test_preset_descriptions_are_at_most_3_lines():
     assert not long, long
 
 
+@pytest.mark.slow  # starts a process
 def test_no_issue_numbers_or_outside_paths_but_in_the_changelog():
     pattern = re.compile(r"issue [0-9]+|\.\./shared", re.I)
     found = [f for f in tracked() if f != "CHANGELOG.md" and (REPO / f).is_file()

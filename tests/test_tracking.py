@@ -128,6 +128,7 @@ def test_batched_seeds_are_tracked_as_runs_of_their_own(tmp_path, monkeypatch):
         assert got == pytest.approx(_expect(df, "error"))
 
 
+@pytest.mark.slow  # starts a process
 def test_a_failing_logger_warns_once_and_the_parquet_stands(tmp_path, monkeypatch, capsys):
     class Broken:
         def __init__(self, spec, attempt):
@@ -139,7 +140,7 @@ def test_a_failing_logger_warns_once_and_the_parquet_stands(tmp_path, monkeypatc
         def close(self, status):
             raise AssertionError("a broken tracker is not closed")
 
-    monkeypatch.setitem(tracking._BACKENDS, "tensorboard", Broken)
+    monkeypatch.setitem(tracking.BACKENDS, "tensorboard", Broken)
     monkeypatch.setattr(tracking.Tracker, "warned", set())
     spec, df = _train(tmp_path, "tensorboard")
     plain = build(compose(*TINY, f"output_root={tmp_path / 'plain'}"))

@@ -48,7 +48,7 @@ RULES = (
 )
 
 
-def _time(iso: str) -> float:
+def timestamp(iso: str) -> float:
     return datetime.fromisoformat(iso).astimezone(timezone.utc).timestamp()
 
 
@@ -80,7 +80,7 @@ def post_hoc(line: dict, section: str, started: list, rules=RULES) -> list[Rule]
     if not started:
         return []
     first = min(float("-inf") if s is None else s for s in started)
-    return [r for r in rules if governs(r, line, section) and _time(r.date) > first]
+    return [r for r in rules if governs(r, line, section) and timestamp(r.date) > first]
 
 
 def flag(rules: list[Rule]) -> str:
@@ -91,4 +91,4 @@ def table() -> list[dict]:
     """The rule log for the report: one row per rule, oldest first."""
     return [{"commit": r.commit, "took effect (UTC)": r.date[:16].replace("T", " "),
              "rule": r.what, "rows it judges": r.scope, "verdicts it moved": str(r.moved)}
-            for r in sorted(RULES, key=lambda r: _time(r.date))]
+            for r in sorted(RULES, key=lambda r: timestamp(r.date))]

@@ -51,7 +51,7 @@ class Counts:
     not_run: dict = field(default_factory=dict)  # status -> n: runs the jobs left untouched
 
 
-def _read(path: Path):
+def read_summary(path: Path):
     """A summary as a dict, None where there is none yet, "unreadable" where it is damaged."""
     from tpo_bench.contract import io
 
@@ -70,7 +70,7 @@ def _attempt_start(summary: dict) -> float | None:
     return float(start) if isinstance(start, (int, float)) and not isinstance(start, bool) else None
 
 
-def _fingerprint(summary) -> tuple:
+def fingerprint(summary) -> tuple:
     """What changes whenever a process touches the run (a heartbeat, a verdict)."""
     if not isinstance(summary, dict):
         return (summary,)
@@ -85,14 +85,14 @@ def count(run_dirs: list[Path], before: dict, force: bool, now: float) -> Counts
     c = Counts(total=len(run_dirs))
     starts = []
     for path in run_dirs:
-        summary = _read(path)
+        summary = read_summary(path)
         if summary == "unreadable":
             c.unreadable += 1
             continue
         if summary is None:
             continue
         status = summary.get("status")
-        if _fingerprint(summary) == before.get(path):
+        if fingerprint(summary) == before.get(path):
             if status == "completed" and not force:
                 c.skipped += 1
             continue  # waiting: left from an earlier sweep, to be (re-)run
@@ -190,8 +190,8 @@ class SweepProgress:
         c.not_run = dict(not_run or {})
         # Failed before their files could say so (a folder this user cannot write).
         for d in map(Path, failed or ()):
-            now = _read(d)
-            c.failed += now != "unreadable" and _fingerprint(now) == self._before.get(d)
+            now = read_summary(d)
+            c.failed += now != "unreadable" and fingerprint(now) == self._before.get(d)
         now = time.monotonic()
         repeat = now - self._last_at >= REPEAT_AFTER * max(self.every_s, MIN_POLL_S)
         if c.key() != self._last or repeat or final:
@@ -211,7 +211,7 @@ class SweepProgress:
                 return
 
     def __enter__(self):
-        self._before = {p: _fingerprint(_read(p)) for p in self.run_dirs}
+        self._before = {p: fingerprint(read_summary(p)) for p in self.run_dirs}
         self._started = self._last_at = time.monotonic()
         self._thread = threading.Thread(target=self._loop, name="sweep-progress", daemon=True)
         self._thread.start()

@@ -1,0 +1,65 @@
+"""`tpo-bench COMMAND`: the one command-line entry covers the runner, the analysis scripts
+and every tool, and runs each as `python -m` would."""
+import ast
+import os
+import subprocess
+import sys
+import tomllib
+from pathlib import Path
+
+import pytest
+
+from conftest import REPO, TINY, run_dirs, summary
+from tpo_bench import cli
+
+
+def has_main_guard(path: Path) -> bool:
+    return any(isinstance(node, ast.If) and ast.unparse(node.test) == "__name__ == '__main__'"
+               for node in ast.parse(path.read_text()).body)
+
+
+def test_the_script_is_declared():
+    scripts = tomllib.loads((REPO / "pyproject.toml").read_text())["project"]["scripts"]
+    assert scripts == {"tpo-bench": "tpo_bench.cli:main"}
+
+
+def test_every_tool_and_analysis_entry_has_a_command():
+    entries = {"tpo_bench." + ".".join(p.relative_to(REPO).with_suffix("").parts)
+               for folder in ("tools", "analysis") for p in sorted((REPO / folder).rglob("*.py"))
+               if has_main_guard(p)}
+    commands = {module for module, _ in cli.COMMANDS.values()}
+    assert len(entries) >= 15 and entries <= commands, sorted(entries - commands)
+    assert "tpo_bench.bench" in commands
+
+
+def test_no_command_lists_them_and_an_unknown_one_exits_2(capsys):
+    assert cli.main([]) == 0
+    listing = capsys.readouterr().out
+    assert all(f"  {name} " in listing for name in cli.COMMANDS)
+    assert cli.main(["nope"]) == 2
+    assert "unknown command 'nope'" in capsys.readouterr().err
+    assert cli.main(["speed", "--no-such-flag"]) == 2  # the command's own exit code
+    assert "--no-such-flag" in capsys.readouterr().err
+
+
+def tpo_bench(*args: str, cwd: Path) -> subprocess.CompletedProcess:
+    env = {**os.environ, "PYTHONPATH": str(REPO)}  # this checkout, from any directory
+    return subprocess.run([sys.executable, "-m", "tpo_bench.cli", *args], cwd=cwd, text=True,
+                          capture_output=True, env=env, timeout=600)
+
+
+@pytest.mark.slow  # runs a sweep, collect and plot in subprocesses
+def test_run_collect_plot_through_the_one_entry(tmp_path: Path):
+    sweep = tpo_bench("run", "-m", "algo=tpo,dg", "seed=0", *TINY, cwd=tmp_path)
+    assert sweep.returncode == 0, sweep.stdout + sweep.stderr
+    runs = run_dirs(tmp_path / "outputs")
+    assert sorted(summary(r)["algo"] for r in runs) == ["dg", "tpo"]
+    assert tpo_bench("collect", cwd=tmp_path).returncode == 0
+    assert (tmp_path / "outputs" / "results.parquet").is_file()
+    plot = tpo_bench("plot", cwd=tmp_path)
+    assert plot.returncode == 0, plot.stderr
+    assert (tmp_path / "outputs" / "plots" / "demo.png").stat().st_size > 0
+    # a command's own arguments and exit code pass through
+    bad = tpo_bench("speed", "--no-such-flag", cwd=tmp_path)
+    assert bad.returncode == 2 and "--no-such-flag" in bad.stderr
+    assert "--episodes" in tpo_bench("speed", "--help", cwd=tmp_path).stdout

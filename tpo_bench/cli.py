@@ -1,0 +1,66 @@
+"""`tpo-bench COMMAND [ARGS...]`: one entry to the runner, the analysis and the tools.
+
+Each command runs one module as `python -m` would, its own arguments passed through
+(`tpo-bench run ...` is `python -m bench ...`, `tpo-bench plot ...` is
+`python analysis/plot.py ...`, `tpo-bench speed ...` is `python -m tools.speed ...`), so
+each keeps its own `--help` and exit codes. `tpo-bench` alone lists the commands.
+"""
+import runpy
+import sys
+
+# command -> (module, what it does)
+COMMANDS = {
+    "run": ("tpo_bench.bench", "train: a run or a Hydra sweep (python -m bench)"),
+    "collect": ("tpo_bench.analysis.collect", "runs -> one parquet table"),
+    "plot": ("tpo_bench.analysis.plot", "a figure per task, or a paper figure"),
+    "report": ("tpo_bench.analysis.paper.report", "the reproduction report"),
+    "leaderboard": ("tpo_bench.analysis.leaderboard", "a leaderboard of methods across tasks (rliable statistics)"),
+    "rule-log": ("tpo_bench.analysis.paper.rule_log", "which verdicts a rule change moved"),
+    "pages": ("tpo_bench.analysis.paper.pages", "the generated parts of docs/reproducing.md and docs/leaderboard.md"),
+    "tune-report": ("tpo_bench.analysis.tuning.report", "each optuna study's history and parameter importance"),
+    "bench-collect": ("tpo_bench.tools.bench_collect", "time collect over many small synthetic runs"),
+    "crosscheck-artifact": ("tpo_bench.tools.crosscheck_artifact",
+                            "the transformer stack against the paper's JAX artifact"),
+    "crosscheck-zoo": ("tpo_bench.tools.crosscheck_zoo", "the group-RL zoo against verl's and TRL's loss code"),
+    "data": ("tpo_bench.tools.data", "stage (download and verify) a data set"),
+    "faults": ("tpo_bench.tools.faults", "a fault campaign: randomised trials of a fault"),
+    "llm-base": ("tpo_bench.tools.llm_base", "build the base model an LLM task starts from"),
+    "llm-scale": ("tpo_bench.tools.llm_scale", "an LLM task's memory and throughput"),
+    "migrate": ("tpo_bench.tools.migrate", "re-key runs recorded before the preset names left the config hash"),
+    "seed-batch-speed": ("tpo_bench.tools.seed_batch_speed", "seed batching, measured against a loop"),
+    "speed": ("tpo_bench.tools.speed", "the speed benchmark"),
+    "study": ("tpo_bench.tools.study", "the reproduction's study queue"),
+    "vs-artifact": ("tpo_bench.tools.vs_artifact", "a single run against the paper's JAX artifact"),
+}
+
+
+def usage() -> str:
+    width = max(map(len, COMMANDS))
+    lines = [f"  {name:<{width}}  {what}" for name, (_, what) in COMMANDS.items()]
+    return ("usage: tpo-bench COMMAND [ARGS...]   (tpo-bench COMMAND --help: its arguments)\n\n"
+            "commands:\n" + "\n".join(lines))
+
+
+def main(argv: list[str] | None = None) -> int:
+    argv = sys.argv[1:] if argv is None else list(argv)
+    if not argv or argv[0] in ("-h", "--help"):
+        print(usage())
+        return 0
+    if argv[0] not in COMMANDS:
+        print(f"tpo-bench: unknown command {argv[0]!r}\n\n{usage()}", file=sys.stderr)
+        return 2
+    module, _ = COMMANDS[argv[0]]
+    sys.argv = [f"tpo-bench {argv[0]}", *argv[1:]]
+    try:
+        runpy.run_module(module, run_name="__main__", alter_sys=True)
+    except SystemExit as stop:
+        code = stop.code
+        if code is None or isinstance(code, int):
+            return code or 0
+        print(code, file=sys.stderr)
+        return 1
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
