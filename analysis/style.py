@@ -164,20 +164,19 @@ def legend_below(fig, handles, labels, ax=None, grow: bool = True):
 
 
 def fit_text(text, width_px: float, renderer=None) -> None:
-    """Break a text artist between words until it is at most width_px wide as drawn (its
-    own line breaks stay); a single word wider than that is left as it is."""
+    """Break a text artist between comma-separated items or words until it is at most
+    width_px wide as drawn (its own line breaks stay); a single word wider than that is
+    left as it is."""
     fig = text.get_figure()
     renderer = renderer or fig.canvas.get_renderer()
-    for _ in range(12):
+    source = text.get_text()
+    chars = max((len(line) for line in source.split("\n")), default=0)
+    for _ in range(20):
         drawn = text.get_window_extent(renderer).width
-        source = text.get_text()
-        longest = max(len(line) for line in source.split("\n")) if source else 0
-        if drawn <= width_px or longest <= 1:
+        if drawn <= width_px or chars <= 1:
             return
-        chars = max(1, min(longest - 1, int(longest * width_px / drawn)))
+        chars = max(1, min(chars - 1, int(chars * width_px / drawn)))
         text.set_text("\n".join(_fill(part, chars) for part in source.split("\n")))
-        if text.get_text() == source:
-            return
 
 
 def _fill(line: str, chars: int) -> str:
@@ -188,7 +187,7 @@ def _fill(line: str, chars: int) -> str:
         return textwrap.fill(line, chars, break_long_words=False)
     out = []
     for item in line.split(", "):
-        if out and len(out[-1]) + 2 + len(item) <= chars:
+        if out and len(out[-1]) + 2 + len(item) + 1 <= chars:  # room for the comma a break adds
             out[-1] += ", " + item
         else:
             out[-1:] = [out[-1] + ",", item] if out else [item]
