@@ -26,7 +26,7 @@ from pathlib import Path
 
 import numpy as np
 import pandas as pd
-from matplotlib.ticker import FuncFormatter
+from matplotlib.ticker import Formatter, FuncFormatter
 
 from tpo_bench.analysis import leaderboard
 from tpo_bench.analysis import collect
@@ -45,6 +45,24 @@ from tpo_bench.analysis.stats import THRESHOLD, mean_se, seed_curves, seed_hits,
 
 # ticks in percent on linear and log axes alike ("0.1", "50"); the axis label says "(%)"
 PERCENT = FuncFormatter(lambda y, _: f"{100 * y:.3g}")
+
+class PercentWhereLabelled(Formatter):
+    """A log axis' minor ticks in percent, on the ticks its own formatter labels (a
+    narrow range labels some: "70", "80"); the rest stay bare."""
+
+    def __init__(self, inner):
+        self.inner = inner
+
+    def set_axis(self, axis):
+        super().set_axis(axis)
+        self.inner.set_axis(axis)
+
+    def set_locs(self, locs):
+        self.inner.set_locs(locs)
+
+    def __call__(self, y, pos=None):
+        return PERCENT(y, pos) if self.inner(y, pos) else ""
+
 
 # Figures of other modules than the paper's: name -> module with TITLE, draw(df, out_dir), NoData.
 OTHER_FIGURES = {leaderboard.NAME: leaderboard}
@@ -234,6 +252,7 @@ def render_task(task: str, t: pd.DataFrame, scale: str = "log", thr: float = THR
             first.setdefault(key, (line, *parts[key], wide.shape[1]))
         ax.set_yscale(scale)
         ax.yaxis.set_major_formatter(PERCENT)
+        ax.yaxis.set_minor_formatter(PercentWhereLabelled(ax.yaxis.get_minor_formatter()))
         threshold_line(ax, thr)
         ax.set_xlabel("episode")
         ax.set_ylabel(f"{ylabel} (%)")
