@@ -4,7 +4,8 @@ log-probs into a loss. They never import tasks.
 An algorithm is a frozen dataclass registered under a name; its fields are its config
 (`conf/algo/<name>.yaml` sets them). What it exposes is `contract.batch.Algorithm`, a
 `typing.Protocol`: `k`, `epochs`, `loss(batch, logp) -> LossOut`; its optional members
-(`needs`, `level`, `dynamic_sampling`) are `contract.batch.AlgorithmOptions`.
+(`needs`, `level`, `dynamic_sampling`), with their defaults, are
+`contract.batch.AlgorithmOptions` (its base).
 
 Losses weigh each candidate's term in a group's sums by `batch.candidate_weights()`
 (the sampled action's indicator, or the population probability, where the task set one).

@@ -12,12 +12,12 @@ import torch
 import torch.nn.functional as F
 
 from tpo_bench.algorithms import register
-from tpo_bench.contract.batch import Batch, LossOut
+from tpo_bench.contract.batch import AlgorithmOptions, Batch, LossOut
 
 
 @register("ce")
 @dataclass(frozen=True)
-class CE:
+class CE(AlgorithmOptions):
     k: int = 1
     epochs: int = 1
     needs: ClassVar[str] = "label"

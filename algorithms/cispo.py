@@ -24,12 +24,12 @@ from tpo_bench.algorithms._aggregate import AGGREGATIONS, aggregate
 from tpo_bench.algorithms._common import (check_choice, check_level, check_non_negative, check_positive,
                                 clamp_log_ratio)
 from tpo_bench.algorithms.clipped import advantage_diagnostics, reverse_kl
-from tpo_bench.contract.batch import Batch, LossOut
+from tpo_bench.contract.batch import AlgorithmOptions, Batch, LossOut
 
 
 @register("cispo")
 @dataclass(frozen=True)
-class CISPO:
+class CISPO(AlgorithmOptions):
     k: int = 8
     epochs: int = 4
     advantage: str = "group_std"

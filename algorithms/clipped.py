@@ -26,7 +26,7 @@ from tpo_bench.algorithms._advantages import ADVANTAGES, advantages
 from tpo_bench.algorithms._aggregate import AGGREGATIONS, aggregate
 from tpo_bench.algorithms._common import (check_choice, check_level, check_non_negative, check_positive,
                                 clamp_log_ratio, mean_where)
-from tpo_bench.contract.batch import Batch, LossOut, mean_over_steps
+from tpo_bench.contract.batch import AlgorithmOptions, Batch, LossOut, mean_over_steps
 
 RATIOS = ("token", "sequence")
 
@@ -61,7 +61,7 @@ def advantage_diagnostics(A: torch.Tensor, batch: Batch) -> dict[str, float]:
 
 @register("clipped")
 @dataclass(frozen=True)
-class ClippedSurrogate:
+class ClippedSurrogate(AlgorithmOptions):
     k: int = 8
     epochs: int = 4
     advantage: str = "group_std"

@@ -14,7 +14,7 @@ import torch
 
 from tpo_bench.algorithms import register
 from tpo_bench.algorithms._common import check_positive, reinforce_sum, single_sample_advantage
-from tpo_bench.contract.batch import Batch, LossOut
+from tpo_bench.contract.batch import AlgorithmOptions, Batch, LossOut
 
 SURPRISALS = ("behaviour", "current")
 
@@ -25,7 +25,7 @@ def dg_gate(advantage: torch.Tensor, surprisal: torch.Tensor, eta: float = 1.0) 
 
 @register("dg")
 @dataclass(frozen=True)
-class DG:
+class DG(AlgorithmOptions):
     k: int = 1
     epochs: int = 1
     eta: float = 1.0

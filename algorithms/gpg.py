@@ -26,7 +26,7 @@ from tpo_bench.algorithms._aggregate import AGGREGATIONS, aggregate
 from tpo_bench.algorithms._common import STD_FLOOR, check_choice, check_level
 from tpo_bench.algorithms.clipped import advantage_diagnostics
 from tpo_bench.algorithms.grpo import group_stats
-from tpo_bench.contract.batch import Batch, LossOut
+from tpo_bench.contract.batch import AlgorithmOptions, Batch, LossOut
 
 
 def gpg_alpha(scores: torch.Tensor, probs: torch.Tensor | None = None) -> torch.Tensor:
@@ -37,7 +37,7 @@ def gpg_alpha(scores: torch.Tensor, probs: torch.Tensor | None = None) -> torch.
 
 @register("gpg")
 @dataclass(frozen=True)
-class GPG:
+class GPG(AlgorithmOptions):
     k: int = 8
     epochs: int = 4
     advantage: str = "group_mean"

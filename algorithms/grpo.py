@@ -19,7 +19,7 @@ import torch
 from tpo_bench.algorithms import register
 from tpo_bench.algorithms._common import (STD_FLOOR, check_level, check_non_negative, check_positive,
                                 clamp_log_ratio, mean_where)
-from tpo_bench.contract.batch import Batch, LossOut
+from tpo_bench.contract.batch import AlgorithmOptions, Batch, LossOut
 
 
 def group_stats(scores: torch.Tensor, probs: torch.Tensor | None = None):
@@ -40,7 +40,7 @@ def grpo_advantages(scores: torch.Tensor, probs: torch.Tensor | None = None) -> 
 
 @register("grpo")
 @dataclass(frozen=True)
-class GRPO:
+class GRPO(AlgorithmOptions):
     k: int = 8
     epochs: int = 4
     clip_eps: float = 0.2

@@ -23,7 +23,7 @@ import torch
 
 from tpo_bench.algorithms import register
 from tpo_bench.algorithms._common import STD_FLOOR, check_level, mean_where
-from tpo_bench.contract.batch import Batch, LossOut
+from tpo_bench.contract.batch import AlgorithmOptions, Batch, LossOut
 
 PROJECTIONS = ("forward", "reverse")
 TAUS = ("std", "mean", "one")
@@ -57,7 +57,7 @@ def log_base(batch: Batch) -> torch.Tensor | float:
 
 @register("lpo")
 @dataclass(frozen=True)
-class LPO:
+class LPO(AlgorithmOptions):
     k: int = 8
     epochs: int = 4
     projection: str = "forward"

@@ -14,14 +14,14 @@ import torch
 
 from tpo_bench.algorithms import register
 from tpo_bench.algorithms._common import check_positive, reinforce_sum, single_sample_advantage, standardise
-from tpo_bench.contract.batch import Batch, LossOut
+from tpo_bench.contract.batch import AlgorithmOptions, Batch, LossOut
 
 ADVANTAGES = ("task", "group")
 
 
 @register("pg")
 @dataclass(frozen=True)
-class PG:
+class PG(AlgorithmOptions):
     k: int = 1
     epochs: int = 4
     advantage: str = "task"

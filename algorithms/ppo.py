@@ -11,12 +11,12 @@ import torch
 
 from tpo_bench.algorithms import register
 from tpo_bench.algorithms._common import check_positive, single_sample_advantage
-from tpo_bench.contract.batch import Batch, LossOut
+from tpo_bench.contract.batch import AlgorithmOptions, Batch, LossOut
 
 
 @register("ppo")
 @dataclass(frozen=True)
-class PPO:
+class PPO(AlgorithmOptions):
     k: int = 1
     epochs: int = 4
     clip_eps: float = 0.2

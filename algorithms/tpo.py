@@ -23,7 +23,7 @@ import torch
 
 from tpo_bench.algorithms import register
 from tpo_bench.algorithms._common import check_level, check_positive, mean_where, standardise
-from tpo_bench.contract.batch import Batch, LossOut, mean_over_steps
+from tpo_bench.contract.batch import AlgorithmOptions, Batch, LossOut, mean_over_steps
 from tpo_bench.contract.schema import IF_SET
 
 LOGP_NORMS = ("sum", "mean")
@@ -48,7 +48,7 @@ def tpo_target(logp_old: torch.Tensor, scores: torch.Tensor, eta: float = 1.0,
 
 @register("tpo")
 @dataclass(frozen=True)
-class TPO:
+class TPO(AlgorithmOptions):
     k: int = 8
     epochs: int = 4
     eta: float = 1.0

@@ -13,8 +13,14 @@ copy) stops it with exit 1 and nothing written, unless --allow-skips (then the t
 the runs kept is written).
 """
 import argparse
+import contextlib
+import errno
+import fcntl
 import functools
+import os
+import socket
 import json
+import math
 import sys
 import time
 from dataclasses import dataclass
@@ -28,13 +34,14 @@ import pyarrow.parquet as pq
 
 from tpo_bench.analysis.rekey import config_columns, current_hash, rekey_table
 from tpo_bench.contract import io, schema
+from tpo_bench.contract.identity import flatten
 from tpo_bench.contract.schema import STALE_AFTER_S  # a running run silent this long lost its process
 
 DEFAULT_ROOT = "outputs"
 # Runs that are not (yet) a result: reported and left out of the table without stopping
 # collect. Anything else skipped (a damaged file, a table that disagrees with its summary,
 # a second copy) stops it unless --allow-skips.
-LEFT_OUT = ("failed", "running", "incomplete")
+LEFT_OUT = ("failed", "running", "incomplete", "unreadable")
 DEFAULT_OUT = "outputs/results.parquet"  # where analysis/plot.py looks by default
 # One line of a figure, one configuration of a report row: (task, algorithm, config hash).
 # Seeds of different hashes are never pooled.
@@ -144,7 +151,20 @@ def read_summary(path: Path) -> dict:
     return info
 
 
+def _unreadable(path: Path, e: OSError) -> RunInfo:
+    where = e.filename or path
+    return RunInfo(Path(path), "unreadable", f"unreadable ({e.strerror}: {where}): made by another "
+                                             "user (umask 077?); its owner can share it with chmod -R g+rX")
+
+
 def _classify(run_dir: Path, stale_after: float = STALE_AFTER_S) -> RunInfo:
+    try:
+        return _classify_readable(run_dir, stale_after)
+    except PermissionError as e:
+        return _unreadable(run_dir, e)
+
+
+def _classify_readable(run_dir: Path, stale_after: float) -> RunInfo:
     summary = run_dir / schema.SUMMARY
     if not summary.is_file():
         return RunInfo(run_dir, "incomplete", "incomplete (no summary.json)")
@@ -174,8 +194,12 @@ def _classify(run_dir: Path, stale_after: float = STALE_AFTER_S) -> RunInfo:
 
 
 def find_runs(root, stale_after: float = STALE_AFTER_S, progress: Progress | None = None) -> list[RunInfo]:
-    """Every seed=<n> directory under root, classified by its summary.json."""
-    return [_classify(d, stale_after) for d in _tracked(list(schema.run_dirs(root)), progress)]
+    """Every seed=<n> directory under root, classified by its summary.json; a folder this
+    user cannot list is an `unreadable` entry (left out, named)."""
+    unreadable: list = []
+    found = list(schema.run_dirs(root, unreadable))
+    return [_classify(d, stale_after) for d in _tracked(found, progress)] + \
+        [_unreadable(folder, e) for folder, e in unreadable]
 
 
 def read_metrics(path: Path) -> pa.Table:
@@ -227,6 +251,13 @@ def expected_steps(episodes: int, eval_every: int | None) -> list[int]:
     return [0, *range(eval_every, episodes + 1, eval_every), *([episodes] if episodes % eval_every else [])]
 
 
+def expected_count(episodes: int, eval_every: int | None) -> int:
+    """len(expected_steps(episodes, eval_every)), without building the list."""
+    if not eval_every:
+        return max(episodes, 0)
+    return 1 + max(episodes, 0) // eval_every + (1 if episodes > 0 and episodes % eval_every else 0)
+
+
 def last_step(episodes: int, eval_every: int | None) -> int:
     """The step of a complete run's final row (expected_steps(...)[-1])."""
     return episodes if eval_every else episodes - 1
@@ -263,21 +294,55 @@ def inconsistencies(run: RunInfo, df: pa.Table, values: Values | None = None) ->
                             f"{run.path.name if col == 'seed' else run.path.parent.name}")
         elif summary.get(col) is not None and str(summary[col]) != mine:
             problems.append(f"summary.json says {col} {summary[col]}, metrics.parquet {mine}")
+    for col, where in (("task.name", where_.task), ("algo.name", where_.algo)):
+        if len(values[col]) > 1 or (values[col] and str(values[col][0]) != where):
+            problems.append(f"metrics.parquet says {col} {', '.join(map(str, values[col]))}, "
+                            f"its path says {where}")
+    # The runner ends a run whose error is infinite as diverged: a completed one never
+    # holds one. (NaN may stand where a row has no error: an evaluation row of a task
+    # whose evaluation measures test_error only.)
+    bad = [v for v in df.column("error").to_pylist() if isinstance(v, float) and math.isinf(v)]
+    if bad:
+        problems.append(f"{len(bad)} infinite error value{'s' * (len(bad) > 1)} "
+                        f"({', '.join(map(str, bad[:3]))}) in a completed run")
+    problems += schema.path_disagreements(run.path)
+    problems += _config_disagreements(run.path, df)
     episodes, eval_every = _constant(values, "task.episodes"), _constant(values, "task.eval_every")
-    if isinstance(episodes, (int, float)) and episodes == int(episodes):
-        every = int(eval_every) if isinstance(eval_every, (int, float)) and eval_every > 0 else None
-        want, have = expected_steps(int(episodes), every), df.column("step").to_pylist()
-        if have != want:
-            config = f"task.episodes={int(episodes)}" + (
-                f", task.eval_every={every}: one row per evaluation plus the first" if every else "")
-            if len(have) != len(want):
-                span = f"steps {min(have)}..{max(have)}" if have else "no steps"
-                problems.append(f"{len(have)} rows, {span}; the config expects {len(want)} ({config})")
-            else:
-                problems.append(f"steps {_steps(have)}; the config expects {_steps(want)} ({config})")
+    if isinstance(episodes, (int, float)) and math.isfinite(episodes) and episodes == int(episodes):
+        every = int(eval_every) if isinstance(eval_every, (int, float)) and math.isfinite(eval_every) \
+            and eval_every > 0 else None
+        have, count = df.column("step").to_pylist(), expected_count(int(episodes), every)
+        config = f"task.episodes={int(episodes)}" + (
+            f", task.eval_every={every}: one row per evaluation plus the first" if every else "")
+        # the count first: a table's claim (task.episodes=1e12) never sizes what is built
+        if len(have) != count:
+            span = f"steps {min(have)}..{max(have)}" if have else "no steps"
+            problems.append(f"{len(have)} rows, {span}; the config expects {count} ({config})")
+        elif have != (want := expected_steps(int(episodes), every)):
+            problems.append(f"steps {_steps(have)}; the config expects {_steps(want)} ({config})")
     if summary.get("rows") is not None and summary["rows"] != df.num_rows:
         problems.append(f"summary.json says {summary['rows']} rows, metrics.parquet has {df.num_rows}")
     return problems
+
+
+def _config_disagreements(run_dir: Path, df: pa.Table) -> list[str]:
+    """Where the table's config columns (their first row: the runner writes them constant
+    per run) disagree with the run's
+    config.json, the config its hash is of: an edited table would otherwise pool under a
+    hash that does not describe it. [] where config.json is absent or unreadable (the
+    path check names that)."""
+    try:
+        config = json.loads((run_dir / schema.CONFIG).read_text())
+    except (OSError, ValueError):
+        return []
+    if not isinstance(config, dict):
+        return []
+    want = {k: v for k, v in flatten(config).items() if k in df.column_names}
+    if not want:
+        return []
+    have = df.select(list(want)).slice(0, 1).to_pylist()[0]
+    return [f"metrics.parquet says {k} {have[k]}, config.json {v}" for k, v in want.items()
+            if have[k] != v and not (v is None and have[k] is None)]
 
 
 def _commits(summary: dict) -> tuple[str | None, str | None]:
@@ -317,6 +382,9 @@ def load_runs(runs: list[RunInfo], root=None,
             continue
         try:
             df = read_metrics(run.metrics_path)
+        except PermissionError as e:
+            skipped.append(_unreadable(run.path, e))
+            continue
         except Exception as e:  # pyarrow raises several types for truncated/garbage files
             skipped.append(RunInfo(run.path, "corrupt", f"corrupt metrics.parquet: {e}"))
             continue
@@ -500,6 +568,33 @@ def write_atomic(df: pd.DataFrame, out) -> None:
     io.write_parquet(Path(out), df)
 
 
+@contextlib.contextmanager
+def merge_lock(table):
+    """Merges into one table one at a time: a POSIX lock (lockf) on `.<table>.lock` beside
+    it, held from reading the table to renaming the new one into place, so a second
+    `--merge-into` reads the first's result instead of the table both started from (each
+    would otherwise drop the other's runs). A second waits, saying for whom; the lock file
+    is opened without following a link."""
+    path = Path(table)
+    lock = path.with_name(f".{path.name}.lock")
+    io.refuse_link(lock)
+    fd = os.open(lock, os.O_RDWR | os.O_CREAT | os.O_NOFOLLOW, 0o666)
+    try:
+        try:
+            fcntl.lockf(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+        except OSError as e:
+            if e.errno not in (errno.EACCES, errno.EAGAIN):
+                raise
+            holder = os.pread(fd, 200, 0).decode(errors="replace").strip() or "another process"
+            print(f"waiting for the merge into {table} by {holder} to finish", file=sys.stderr, flush=True)
+            fcntl.lockf(fd, fcntl.LOCK_EX)
+        os.ftruncate(fd, 0)
+        os.pwrite(fd, f"pid {os.getpid()} on {socket.gethostname()}".encode(), 0)
+        yield
+    finally:
+        os.close(fd)  # drops the lock
+
+
 def merge(existing: pd.DataFrame, new: pd.DataFrame) -> tuple[pd.DataFrame, list[tuple]]:
     """`new`'s runs into `existing` (a committed snapshot): a (config_hash, seed) in both is
     taken from `new` (a re-run or a finished resume), never kept twice. Columns of `new`
@@ -588,7 +683,7 @@ def main(argv=None) -> int:
     df, skipped = load_runs(runs, root, Progress("run directories read", args.progress, started))
     # Failed runs first, then the unfinished ones (resumable), then damaged files and
     # tables that are not what their summary says, then extra copies.
-    for kinds, title in ((("failed",), "failed"), (("running", "incomplete", "unknown"), "incomplete"),
+    for kinds, title in ((("failed",), "failed"), (("unreadable",), "unreadable"), (("running", "incomplete", "unknown"), "incomplete"),
                          (("corrupt",), "corrupt"), (("inconsistent",), "inconsistent"),
                          (("duplicate",), "duplicate")):
         group = [r for r in skipped if r.status in kinds]
@@ -609,26 +704,30 @@ def main(argv=None) -> int:
               f"consistent; nothing written to {args.out}. Repair or remove them, or pass "
               f"--allow-skips to collect the {kept} alone", file=sys.stderr)
         return 1
-    if args.merge_into:
-        df, replaced = merge(pd.read_parquet(args.merge_into), df)
-        args.out = args.merge_into
-        if replaced:
-            print(f"replaced {len(replaced)} run(s) already in {args.merge_into}: "
-                  + ", ".join(f"{h} seed={s}" for h, s in replaced))
-    df = check_code(df, args.split_code)
-    if df is None:
-        print(f"error: nothing written to {args.out}", file=sys.stderr)
-        return 1
-    try:
-        write_atomic(df, args.out)
-    except OSError as e:
-        print(f"error: cannot write {args.out}: {e}; nothing written", file=sys.stderr)
-        return 1
+    with merge_lock(args.merge_into) if args.merge_into else contextlib.nullcontext():
+        if args.merge_into:
+            df, replaced = merge(pd.read_parquet(args.merge_into), df)
+            args.out = args.merge_into
+            if replaced:
+                print(f"replaced {len(replaced)} run(s) already in {args.merge_into}: "
+                      + ", ".join(f"{h} seed={s}" for h, s in replaced))
+        df = check_code(df, args.split_code)
+        if df is None:
+            print(f"error: nothing written to {args.out}", file=sys.stderr)
+            return 1
+        try:
+            write_atomic(df, args.out)
+        except OSError as e:
+            print(f"error: cannot write {args.out}: {e}; nothing written", file=sys.stderr)
+            return 1
     left = [r for r in skipped if r.status in LEFT_OUT]
     if left:
         failed = sum(r.status == "failed" for r in left)
-        print(f"left out {len(left)} run(s) not completed ({failed} failed, {len(left) - failed} "
-              f"unfinished; listed above): re-run them to add them")
+        unreadable = sum(r.status == "unreadable" for r in left)
+        print(f"left out {len(left)} run(s) not completed ({failed} failed, "
+              f"{len(left) - failed - unreadable} unfinished"
+              + (f", {unreadable} unreadable" if unreadable else "")
+              + "; listed above): re-run them to add them")
     print(f"collected {kept} runs ({len(df)} rows), skipped {len(skipped)} -> {args.out}")
     return 0
 

@@ -53,10 +53,10 @@ def register_sweepers() -> None:
 def main(cfg: DictConfig) -> dict:
     from hydra.core.hydra_config import HydraConfig
 
-    from tpo_bench.bench import batched, interrupts
+    from tpo_bench.bench import interrupts
     from tpo_bench.bench.build import ConfigError
     from tpo_bench.bench.jobs import explicit_keys, job_result, job_specs
-    from tpo_bench.bench.runner import run
+    from tpo_bench.bench.runner import run, run_seeds
     from tpo_bench.contract import schema
 
     try:
@@ -66,7 +66,7 @@ def main(cfg: DictConfig) -> dict:
         print(f"error: {e}", file=sys.stderr, flush=True)
         sys.exit(2)
     worker = interrupts.latch_in_sweep_worker()
-    # batch_seeds: the job's seeds as one stacked computation (bench.batched), else one by one
+    # batch_seeds: the job's seeds as one stacked computation (bench.engine), else one by one
     groups = [specs] if resolved.get("batch_seeds") and len(specs) > 1 else [[s] for s in specs]
     summaries = []
     for group in groups:
@@ -75,7 +75,7 @@ def main(cfg: DictConfig) -> dict:
                            "reason": f"the sweep was stopped ({why}) before it started"} for s in group]
             continue
         try:
-            summaries += batched.run(group, compile=bool(resolved.get("compile"))) \
+            summaries += run_seeds(group, compile=bool(resolved.get("compile"))) \
                 if len(group) > 1 else [run(group[0])]
         except interrupts.Interrupted as e:  # the run checkpointed and recorded itself as interrupted
             if not worker:

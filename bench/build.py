@@ -59,6 +59,9 @@ class RunSpec:
     """hash of the algorithm's and task's code (bench.fingerprint); summary.json keeps it"""
     code_files: tuple[str, ...] = ()
     """the files that hash is over"""
+    narrow_fingerprint: str = ""
+    """the fingerprint as runs recorded it before it covered the harness and the plugin's
+    package (bench.fingerprint): what a run whose summary has no code_scope is compared to"""
     on_code_change: str = "refuse"
     """a completed run whose recorded fingerprint differs: refuse, rerun or keep"""
     logger: dict[str, Any] = dataclasses.field(default_factory=lambda: {"name": "none"})
@@ -108,8 +111,10 @@ def identity_fields(obj) -> dict[str, Any]:
 def needs(algo) -> str:
     """What the algorithm consumes (contract.batch.NEEDS); a plug-in that does not say is a
     grouped method when its default k is above 1."""
+    if algo.needs is not None:
+        return algo.needs
     default_k = next(f.default for f in dataclasses.fields(algo) if f.name == "k")
-    return getattr(algo, "needs", "sample_group" if default_k > 1 else "sample")
+    return "sample_group" if default_k > 1 else "sample"
 
 
 def is_grouped(algo) -> bool:
@@ -179,24 +184,23 @@ def build(cfg: dict[str, Any], explicit: frozenset[str] = frozenset(), here: boo
     algo_impl, algo = _instantiate(ALGORITHMS, algo_section, "algo")
     _check_plain_name("task.name", task.name)  # a plug-in task may name itself
     _check_algorithm(algo, cfg["algo"]["name"])
-    steps = getattr(task, "steps_per_batch", None)
+    steps = task.steps_per_batch
     if steps is not None and algo.epochs != steps:
         if "algo.epochs" in explicit:
             raise ConfigError(f"algo.epochs={algo.epochs}: task {task.name!r} takes {steps} "
                               "optimizer step(s) per batch for every method; do not set algo.epochs")
         algo = dataclasses.replace(algo, epochs=steps)  # recorded as what really runs
-    if getattr(algo, "dynamic_sampling", 0) and not (getattr(task, "splits_groups", False)
-                                                   and getattr(algo, "level", "sequence") == "sequence"):
+    if algo.dynamic_sampling and not (task.splits_groups and algo.level == "sequence"):
         # Like epochs above: a preset's dynamic sampling is dropped (and recorded as 0) where
         # groups cannot be replaced one by one; asked for on the command line, it is refused.
         if "algo.dynamic_sampling" in explicit:
             raise ConfigError(f"algo.dynamic_sampling={algo.dynamic_sampling}: it replaces whole "
                               f"groups by groups of fresh prompts, and task {task.name!r} (algo.level="
-                              f"{getattr(algo, 'level', 'sequence')}) does not give groups that can "
+                              f"{algo.level}) does not give groups that can "
                               "be replaced one by one (the sequence tasks at level=sequence do); "
                               "set algo.dynamic_sampling=0")
         algo = dataclasses.replace(algo, dynamic_sampling=0)
-    request = Request(name=cfg["algo"]["name"], k=algo.k, level=getattr(algo, "level", "sequence"),
+    request = Request(name=cfg["algo"]["name"], k=algo.k, level=algo.level,
                       needs=needs(algo), k_explicit="algo.k" in explicit)
     try:
         task.check_algorithm(request)
@@ -216,11 +220,12 @@ def build(cfg: dict[str, Any], explicit: frozenset[str] = frozenset(), here: boo
     _check_batch_seeds(rc, task)
     logger = logger_config(cfg.get("logger"))
     fingerprint, files = code_fingerprint(type(task), type(algo))
+    narrow, _ = code_fingerprint(type(task), type(algo), harness=False)
 
     run_task, hparams, notes, match = _match(rc, cfg, task, algo, hparams)
     config = _science(rc, cfg, task_impl, task, algo_impl, algo, optim, match)
     h = config_hash(config)
-    effective = {"batch_size_effective": getattr(run_task, "batch_size", None),
+    effective = {"batch_size_effective": run_task.batch_size,
                  "lr_effective": hparams.get("lr")}
     return RunSpec(
         task=run_task, algo=algo, algo_name=cfg["algo"]["name"], optim_name=optim["name"],
@@ -230,7 +235,7 @@ def build(cfg: dict[str, Any], explicit: frozenset[str] = frozenset(), here: boo
         progress_every_s=rc.progress_every_s, force=rc.force, checkpoint_every=rc.checkpoint_every,
         debug=dataclasses.asdict(rc.debug), config=config, config_hash=h, logger=logger,
         output_root=rc.output_root, code_fingerprint=fingerprint,
-        code_files=tuple(files), on_code_change=rc.on_code_change,
+        code_files=tuple(files), narrow_fingerprint=narrow, on_code_change=rc.on_code_change,
         run_dir=_locate(rc.output_root, task.name, cfg["algo"]["name"], config, rc.seed),
     )
 
@@ -267,9 +272,9 @@ def _locate(root: str, task: str, algo: str, config: dict[str, Any], seed: int) 
 
 
 def _check_batch_seeds(rc: RunConfig, task) -> None:
-    """batch_seeds=true (bench.batched) needs a task that runs S policies as one computation."""
+    """batch_seeds=true (bench.engine) needs a task that runs S policies as one computation."""
     if rc.batch_seeds and rc.seeds_per_job != 1 and not (
-            hasattr(task, "rollout_seeds") and hasattr(task, "logprobs_seeds")):
+            task.rollout_seeds is not None and task.logprobs_seeds is not None):
         raise ConfigError(f"batch_seeds=true trains a job's seeds_per_job seeds as one stacked "
                           f"computation, which task {task.name!r} cannot do: it has no "
                           f"rollout_seeds/logprobs_seeds (seq, mnist and tabular_* have them; "
@@ -301,11 +306,11 @@ def _match(rc: RunConfig, cfg: dict[str, Any], task, algo, hparams: dict[str, fl
     name = cfg["algo"]["name"]
     if mode == "prompts":
         return task, hparams, (), mode
-    if is_grouped(algo) or getattr(algo, "level", "sequence") == "token":
+    if is_grouped(algo) or algo.level == "token":
         return task, hparams, (f"match=interactions: {name} is grouped or token-level; batch "
                                f"size and learning rate unchanged ({hparams}): this is the "
                                f"prompt-matched run, recorded as match=prompts",), "prompts"
-    if not hasattr(task, "batch_size") or "lr" not in hparams:
+    if task.batch_size is None or "lr" not in hparams:
         raise ConfigError(f"match=interactions scales task.batch_size and optim.lr; task "
                           f"{task.name!r} with optim={cfg['optim']['name']} lacks one of them")
     B, lr = task.batch_size, hparams["lr"]

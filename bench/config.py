@@ -76,11 +76,13 @@ class RunConfig:
                                 "requeue)", least=1)
     seeds_per_job: int = key(1, "a job with seed=s runs seeds s..s+N-1 (packs short runs into "
                              "few jobs)", least=1)
-    batch_seeds: bool = key(False, "train those seeds as one stacked computation (bench/batched.py)")
+    batch_seeds: bool = key(False, "train those seeds as one stacked computation (bench/engine.py)")
     compile: bool = key(False, "with batch_seeds: capture each epoch's forward and loss "
-                        "(torch.compile; bench/batched.py)")
-    on_code_change: str = key("refuse", "a completed run recorded under other algorithm/task code: "
-                              "refuse, rerun or keep (its old result)",
+                        "(torch.compile; bench/engine.py)")
+    on_code_change: str = key("refuse", "a completed run recorded under other code (its algorithm, "
+                              "task, plugin package or the harness it ran): refuse, rerun or keep "
+                              "(its old result); an unfinished one: refuse, rerun from the start, or "
+                              "keep (resume under today's code)",
                               choices=("refuse", "rerun", "keep"))
     plugins: list = key([], "extra modules to import (your own algorithms and tasks)")
     experiment: Optional[str] = key(None, "set by `+experiment=<name>` (conf/experiment/): a "

@@ -1,12 +1,16 @@
 """The code a run used, as one short hash (summary.json's `code_fingerprint`).
 
-Over the source of the algorithm's and the task's modules, the modules they import from
-the project's `algorithms`, `tasks` and `contract` packages (and theirs, transitively),
-and the module, inside the repository or not (a plugin), that defines each class.
-Each file is normalised through Python's ast first (docstrings and bare string
-statements dropped, then printed back by ast.unparse), so comments, docstrings and
-formatting do not count; anything that changes what the code does does. The git commit
-cannot say this: it misses a plugin outside the repository and untracked files.
+Over the transitive closure of the imports (read from each file's import statements) that
+start at the algorithm's and the task's modules and at HARNESS, within the harness
+(`tpo_bench.algorithms`, `.tasks`, `.contract`, `.bench`) and within a plugin's own
+package (its top-level package, or the folder of a top-level plugin module). Not covered:
+site-packages and dist-packages, analysis/ and tools/, modules imported by name at run
+time (importlib), data files. Each file is normalised through Python's ast first
+(docstrings dropped, printed back by ast.unparse), so comments, docstrings and formatting
+do not count; anything that changes what the code does does. The git commit cannot say
+this: it misses a plugin outside the repository and untracked files.
+`harness=False` gives the narrower fingerprint runs recorded before `code_scope` (the
+class modules and their imports from algorithms, tasks and contract only).
 """
 from __future__ import annotations
 
@@ -18,6 +22,12 @@ from pathlib import Path
 from tpo_bench.contract.io import REPO_ROOT
 
 PROJECT = ("tpo_bench.algorithms", "tpo_bench.tasks", "tpo_bench.contract")
+HARNESS_PACKAGES = (*PROJECT, "tpo_bench.bench")
+# What a run executes besides its algorithm and task; their imports bring the rest.
+HARNESS = ("tpo_bench.bench.runner", "tpo_bench.bench.engine")
+# summary.json's `code_scope`: what the fingerprint covers (absent: the narrower one).
+SCOPE = 2
+_INSTALLED = ("site-packages", "dist-packages")
 _cache: dict[tuple, tuple[str, tuple[str, ...]]] = {}
 
 
@@ -40,22 +50,55 @@ def _origin(module: str) -> Path | None:
 
 
 def _imports(tree: ast.AST, module: str, is_package: bool) -> set[str]:
-    """The project modules `module`'s code imports (`from pkg import name` counts
-    pkg.name where that is a module)."""
+    """Every module name `module`'s code imports (`from pkg import name` counts pkg.name
+    too, where that is a module), relative imports resolved."""
     package = module if is_package else module.rpartition(".")[0]
     out = set()
     for node in ast.walk(tree):
         if isinstance(node, ast.Import):
             out.update(a.name for a in node.names)
         elif isinstance(node, ast.ImportFrom):
-            base = importlib.util.resolve_name("." * node.level + (node.module or ""), package) \
-                if node.level else node.module
+            try:
+                base = importlib.util.resolve_name("." * node.level + (node.module or ""), package) \
+                    if node.level else node.module
+            except ImportError:  # a relative import past the top
+                continue
             if not base:
                 continue
             out.add(base)
             out.update(f"{base}.{a.name}" for a in node.names)
-    inside = tuple(f"{p}." for p in PROJECT)
-    return {m for m in out if (m in PROJECT or m.startswith(inside)) and _origin(m) is not None}
+    return out
+
+
+def _installed(path: Path) -> bool:
+    return any(part in _INSTALLED for part in path.parts)
+
+
+def _homes(classes: tuple[type, ...]) -> list[Path]:
+    """The folders of the plugins' own code: a class's top-level package outside the
+    harness (or the folder of a top-level plugin module), never an installed one."""
+    out = []
+    for cls in classes:
+        module = cls.__module__
+        if module.startswith("tpo_bench."):
+            continue
+        top = module.split(".")[0]
+        path = _origin(top)
+        if path is None or _installed(path):
+            continue
+        out.append(path.parent if path.name == "__init__.py" or top != module else path.parent)
+    return out
+
+
+def _followed(module: str, packages: tuple[str, ...], homes: list[Path]) -> bool:
+    if module.startswith("tpo_bench."):
+        return module in packages or module.startswith(tuple(f"{p}." for p in packages))
+    if not homes:
+        return False
+    top = _origin(module.split(".")[0])  # a top-level lookup imports nothing
+    if top is None or _installed(top):
+        return False
+    return any(top.is_relative_to(h) for h in homes)
 
 
 def _file(module: str, path: Path) -> tuple[str, tuple[str, ...]]:
@@ -77,9 +120,13 @@ def _shown(path: Path) -> str:
         return str(path.resolve())
 
 
-def code_fingerprint(*classes: type) -> tuple[str, list[str]]:
-    """(16 hex digits, the files fingerprinted) for the code behind `classes`."""
-    todo, seen, parts = [c.__module__ for c in classes], set(), []
+def code_fingerprint(*classes: type, harness: bool = True) -> tuple[str, list[str]]:
+    """(16 hex digits, the files fingerprinted) for the code behind `classes` and, with
+    `harness`, the harness a run executes and the plugins' own packages (module doc)."""
+    packages = HARNESS_PACKAGES if harness else PROJECT
+    homes = _homes(classes) if harness else []
+    todo = [c.__module__ for c in classes] + (list(HARNESS) if harness else [])
+    seen, parts = set(), []
     while todo:
         module = todo.pop()
         if module in seen:
@@ -90,7 +137,8 @@ def code_fingerprint(*classes: type) -> tuple[str, list[str]]:
             continue
         digest, deps = _file(module, path)
         parts.append((_shown(path), digest))
-        todo.extend(deps)
+        todo.extend(m for m in deps if m not in seen and _followed(m, packages, homes)
+                    and _origin(m) is not None)
     parts.sort()
     whole = hashlib.sha256("".join(f"{name}\0{digest}\n" for name, digest in parts).encode())
     return whole.hexdigest()[:16], [name for name, _ in parts]

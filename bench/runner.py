@@ -1,17 +1,20 @@
-"""One run: roll out, take `algo.epochs` optimizer steps on the batch, record, repeat;
-the only module that runs tasks and algorithms together (bench.build joins them).
+"""One run, or a job's seeds trained together: claim, open, start, train, close. The job
+loop (`run_seeds`, `_train`) takes each seed's seat through its duties (lock, checkpoint,
+resume, summary, metrics) and its episodes through bench.engine.train_episodes, the one
+epoch loop; a single run is the job at S = 1.
 
-    run(spec)      the story: claim, open, start, train (_train), close
-    train_episode  one episode (science §Update rules), shared with bench.batched and tools
+    run(spec)        one (config, seed): run_seeds([spec])
+    run_seeds(specs) a job's seeds (batch_seeds=true), trained as one batch
 
-A run's state in the process is a Seat; each step of the story takes one, so bench.batched
-runs several seeds' seats through the same steps (its API here, beside EpisodeRow, read_rows):
+A run's state in the process is a Seat; each step of the story takes one, so the job loop
+runs one or several seeds' seats through the same steps:
     claim_run    the run directory's lock, or the answer for a run not to train
     open_seat    the checkpoint read and checked, config.json and a `running` summary
     start_seat   the seat's policy, optimizer and streams, fresh or resumed
     record_step  an episode's row into the record: progress line, checkpoint when due
     close_seat   the metrics table and the verdict
-    as_kept      a metric as a row keeps it; flat_params: the trained weights as one vector
+A seed that fails fails alone; a stop request is read once per step, so every seed
+checkpoints at that boundary or none.
 """
 from __future__ import annotations
 
@@ -25,186 +28,13 @@ from typing import Any
 import pandas as pd
 import torch
 
-from tpo_bench.algorithms import OVER_EPOCHS
-from tpo_bench.bench import checkpoint, debug, dynamic, interrupts, rundir, tracking
+from tpo_bench.bench import checkpoint, debug, fingerprint, interrupts, rundir, tracking
 from tpo_bench.bench.build import RunSpec
+from tpo_bench.bench.engine import train_episodes
 from tpo_bench.contract.identity import flatten
 from tpo_bench.bench.optim import build_optimizer
 from tpo_bench.contract import io, schema
-from tpo_bench.contract.batch import Batch, Request, Rollout, reference_kl
 from tpo_bench.contract.rng import Streams
-
-
-# ---------------------------------------------------------------- one episode
-
-def _group_diagnostics(batch: Batch) -> dict[str, torch.Tensor | float]:
-    """science §Measurement: all-fail and zero-variance fractions (NaN for single samples), left on the
-    device (`read_rows` reads them)."""
-    success = as_kept(batch.success.any(-1).float().mean())
-    out = {"success_prompt_frac": success, "all_fail_frac": math.nan, "zero_var_frac": math.nan}
-    if batch.group_size > 1:
-        out["all_fail_frac"] = 1.0 - success
-        out["zero_var_frac"] = (batch.scores.std(-1, correction=0) < schema.ZERO_VAR_STD).float().mean()
-    return out
-
-
-def group_diagnostics_seeds(batches: list[Batch]) -> list[dict[str, torch.Tensor | float]]:
-    """`_group_diagnostics` of S batches of one shape, each a slice of one stacked
-    computation (a row's mean rounds as its own tensor's: rows reduce alike)."""
-    success = as_kept(torch.stack([b.success for b in batches]).any(-1).float().mean(-1))
-    out = {"success_prompt_frac": success.unbind(), "all_fail_frac": [math.nan] * len(batches),
-           "zero_var_frac": [math.nan] * len(batches)}
-    if batches[0].group_size > 1:
-        out["all_fail_frac"] = (1.0 - success).unbind()
-        spread = torch.stack([b.scores for b in batches]).std(-1, correction=0)
-        out["zero_var_frac"] = as_kept((spread < schema.ZERO_VAR_STD).float().mean(-1)).unbind()
-    return [{k: v[s] for k, v in out.items()} for s in range(len(batches))]
-
-
-def as_kept(value: torch.Tensor | float) -> torch.Tensor | float:
-    """A metric as a row keeps it until `read_rows`: a tensor detached, in float64 (the
-    arithmetic done on it then rounds as it did on the Python float it used to be read
-    into at once), a number as a float."""
-    return value.detach().double() if isinstance(value, torch.Tensor) else float(value)
-
-
-def read_rows(rows: list[dict[str, Any]]) -> list[dict[str, Any]]:
-    """An episode's rows (one per seed) with every tensor in them read as a Python float,
-    all in one transfer: on a GPU, one wait for the device per episode, not one per seed
-    and metric. The values are those float() gives, bit for bit."""
-    at = [(row, k) for row in rows for k, v in row.items() if isinstance(v, torch.Tensor)]
-    if at:
-        values = torch.stack([row[k].detach().reshape(()).double() for row, k in at]).tolist()
-        for (row, k), value in zip(at, values):
-            row[k] = value
-    return rows
-
-
-@dataclass
-class EpisodeRow:
-    """One episode's metrics row as its epochs go by, the bookkeeping train_episode and
-    bench.batched.train_episodes share (so a batched seed's row is its single run's):
-    loss, gradient norm and metrics of the first epoch (the gradient at the behaviour
-    policy), the OVER_EPOCHS metrics averaged over the epochs, then what the rollout and
-    the update were. Values stay tensors until `read_rows`."""
-
-    before: torch.Tensor
-    """the trained parameters before the episode's first step"""
-    row: dict[str, Any] = field(default_factory=dict)
-    over_epochs: dict[str, Any] = field(default_factory=dict)
-
-    def after_backward(self, epoch: int, task, policy, loss: torch.Tensor | float,
-                       metrics: dict[str, torch.Tensor | float],
-                       grad_norm: torch.Tensor | None = None) -> None:
-        """Epoch `epoch`'s loss and metrics, its gradient in policy's .grad (before its step);
-        `grad_norm` that gradient's norm where the caller has it (a seed batch's, `_norms`)."""
-        if epoch == 0:
-            grads = [p.grad.reshape(-1) for p in policy.parameters() if p.grad is not None]
-            self.row["grad_norm"] = grad_norm if grad_norm is not None else \
-                torch.cat(grads).norm() if grads else 0.0
-            self.row["loss"] = as_kept(loss)
-            self.row.update({k: as_kept(v) for k, v in metrics.items() if k not in OVER_EPOCHS})
-            if hasattr(task, "grad_metrics"):  # e.g. misalignment to an oracle direction
-                self.row.update(task.grad_metrics(policy))
-        for k in OVER_EPOCHS:
-            if k in metrics:
-                self.over_epochs[k] = self.over_epochs.get(k, 0.0) + as_kept(metrics[k])
-
-    def finish(self, epochs: int, ro: Rollout, first: Batch, policy,
-               stacked: dict[str, Any] | None = None) -> dict[str, Any]:
-        """The row, once the episode's `epochs` steps are taken: `ro` what was trained on,
-        `first` the episode's own batch (what the group diagnostics describe). `stacked`:
-        what a seed batch computed for all its seeds at once (bench.batched), this seed's
-        "over_epochs" means, "param_change" and "diagnostics", each in place of its own."""
-        row, stacked = self.row, stacked or {}
-        row.update(stacked["over_epochs"] if "over_epochs" in stacked else
-                   {k: total / epochs for k, total in self.over_epochs.items()})
-        row["param_change"] = stacked["param_change"] if "param_change" in stacked else \
-            (flat_params(policy) - self.before).norm()
-        row.update(error=as_kept(ro.error), reward_mean=as_kept(ro.reward_mean), rollouts=ro.rollouts,
-                   group_size=ro.batch.group_size, **ro.metrics)
-        if ro.tokens is not None:
-            row["tokens"] = ro.tokens
-        row.update(stacked["diagnostics"] if "diagnostics" in stacked else _group_diagnostics(first))
-        return row
-
-
-def micro_batches(batch: Batch, micro_groups: int) -> list[tuple[Batch, float]]:
-    """The batch cut into parts of `micro_groups` whole groups (0: one part), each with
-    its share of the groups: gradient accumulation never splits a group (TPO's loss is a
-    function of the whole group, science §Language models). A loss that is a mean over groups accumulates
-    exactly; a token-mean one is normalised within each part (as TRL's per-device loss)."""
-    N = batch.num_groups
-    if not micro_groups or micro_groups >= N:
-        return [(batch, 1.0)]
-    starts = range(0, N, micro_groups)
-    return [(batch.take(torch.arange(s, min(s + micro_groups, N), device=batch.scores.device)),
-             (min(s + micro_groups, N) - s) / N) for s in starts]
-
-
-def _backward(task, algo, batch: Batch, policy, kl_ref: float) -> tuple[Any, dict[str, Any]]:
-    """One full-batch gradient (accumulated over micro-batches): the loss and the
-    algorithm's metrics, each the groups-weighted mean over the parts (kept: `as_kept`)."""
-    # task.micro_batch counts completions; the task has checked it holds whole groups.
-    parts = micro_batches(batch, getattr(task, "micro_batch", 0) // batch.group_size)
-    loss_value, metrics = 0.0, {}
-    for part, share in parts:
-        logp = task.logprobs(policy, part)
-        out = algo.loss(part, logp)
-        loss = out.loss
-        if kl_ref:  # the task's KL penalty to its reference, whatever the algorithm (science §Language models)
-            loss = loss + kl_ref * reference_kl(part, logp)
-        (loss if len(parts) == 1 else loss * share).backward()
-        loss_value = loss_value + as_kept(loss) * share
-        for k, v in out.metrics.items():
-            metrics[k] = metrics.get(k, 0.0) + as_kept(v) * share
-    return loss_value, metrics
-
-
-def _phase_mark(clock: dict[str, float] | None, device: torch.device) -> float:
-    """The time a phase ends, for `clock`. A GPU runs behind the host, so with a clock
-    (benchmarks only: a run never waits here) the queued kernels finish first; otherwise
-    one phase's work would be counted in the next one's."""
-    if clock is not None and device.type == "cuda":
-        torch.cuda.synchronize(device)
-    return time.perf_counter()
-
-
-def train_episode(task, algo, request: Request, policy, opt, streams: Streams,
-                  clock: dict[str, float] | None = None) -> dict[str, float]:
-    """One episode: sample, then algo.epochs full-batch optimizer steps on it (science §Update rules).
-    Loss and gradient norm are the first epoch's (before any update on this batch), the
-    OVER_EPOCHS metrics the mean over epochs; `group_size` is the K the batch really
-    had. `clock`, if given, accumulates seconds per phase (the speed benchmark reads it)."""
-    device = next(policy.parameters()).device
-    t0 = _phase_mark(clock, device)
-    ro = task.rollout(policy, request, streams)
-    first = ro.batch  # what the error and the group diagnostics describe
-    extra: dict[str, float] = {}
-    if getattr(algo, "dynamic_sampling", 0):
-        ro, extra = dynamic.top_up(ro, lambda: task.rollout(policy, request, streams.extra()),
-                                   algo.dynamic_sampling)
-    t1 = _phase_mark(clock, device)
-    book = EpisodeRow(flat_params(policy), dict(extra))
-    kl_ref = getattr(task, "kl_ref", 0.0) if ro.batch.logp_ref is not None else 0.0
-    for epoch in range(algo.epochs):
-        opt.zero_grad(set_to_none=True)
-        loss, metrics = _backward(task, algo, ro.batch, policy, kl_ref)
-        book.after_backward(epoch, task, policy, loss, metrics)
-        opt.step()
-    t2 = _phase_mark(clock, device)
-    [row] = read_rows([book.finish(algo.epochs, ro, first, policy)])
-    if clock is not None:
-        t3 = time.perf_counter()
-        for phase, dt in (("generation", t1 - t0), ("training", t2 - t1), ("bookkeeping", t3 - t2)):
-            clock[phase] = clock.get(phase, 0.0) + dt
-    return row
-
-
-def flat_params(model: torch.nn.Module) -> torch.Tensor:
-    """The trained parameters as one detached vector (a LoRA run's frozen base left out:
-    it would be copied every episode)."""
-    return torch.cat([p.detach().reshape(-1) for p in model.parameters() if p.requires_grad])
 
 
 def fmt_duration(seconds: float) -> str:
@@ -290,20 +120,128 @@ def _not_run(spec: RunSpec, status: str, reason: str) -> dict[str, Any]:
 # ---------------------------------------------------------------- the run
 
 def run(spec: RunSpec) -> dict[str, Any]:
-    """Train one (config, seed) into spec.run_dir and return its summary. A completed run
-    is skipped (unless spec.force); one another process holds is left to it; an
-    interrupted one resumes from its checkpoint, if that checkpoint is this run's; a
-    failure is recorded (status, reason, partial metrics) and returned, not raised."""
-    rd = rundir.RunDir(spec.run_dir, pause_s=spec.debug.get("checkpoint_pause", 0.0))
-    prev, answer = claim_run(spec, rd)
-    if answer is not None:
-        return answer
+    """Train one (config, seed) into spec.run_dir and return its summary: `run_seeds` for
+    one seed. A completed run is skipped (unless spec.force); one another process holds
+    is left to it; an interrupted one resumes from its checkpoint, if that checkpoint is
+    this run's; a failure is recorded (status, reason, partial metrics) and returned, not
+    raised."""
+    [summary] = run_seeds([spec])
+    return summary
+
+
+def run_seeds(specs: list[RunSpec], compile: bool = False) -> list[dict[str, Any]]:
+    """A job's seeds (one for a single run, `run`), trained together; one summary
+    per spec, in order. Completed seeds are skipped and seeds another process holds are
+    left to it; the rest train as one batch (`compile`: captured epochs, train_episodes).
+    A stop signal waits for an episode boundary (or the end)."""
+    rds = [rundir.RunDir(s.run_dir, pause_s=s.debug.get("checkpoint_pause", 0.0)) for s in specs]
+    answers: dict[int, dict[str, Any]] = {}
     try:
-        # From here on a stop signal waits for an episode boundary (or the end).
-        with interrupts.Boundary() as boundary:
-            return _attempt(spec, rd, prev, boundary)
+        claimed = []
+        for i, (spec, rd) in enumerate(zip(specs, rds)):
+            prev, answer = claim_run(spec, rd)
+            if answer is None:
+                claimed.append((i, spec, rd, prev))
+            else:
+                answers[i] = answer
+        if claimed:
+            with interrupts.Boundary() as boundary:
+                _attempt(claimed, boundary, answers, compile, len(specs) > 1)
+    except interrupts.Interrupted as e:  # each seed as it recorded itself (a sweep reports them)
+        e.answers = [answers.get(i) or {"run_dir": str(s.run_dir), "status": schema.INTERRUPTED,
+                                        "reason": e.signame} for i, s in enumerate(specs)]
+        raise
     finally:
-        rd.release()
+        for rd in rds:
+            rd.release()
+    return [answers[i] for i in range(len(specs))]
+
+
+@dataclass
+class _Seats:
+    """The seats still in a batch (training, or waiting to join it) and the answers of the
+    seeds that left it. A seat leaves when it ends: its record is closed and its lock
+    released there and then, so that another process may take a failed seed up while the
+    batch trains on."""
+
+    live: dict[int, Seat]
+    answers: dict[int, dict[str, Any]]
+
+    def end(self, i: int, status: str, reason: str | None = None, kind: str | None = None) -> None:
+        seat = self.live.pop(i)
+        self.answers[i] = close_seat(seat, status, reason, kind)
+        seat.rd.release()
+
+
+def _attempt(claimed: list, boundary: interrupts.Boundary, answers: dict[int, dict[str, Any]],
+             compile: bool = False, batched: bool = False) -> None:
+    """One attempt at the claimed seeds, whose locks this process holds: each opened (or
+    refused) and closed on its own, trained together; their summaries go into `answers`,
+    however the attempt ends (an interrupted seat stays resumable from its checkpoint).
+    `batched`: a seed-batched job's (its attempt records say so)."""
+    seats = _Seats({}, answers)
+    for i, spec, rd, prev in claimed:
+        seat = open_seat(spec, rd, prev, batched)
+        if isinstance(seat, dict):
+            answers[i] = seat
+        else:
+            seats.live[i] = seat
+    verdict: tuple[str, str | None, str | None] = (schema.COMPLETED, None, None)
+    try:
+        _train(seats, boundary, compile)
+    except Exception as e:  # not one seed's (the batched episode, an evaluation): each records it
+        verdict = failure(e)
+    except BaseException as e:  # interrupted: every seat still open is resumable
+        verdict = (schema.INTERRUPTED, getattr(e, "signame", type(e).__name__), None)
+        raise
+    finally:
+        for i in list(seats.live):
+            seats.end(i, *verdict)
+
+
+def _train(seats: _Seats, boundary: interrupts.Boundary, compile: bool = False) -> None:
+    """The training loop, over seats in lockstep: each appends to its `rows` (so a failure
+    still records them) and fills its `effective` with what the batches really were, and
+    checkpoints every spec.checkpoint_every episodes and whenever a signal asks
+    (interrupts.Boundary), always at an episode boundary. A seat that fails alone leaves
+    the batch with its verdict (`_Seats.end`)."""
+    for i, seat in list(seats.live.items()):
+        try:  # a damaged checkpoint fails its own seed only
+            start_seat(seat)
+        except Exception as e:
+            seats.end(i, *failure(e))
+    if not seats.live:
+        return
+    first = next(iter(seats.live.values())).spec
+    task, algo, request = first.task, first.algo, first.request
+    for step in range(min(s.start for s in seats.live.values()), task.episodes):
+        if not seats.live:  # every seat has ended
+            break
+        for i, seat in list(seats.live.items()):
+            if seat.start > step:  # waiting to join: alive all the same, as its heartbeat says
+                try:
+                    seat.rd.beat_if_due()
+                except Exception as e:
+                    seats.end(i, *failure(e))
+        active = {i: s for i, s in seats.live.items() if s.start <= step}
+        if not active:  # every seat so far has failed; a later-resuming one may still join
+            continue
+        for seat in active.values():
+            if seat.start == step:  # its clock starts when it joins
+                seat.t0 = time.perf_counter()
+        # An error here is not one seed's: the seeds waiting to join would meet it too.
+        rows = train_episodes(task, algo, request, [s.policy for s in active.values()],
+                              [s.opt for s in active.values()], [s.streams for s in active.values()],
+                              compile)
+        checkpointed, asked = False, boundary.pending  # once: every seat checkpoints or none
+        for (i, seat), row in zip(active.items(), rows):
+            try:
+                row = debug.inject(lambda row=row: row, seat.spec.debug)(step)
+                checkpointed |= record_step(seat, step, row, asked, boundary.why)
+            except Exception as e:
+                seats.end(i, *failure(e))
+        if checkpointed:  # after every seat's checkpoint: a stop then leaves all resumable
+            boundary.after_checkpoint()
 
 
 def claim_run(spec: RunSpec, rd: rundir.RunDir) -> tuple[dict, dict | None]:
@@ -342,6 +280,11 @@ def _claim_lock(spec: RunSpec, rd: rundir.RunDir) -> tuple[dict, dict | None]:
                 return {}, _not_run(spec, schema.REFUSED, f"{e}; remove it (the run then resumes "
                                     f"from its checkpoint, if any) or force=true restarts the run")
             prev = {}
+        if prev and not spec.force and (wrong := schema.path_disagreements(rd.path)):
+            rd.release()
+            return prev, _not_run(spec, schema.REFUSED, f"its files are another run's, not this "
+                                  f"path's ({'; '.join(wrong)}): copied or planted here? Move it "
+                                  f"away (force=true overwrites it)")
         if prev.get("status") == schema.COMPLETED and not spec.force:
             if damage := _table_damage(rd.path / schema.METRICS):
                 rd.release()
@@ -363,12 +306,20 @@ def _claim_lock(spec: RunSpec, rd: rundir.RunDir) -> tuple[dict, dict | None]:
     return prev, None
 
 
+def _same_code(spec: RunSpec, prev: dict) -> bool:
+    """Whether `prev` (a summary) records today's code fingerprint, or none. A run recorded
+    without code_scope has the narrower fingerprint (bench.fingerprint)."""
+    old = prev.get("code_fingerprint")
+    return not old or old == (spec.code_fingerprint if prev.get("code_scope")
+                              else spec.narrow_fingerprint or spec.code_fingerprint)
+
+
 def _code_changed(spec: RunSpec, prev: dict, said: bool) -> dict | None | bool:
     """A completed run against today's code: False where its code fingerprint is today's
     (or it records none), else as on_code_change says: the answer for `refuse` and
     `keep`, None for `rerun` (train it again; said once, `said` on the second look)."""
     old, new = prev.get("code_fingerprint"), spec.code_fingerprint
-    if not old or old == new:
+    if _same_code(spec, prev):
         return False
     what = f"completed under other code (code fingerprint {old}, today's {new})"
     if spec.on_code_change == "keep":
@@ -401,7 +352,7 @@ def _table_damage(path) -> str | None:
 class Seat:
     """One run as a process carries it: its directory and record, then (from `start_seat`)
     its policy, optimizer and streams and where it stands. A single run has one seat; a
-    seed-batched job one per seed (bench.batched), which is why the loop's bookkeeping
+    seed-batched job one per seed (bench.runner.run_seeds), which is why the loop's bookkeeping
     (`start_seat`, `record_step`) takes a seat and not the loop's locals."""
 
     spec: RunSpec
@@ -425,25 +376,6 @@ class Seat:
     tracker: tracking.Tracker | None = None
 
 
-def _attempt(spec: RunSpec, rd: rundir.RunDir, prev: dict, boundary: interrupts.Boundary) -> dict[str, Any]:
-    """One attempt at a run whose lock this process holds: resume or start, train, and
-    record how it ended, whatever the ending."""
-    seat = open_seat(spec, rd, prev)
-    if isinstance(seat, dict):
-        return seat
-    status, reason, kind = schema.COMPLETED, None, None
-    try:
-        _train(seat, boundary)
-    except Exception as e:
-        status, reason, kind = failure(e)
-    except BaseException as e:  # interrupted (a signal, Ctrl-C): resumable from the checkpoint
-        status, reason = schema.INTERRUPTED, getattr(e, "signame", type(e).__name__)
-        raise
-    finally:
-        summary = close_seat(seat, status, reason, kind)
-    return summary
-
-
 def failure(e: Exception) -> tuple[str, str, str]:
     """(status, reason, error_kind) of a run that raised `e`."""
     kind = schema.IO_ERROR if isinstance(e, OSError) else \
@@ -454,7 +386,7 @@ def failure(e: Exception) -> tuple[str, str, str]:
 def open_seat(spec: RunSpec, rd: rundir.RunDir, prev: dict, batched: bool = False) -> Seat | dict[str, Any]:
     """The attempt's start on disk: the checkpoint read and checked, config.json and a
     `running` summary written (`batched`: this attempt trains in a seed batch,
-    bench.batched). Returns the seat, or the answer for a refused checkpoint."""
+    bench.engine). Returns the seat, or the answer for a refused checkpoint."""
     if spec.force:
         checkpoint.clear(rd.path)
     rd.clear_stale_temps()
@@ -466,6 +398,19 @@ def open_seat(spec: RunSpec, rd: rundir.RunDir, prev: dict, batched: bool = Fals
             if state is not None else []
     except checkpoint.CheckpointError as e:
         return _not_run(spec, schema.REFUSED, str(e))
+    if state is not None and not _same_code(spec, prev):
+        what = (f"its checkpoint was written under other code (code fingerprint "
+                f"{prev.get('code_fingerprint')}, today's {spec.code_fingerprint})")
+        if spec.on_code_change == "refuse":
+            return _not_run(spec, schema.REFUSED, f"{what}; on_code_change=keep resumes it under "
+                            f"today's code, on_code_change=rerun starts it again (force=true too)")
+        if spec.on_code_change == "rerun":
+            print(f"[rerun] {spec.run_dir} {what}: started again (on_code_change=rerun)", flush=True)
+            checkpoint.clear(rd.path)
+            state, notes = None, []
+        else:
+            notes.append(f"{what}: resumed under today's code (on_code_change=keep); its "
+                         f"curve mixes the two")
     record = _attempt_record(prev, spec, threads, ident, batched)
     if len(record["threads_used"]) > 1:
         notes.append(f"threads {record['threads_used']} across attempts: metrics are bitwise "
@@ -513,6 +458,7 @@ def _provenance(spec: RunSpec, rd: rundir.RunDir, prev: dict, record: dict) -> d
             "slurm_array_job_id": os.environ.get("SLURM_ARRAY_JOB_ID"),
             "slurm_array_task_id": os.environ.get("SLURM_ARRAY_TASK_ID"),
             "code_fingerprint": spec.code_fingerprint, "code_files": list(spec.code_files),
+            "code_scope": fingerprint.SCOPE,
             **record, **spec.effective}
 
 
@@ -527,22 +473,7 @@ def _metrics_frame(spec: RunSpec, rows: list[dict], effective: dict, status: str
     return df
 
 
-# ---------------------------------------------------------------- the loop
-
-def _train(seat: Seat, boundary: interrupts.Boundary) -> None:
-    """The training loop, appending to `seat.rows` (so a failure still records them) and
-    filling `seat.effective` with what the batches really were. It checkpoints every
-    spec.checkpoint_every episodes and whenever a signal asks (interrupts.Boundary),
-    always at an episode boundary."""
-    start_seat(seat)
-    spec = seat.spec
-    episode = debug.inject(lambda: train_episode(spec.task, spec.algo, spec.request, seat.policy,
-                                                 seat.opt, seat.streams), spec.debug)
-    for step in range(seat.start, spec.task.episodes):
-        row = episode(step)
-        if record_step(seat, step, row, boundary.pending, boundary.why):
-            boundary.after_checkpoint()
-
+# ---------------------------------------------------------------- a seat's steps
 
 def start_seat(seat: Seat) -> None:
     """The seat's policy, optimizer and streams, fresh or resumed from its checkpoint."""
@@ -553,7 +484,7 @@ def start_seat(seat: Seat) -> None:
     # Tasks with held-out evaluation log one row per evaluation, step = updates done
     # (the first before any update); the others one row per episode, step = its
     # 0-based index, error measured on its rollouts before its update (science §Token sequences).
-    eval_every = getattr(spec.task, "eval_every", 0)
+    eval_every = spec.task.eval_every
     if seat.state is not None:
         state = seat.state
         seat.policy.load_state_dict(state["policy"])
@@ -587,7 +518,7 @@ def record_step(seat: Seat, step: int, row: dict[str, Any], asked: bool, why: st
     progress line, a checkpoint when due or `asked` (a signal, read once per step by the
     caller so that every seat of a batch sees the same answer). Returns whether it
     checkpointed (the caller then calls boundary.after_checkpoint, once for all its seats)."""
-    spec, rows, eval_every = seat.spec, seat.rows, getattr(seat.spec.task, "eval_every", 0)
+    spec, rows, eval_every = seat.spec, seat.rows, seat.spec.task.eval_every
     episodes = spec.task.episodes
     seat.effective["group_size_effective"] = row.pop("group_size")
     seat.cumulative += row.pop("rollouts")

@@ -78,6 +78,18 @@ class Batch:
                     raise ValueError(f"batch.{name} holds non-zero values at padded steps "
                                      "(mask False); a task must put 0 there")
 
+    def check_logp(self, logp: torch.Tensor, source: str = "task.logprobs") -> None:
+        """ValueError unless `logp` (the trained policy's per-step log-probs of this batch's
+        candidates, from `source`) has logp_old's shape and, where the batch has a mask, 0
+        at every padded step: the algorithms' sums over steps (GRPO's, GSPO's mean, TPO's
+        candidate log-prob) count every step, so junk there would be trained on."""
+        if tuple(logp.shape) != tuple(self.logp_old.shape):
+            raise ValueError(f"{source} returned log-probs of shape {tuple(logp.shape)}; the "
+                             f"batch's logp_old has {tuple(self.logp_old.shape)}")
+        if self.mask is not None and bool((logp.detach().masked_fill(self.mask, 0) != 0).any()):
+            raise ValueError(f"{source} returned non-zero log-probs at padded steps (mask "
+                             "False); a task must put 0 there, as in logp_old")
+
     @property
     def num_groups(self) -> int:
         return self.logp_old.shape[0]
@@ -350,51 +362,56 @@ class Task(Protocol):
 
 # ---------------------------------------------------------------- optional members
 # Not part of the two Protocols (isinstance would then demand them): every member the
-# runner reads from a task or an algorithm beyond them is declared here, and only these
-# (tests/test_layers.py reads bench/ for getattr and hasattr on a task or an algorithm).
+# runner reads from a task or an algorithm beyond them is declared here once, with its
+# default, and bench/ reads it directly (tests/test_layers.py holds bench/ to no getattr
+# or hasattr on a task or an algorithm). The tasks and algorithms here subclass these; a
+# registered plug-in that does not is given the defaults it lacks (contract.registry).
+# A default is a class attribute, not a dataclass field: it joins no config and no config
+# hash; a dataclass field of the same name (an algorithm's `level`) overrides it.
 
-class AlgorithmOptions(Protocol):
-    """What an algorithm may have beyond `Algorithm`; absent, the runner's default holds."""
+class AlgorithmOptions:
+    """What an algorithm may declare beyond `Algorithm`, with the defaults that hold where
+    it does not."""
 
-    needs: ClassVar[str]
-    """what it consumes, one of NEEDS (default: sample when the default k is 1, else
-    sample_group)"""
-    level: str
-    """sequence (default) or token: the level its ratios and groups live at"""
-    dynamic_sampling: int
+    needs: ClassVar[str | None] = None
+    """what it consumes, one of NEEDS; None: sample when its default k is 1, else
+    sample_group (bench.build.needs)"""
+    level: ClassVar[str] = "sequence"
+    """sequence or token: the level its ratios and groups live at"""
+    dynamic_sampling: ClassVar[int] = 0
     """DAPO's dynamic sampling: at most this many extra rollout batches to fill the batch
-    with groups of unequal scores (default 0: off; needs a task with splits_groups)"""
+    with groups of unequal scores (0: off; needs a task with splits_groups)"""
 
 
-class TaskOptions(Protocol):
-    """What a task may have beyond `Task`; absent, the runner's default holds."""
+class TaskOptions:
+    """What a task may declare beyond `Task`, with the defaults that hold where it does not."""
 
-    steps_per_batch: ClassVar[int]
-    """fixed optimizer steps per batch (the bandits: 1); algo.epochs is then refused"""
-    batch_size: int
+    steps_per_batch: ClassVar[int | None] = None
+    """fixed optimizer steps per batch (the bandits: 1), algo.epochs then refused; None:
+    the algorithm's epochs"""
+    batch_size: ClassVar[int | None] = None
     """prompts per episode: interaction matching scales it, and the effective batch is
-    recorded (default: neither)"""
-    splits_groups: ClassVar[bool]
+    recorded (None: the task has no such size; neither happens)"""
+    splits_groups: ClassVar[bool] = False
     """whether its batches split into groups that can be dropped and topped up (dynamic
-    sampling's requirement; default False)"""
-    micro_batch: int
-    """candidates per backward pass (gradient accumulation), whole groups only (default
-    0: the whole batch at once)"""
-    kl_ref: float
+    sampling's requirement)"""
+    micro_batch: ClassVar[int] = 0
+    """candidates per backward pass (gradient accumulation), whole groups only (0: the
+    whole batch at once)"""
+    kl_ref: ClassVar[float] = 0.0
     """coefficient of a KL penalty to the initial policy, added to every method's loss,
-    where the rollout carries reference log-probs (default 0.0)"""
-    eval_every: int
+    where the rollout carries reference log-probs"""
+    eval_every: ClassVar[int] = 0
     """episodes between held-out evaluations; only those episodes' rows are recorded, each
-    with its evaluation (default 0: every episode's row, its error from the rollouts)"""
+    with its evaluation (0: every episode's row, its error from the rollouts)"""
+    rollout_seeds: ClassVar[Any] = None
+    """a method, `rollout` for S seeds' policies at once: (policies, request, streams) ->
+    [Rollout] (batch_seeds=true; None: batching is refused)"""
+    logprobs_seeds: ClassVar[Any] = None
+    """a method, `logprobs` for S seeds' policies at once: (policies, batches) -> [logp]
+    (with rollout_seeds)"""
 
     def grad_metrics(self, policy: torch.nn.Module) -> dict[str, float]:
-        """Read after the first epoch's backward (e.g. misalignment to an oracle)."""
-        ...
-
-    def rollout_seeds(self, policies: list, request: Request, streams: list) -> list[Rollout]:
-        """`rollout` for S seeds' policies at once (batch_seeds=true; absent: refused)."""
-        ...
-
-    def logprobs_seeds(self, policies: list, batches: list[Batch]) -> list[torch.Tensor]:
-        """`logprobs` for S seeds' policies at once (with rollout_seeds)."""
-        ...
+        """Metrics read after the first epoch's backward (e.g. misalignment to an oracle
+        direction); none by default."""
+        return {}

@@ -74,6 +74,52 @@ def atomic_file(path: str | Path) -> Iterator[BinaryIO]:
             yield f
 
 
+def write_under(root: str | Path, path: str | Path, text: str) -> None:
+    """`text` into `path` (a file below `root`) without following a symbolic link at any
+    level below `root`: each folder is created or opened relative to its parent's
+    descriptor with O_NOFOLLOW, the file written to a temp file there and renamed over the
+    name (a link standing at the name is replaced, never written through). A link on the
+    way is LinkRefused, named. `root` itself, the user's choice, may be a link; a `path`
+    outside `root` is written the same way below its own parent."""
+    root, path = Path(root).absolute(), Path(path).absolute()
+    try:
+        parts = path.parent.relative_to(root).parts
+    except ValueError:
+        root, parts = path.parent, ()
+    root.mkdir(parents=True, exist_ok=True)
+    fd = os.open(root, os.O_RDONLY | os.O_DIRECTORY)
+    try:
+        where = root
+        for part in parts:
+            where = where / part
+            try:
+                os.mkdir(part, 0o777, dir_fd=fd)
+            except FileExistsError:
+                pass
+            try:
+                sub = os.open(part, os.O_RDONLY | os.O_DIRECTORY | os.O_NOFOLLOW, dir_fd=fd)
+            except OSError as e:
+                if e.errno in (errno.ELOOP, errno.ENOTDIR) and where.is_symlink():
+                    refuse_link(where)
+                raise
+            os.close(fd)
+            fd = sub
+        tmp = temp_name(path).name
+        out = os.open(tmp, os.O_CREAT | os.O_EXCL | os.O_WRONLY | os.O_NOFOLLOW, 0o666, dir_fd=fd)
+        try:
+            with os.fdopen(out, "wb") as f:
+                f.write(text.encode())
+            os.replace(tmp, path.name, src_dir_fd=fd, dst_dir_fd=fd)
+        except BaseException:
+            try:
+                os.unlink(tmp, dir_fd=fd)
+            except OSError:
+                pass
+            raise
+    finally:
+        os.close(fd)
+
+
 def write_json(path: Path, obj: Any) -> None:
     write_text(path, json.dumps(obj, indent=2, sort_keys=True, default=str) + "\n")
 

@@ -12,6 +12,8 @@ import pkgutil
 from importlib.metadata import entry_points
 from typing import Callable, TypeVar
 
+from tpo_bench.contract.batch import AlgorithmOptions, TaskOptions
+
 T = TypeVar("T")
 
 
@@ -21,8 +23,10 @@ class UnknownName(KeyError):
 
 
 class Registry:
-    def __init__(self, kind: str, package: str):
-        self.kind, self.package = kind, package
+    def __init__(self, kind: str, package: str, options: type | None = None):
+        """`options`: the class declaring the optional members of this kind (contract.batch);
+        a registered class that does not subclass it is given the defaults it lacks."""
+        self.kind, self.package, self.options = kind, package, options
         self._table: dict[str, type] = {}
         self._discovered = False
 
@@ -33,6 +37,10 @@ class Registry:
                                  f"({self._table[name].__module__} and {cls.__module__})")
             self._table[name] = cls
             cls.registered_name = name  # type: ignore[attr-defined]
+            if self.options is not None and not issubclass(cls, self.options):
+                for member, default in vars(self.options).items():
+                    if not member.startswith("_") and not hasattr(cls, member):
+                        setattr(cls, member, default)
             return cls
         return deco
 
@@ -72,5 +80,5 @@ def load_plugins(modules: list[str] | tuple[str, ...] = ()) -> None:
 # The two tables: a task module registers with `tasks.register`, an algorithm with
 # `algorithms.register` (each package's __init__ hands out these). Held here so that a
 # reader of records (analysis) can look a class up without importing either package.
-TASKS = Registry("task", "tpo_bench.tasks")
-ALGORITHMS = Registry("algorithm", "tpo_bench.algorithms")
+TASKS = Registry("task", "tpo_bench.tasks", TaskOptions)
+ALGORITHMS = Registry("algorithm", "tpo_bench.algorithms", AlgorithmOptions)

@@ -117,7 +117,64 @@ def parse_run_dir(path: str | Path) -> RunPath | None:
     return RunPath(up[2].name, up[1].name, up[0].name, int(m.group(1)), p)
 
 
-def _walk(root: str | Path, depth: int | None = None) -> Iterator[Path]:
+def _read_object(path: Path) -> dict | None:
+    """A JSON object from `path`; None where absent; ValueError where unreadable."""
+    try:
+        text = path.read_text()
+    except FileNotFoundError:
+        return None
+    except (OSError, UnicodeDecodeError) as e:
+        raise ValueError(f"{path.name} cannot be read ({e})") from None
+    try:
+        obj = json.loads(text)
+    except ValueError:
+        raise ValueError(f"{path.name} is not valid JSON") from None
+    if not isinstance(obj, dict):
+        raise ValueError(f"{path.name} is not a JSON object")
+    return obj
+
+
+def path_disagreements(path: str | Path) -> list[str]:
+    """Where a run directory's own files (config.json, summary.json) disagree with its
+    path `<task>/<algo>/<config hash>/seed=<n>`: each a phrase naming the file, the field,
+    its value and the path's ([] for a run where it belongs, or a folder that holds
+    neither file yet). A run copied or planted elsewhere under the root, into another
+    config's folder or under another seed, says so here."""
+    from tpo_bench.contract.identity import config_hash, legacy_hash
+
+    where = parse_run_dir(path)
+    if where is None:
+        return [f"{path} is not a <task>/<algo>/<config hash>/seed=<n> folder"]
+    out = []
+    for name in (CONFIG, SUMMARY):
+        try:
+            info = _read_object(Path(path) / name)
+        except ValueError as e:
+            out.append(str(e))
+            continue
+        if info is None:
+            continue
+        if name == CONFIG:
+            task, algo = info.get("task"), info.get("algo")
+            claims = {"task": task.get("name") if isinstance(task, dict) else None,
+                      "algo": algo.get("name") if isinstance(algo, dict) else None,
+                      "seed": info.get("seed")}
+            hashes = {config_hash(info), legacy_hash(info)}
+            if where.config_hash not in hashes:
+                out.append(f"{CONFIG} hashes to {config_hash(info)}, its folder is {where.config_hash}")
+        else:
+            claims = {k: info.get(k) for k in ("task", "algo", "seed", "config_hash")}
+        for key, value in claims.items():
+            mine = getattr(where, key)
+            if value is not None and str(value) != str(mine):
+                what = "task.name" if name == CONFIG and key == "task" else \
+                    "algo.name" if name == CONFIG and key == "algo" else key
+                out.append(f"{name} says {what} {value}, its path says {mine}")
+    return out
+
+
+def _walk(root: str | Path, depth: int | None = None,
+          unreadable: list | None = None) -> Iterator[Path]:
     """Every folder under root (not root itself) down to `depth` levels, not descending into
     run directories. Symlinked folders are followed, each real folder entered once (a link
     back up the tree cannot loop), the tree's own folders before those reached by a link:
@@ -139,7 +196,11 @@ def _walk(root: str | Path, depth: int | None = None) -> Iterator[Path]:
             if not first_visit(folder):
                 continue
             entries = sorted(os.scandir(folder), key=lambda e: e.name, reverse=True)
-        except OSError:  # gone meanwhile, unreadable, a dangling link
+        except PermissionError as e:  # another user's folder (umask 077): said, not skipped silently
+            if unreadable is not None:
+                unreadable.append((folder, e))
+            continue
+        except OSError:  # gone meanwhile, a dangling link
             continue
         for entry in entries:
             path, run = Path(entry.path), SEED_DIR.fullmatch(entry.name)
@@ -154,19 +215,23 @@ def _walk(root: str | Path, depth: int | None = None) -> Iterator[Path]:
                 (linked if link else own).append((path, level + 1))
 
 
-def run_dirs(root: str | Path) -> Iterator[Path]:
+def run_dirs(root: str | Path, unreadable: list | None = None) -> Iterator[Path]:
     """Every run directory under root (sorted), however deep the root sits above them,
-    symlinked folders included (each real folder once)."""
-    return iter(sorted(p for p in _walk(root) if SEED_DIR.fullmatch(p.name)))
+    symlinked folders included (each real folder once). `unreadable`, where given, gets
+    (folder, PermissionError) for each folder this user cannot list."""
+    return iter(sorted(p for p in _walk(root, unreadable=unreadable) if SEED_DIR.fullmatch(p.name)))
 
 
 def find_run(output_root: str | Path, config_hash: str, seed: int) -> Path | None:
     """The directory of (hash, seed) under output_root whatever names it was run under;
-    None if there is none. With several (two names started it at once), the one whose
+    None if there is none. A folder whose own files disagree with its path
+    (path_disagreements: a copy planted or moved there) is not this run. With several (two names started it at once), the one whose
     summary says completed, else the first. Walks as run_dirs does (links followed)."""
     found = sorted(p for d in _walk(output_root, depth=2)
                    if len(d.relative_to(output_root).parts) == 2
-                   for p in [d / config_hash / seed_dir(seed)] if p.is_dir())
+                   for p in [d / config_hash / seed_dir(seed)]
+                   if p.is_dir() and ((p / CONFIG).exists() or (p / SUMMARY).exists())
+                   and not path_disagreements(p))
     done = [p for p in found if _says_completed(p / SUMMARY)]
     return (done or found or [None])[0]
 

@@ -5,7 +5,7 @@ algorithms.
 A task is a frozen dataclass registered under a name; its fields are its config
 (`conf/task/<preset>.yaml`). What it exposes is `contract.batch.Task`, a
 `typing.Protocol`: `name`, `episodes`, `check_algorithm`, `make_policy`, `rollout`,
-`logprobs`, `evaluate`; its optional members are `contract.batch.TaskOptions`. Each task
+`logprobs`, `evaluate`; its optional members, with their defaults, are `contract.batch.TaskOptions` (its base). Each task
 keeps what it needs to re-score its candidates in a frozen dataclass of its own
 (`batch.obs`), read only by its `logprobs`.
 """

@@ -23,7 +23,7 @@ from typing import Any, ClassVar
 
 import torch
 
-from tpo_bench.contract.batch import Batch, Request, Rollout, reference_kl
+from tpo_bench.contract.batch import Batch, Request, Rollout, TaskOptions, reference_kl
 from tpo_bench.contract.rng import Streams
 from tpo_bench.contract.schema import IF_SET, NOT_IDENTITY
 from tpo_bench.tasks import _lm, _problems, register
@@ -61,7 +61,7 @@ class LMObs:
 
 @register("llm")
 @dataclass(frozen=True)
-class LLMTask:
+class LLMTask(TaskOptions):
     name: str = "llm"
     dataset: str = "chain_sum"
     dataset_config: dict = field(default_factory=dict)

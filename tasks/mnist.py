@@ -26,7 +26,7 @@ from torch import nn
 from torch.func import functional_call
 from torch.nn.utils import parameters_to_vector
 
-from tpo_bench.contract.batch import Batch, Request, Rollout
+from tpo_bench.contract.batch import Batch, Request, Rollout, TaskOptions
 from tpo_bench.tasks._data import BASE_URL, load_mnist
 from tpo_bench.contract.rng import Streams
 from tpo_bench.contract.schema import IF_SET, NOT_IDENTITY
@@ -143,7 +143,7 @@ def _on_device(d, device: torch.device):
 
 @register("mnist")
 @dataclass(frozen=True)
-class MnistTask:
+class MnistTask(TaskOptions):
     name: str = "mnist"
     batch_size: int = 100
     episodes: int = 10_000

@@ -11,7 +11,7 @@ from typing import ClassVar
 
 import torch
 
-from tpo_bench.contract.batch import Batch, Request, Rollout, mean_over_steps
+from tpo_bench.contract.batch import Batch, Request, Rollout, TaskOptions, mean_over_steps
 from tpo_bench.contract.rng import Streams
 from tpo_bench.tasks import register, stacked
 from tpo_bench.tasks._checks import positive
@@ -61,7 +61,7 @@ class TokenObs:
 
 @register("seq")
 @dataclass(frozen=True)
-class SeqTask:
+class SeqTask(TaskOptions):
     name: str = "seq"
     target: str = "reverse_copy"
     reward: str = "terminal"

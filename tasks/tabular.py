@@ -22,7 +22,7 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
-from tpo_bench.contract.batch import Batch, Request, Rollout
+from tpo_bench.contract.batch import Batch, Request, Rollout, TaskOptions
 from tpo_bench.contract.rng import Streams
 from tpo_bench.tasks import register
 from tpo_bench.tasks._bandit import check_bandit_request, sampled_batch
@@ -86,7 +86,7 @@ def _logprobs_seeds(policies: list[Logits], batches: list[Batch]) -> list[torch.
 
 @register("tabular_single")
 @dataclass(frozen=True)
-class TabularSingle:
+class TabularSingle(TaskOptions):
     name: str = "tabular_single"
     num_actions: int = 100
     batch_size: int = 100
@@ -142,7 +142,7 @@ class TabularSingle:
 
 @register("tabular_multi")
 @dataclass(frozen=True)
-class TabularMulti:
+class TabularMulti(TaskOptions):
     name: str = "tabular_multi"
     num_contexts: int = 100
     num_actions: int = 10

@@ -15,7 +15,7 @@ from tpo_bench.contract.batch import Request
 from tpo_bench.bench.optim import NormalisedStep
 from tpo_bench.contract.rng import Streams
 from tpo_bench.bench.build import ConfigError, build, needs
-from tpo_bench.bench.runner import train_episode
+from tpo_bench.bench.engine import train_episode
 from conftest import compose, run_bench, run_dirs
 from tpo_bench.tasks.mnist import MnistTask
 from tpo_bench.tasks.tabular import TabularMulti, TabularSingle, misalignment

@@ -13,10 +13,11 @@ import pandas as pd
 import pytest
 import torch
 
-from tpo_bench.bench import batched, interrupts, rundir
+from tpo_bench.bench import engine, interrupts, rundir, runner
 from tpo_bench.bench.build import build
 from tpo_bench.bench.optim import build_optimizer
-from tpo_bench.bench.runner import run as run_single, train_episode
+from tpo_bench.bench.engine import train_episode
+from tpo_bench.bench.runner import run as run_single
 from tpo_bench.bench.config import compose
 from conftest import REPO, TINY, metrics, run_bench, run_dirs, summary, wait_for
 from tpo_bench.contract.rng import Streams
@@ -63,7 +64,7 @@ def _batched_vs_single(spec, seeds, episodes=EPISODES, mutate=None):
         streams, policies, opts = stacked
         if mutate is not None:
             streams, policies, opts = mutate(streams, policies, opts)
-        rows_batched.append(batched.train_episodes(spec.task, spec.algo, spec.request, policies, opts, streams))
+        rows_batched.append(engine.train_episodes(spec.task, spec.algo, spec.request, policies, opts, streams))
     return rows_single, rows_batched, single, stacked
 
 
@@ -86,13 +87,13 @@ def test_batched_seeds_equal_their_single_runs(algo):
     the loss vmapped over the seed axis (not the per-seed fallback) and one optimizer
     update for all seeds."""
     spec = build(compose(*SMALL, f"algo={algo}"))
-    batched._NOT_VMAPPABLE.discard(type(spec.algo))
+    engine._NOT_VMAPPABLE.discard(type(spec.algo))
     rows_single, rows_batched, single, stacked = _batched_vs_single(spec, range(SEEDS), episodes=2)
     for e in range(2):
         for s in range(SEEDS):
             assert _same_row(rows_single[e][s], rows_batched[e][s]), (algo, e, s)
     assert _same_state(single, stacked)
-    assert type(spec.algo) not in batched._NOT_VMAPPABLE
+    assert type(spec.algo) not in engine._NOT_VMAPPABLE
     # the seeds really differ from each other: a mix-up between them would show
     assert rows_single[-1][0]["loss"] != rows_single[-1][1]["loss"]
 
@@ -216,7 +217,7 @@ def test_bandit_batched_seeds_equal_their_single_runs(task, args, mnist_dir):
         for s in range(SEEDS):
             assert _same_row(rows_single[e][s], rows_batched[e][s]), (task, e, s)
     assert _same_state(single, stacked)
-    assert type(spec.algo) not in batched._NOT_VMAPPABLE  # the loss was vmapped
+    assert type(spec.algo) not in engine._NOT_VMAPPABLE  # the loss was vmapped
     assert rows_single[-1][0] != rows_single[-1][1]  # the seeds differ: a mix-up would show
 
 
@@ -249,7 +250,7 @@ def test_mnist_at_an_odd_batch_size_is_equal_up_to_rounding(mnist_dir):
 @pytest.mark.parametrize("task, args", [("mnist", ["task.episodes=4", "task.eval_every=2", "task.batch_size=8"]),
                                         ("tabular_multi", ["task.episodes=4"])])
 def test_bandit_batched_job_writes_each_seed_as_its_single_run(tmp_path, task, args, mnist_dir):
-    """The job's path (bench.batched.run), evaluation rows included: each seed's
+    """The job's path (bench.runner.run_seeds), evaluation rows included: each seed's
     metrics.parquet equals the one its single run writes."""
     data = [f"task.data_dir={mnist_dir}"] if task == "mnist" else []
     cfg = compose(f"task={task}", "algo=tpo", *args, *data, "threads=1", "checkpoint_every=2")
@@ -257,7 +258,7 @@ def test_bandit_batched_job_writes_each_seed_as_its_single_run(tmp_path, task, a
     batch = [build({**cfg, "seed": s, "output_root": str(tmp_path / "batched")}) for s in range(SEEDS)]
     for spec in single:
         run_single(spec)
-    assert [s["status"] for s in batched.run(batch)] == ["completed"] * SEEDS
+    assert [s["status"] for s in runner.run_seeds(batch)] == ["completed"] * SEEDS
     for a, b in zip(single, batch):
         pd.testing.assert_frame_equal(metrics(b.run_dir), metrics(a.run_dir), check_exact=True)
 
@@ -348,7 +349,7 @@ def test_a_diverging_seed_fails_alone(tmp_path, reference):
     cfg = compose(*JOB, f"output_root={tmp_path}")
     specs = [build({**cfg, "seed": s, "debug": {**cfg["debug"], "nan_at": 2 if s == 1 else -1}})
              for s in range(SEEDS)]
-    summaries = batched.run(specs)
+    summaries = runner.run_seeds(specs)
     assert [s["status"] for s in summaries] == ["completed", "failed", "completed"]
     assert summaries[1]["error_kind"] == "diverged" and summaries[1]["rows"] == 2
     dirs = {d.name: d for d in run_dirs(tmp_path)}
@@ -370,14 +371,14 @@ def _specs(tmp_path, *args, nan_at: dict[int, int] | None = None):
 
 def _when(monkeypatch, seed: int, step: int, act) -> None:
     """`act()` just before seed `seed` records step `step` (after the seeds before it have)."""
-    record = batched.record_step
+    record = runner.record_step
 
     def recording(seat, at, row, asked, why):
         if seat.spec.seed == seed and at == step:
             act()
         return record(seat, at, row, asked, why)
 
-    monkeypatch.setattr(batched, "record_step", recording)
+    monkeypatch.setattr(runner, "record_step", recording)
 
 
 def _kill_self(signum):
@@ -391,7 +392,7 @@ def test_a_stop_mid_step_checkpoints_every_seed_or_none(tmp_path, monkeypatch):
     specs = _specs(tmp_path)
     _when(monkeypatch, 1, 1, _kill_self(signal.SIGTERM))
     with pytest.raises(interrupts.Interrupted):
-        batched.run(specs)
+        runner.run_seeds(specs)
     steps = [torch.load(s.run_dir / "checkpoint.pt", weights_only=True)["next_step"]
              if (s.run_dir / "checkpoint.pt").exists() else None for s in specs]
     assert steps == [3] * SEEDS
@@ -404,7 +405,7 @@ def test_an_interrupted_batch_reports_each_seed_as_it_recorded_itself(tmp_path, 
     specs = _specs(tmp_path, nan_at={1: 1})
     _when(monkeypatch, 0, 2, _kill_self(signal.SIGTERM))
     with pytest.raises(interrupts.Interrupted) as stopped:
-        batched.run(specs)
+        runner.run_seeds(specs)
     answers = stopped.value.answers
     assert [a["status"] for a in answers] == ["interrupted", "failed", "interrupted"]
     assert answers[1]["error_kind"] == "diverged"
@@ -426,11 +427,11 @@ def test_an_error_outside_one_seeds_steps_fails_every_seed(tmp_path, monkeypatch
         if fault == "requeue_handler":
             _when(monkeypatch, 0, 1, _kill_self(signal.SIGUSR2))
         else:
-            episodes = batched.train_episodes
+            episodes = runner.train_episodes
             calls = []
-            monkeypatch.setattr(batched, "train_episodes",
+            monkeypatch.setattr(runner, "train_episodes",
                                 lambda *a: boom() if len(calls) == 2 else calls.append(1) or episodes(*a))
-        summaries = batched.run(specs)
+        summaries = runner.run_seeds(specs)
     finally:
         signal.signal(signal.SIGUSR2, previous)
     assert [(s["status"], s["error_kind"], s["reason"]) for s in summaries] == \
@@ -459,7 +460,7 @@ def test_a_failed_seed_is_recorded_and_released_while_the_others_train(tmp_path,
                     other=summary(specs[0].run_dir)["status"], other_free=_lock_is_free(specs[0].run_dir))
 
     _when(monkeypatch, 0, 3, at_step_3)
-    assert [s["status"] for s in batched.run(specs)] == ["completed", "failed", "completed"]
+    assert [s["status"] for s in runner.run_seeds(specs)] == ["completed", "failed", "completed"]
     assert seen == {"failed": "failed", "free": True, "other": "running", "other_free": False}
 
 
@@ -473,7 +474,7 @@ def test_a_seed_waiting_to_join_keeps_its_heartbeat(tmp_path, monkeypatch):
                       "seed": 2, "debug": {"nan_at": 4}}))
     assert torch.load(specs[2].run_dir / "checkpoint.pt", weights_only=True)["next_step"] == 4
     monkeypatch.setattr(rundir, "HEARTBEAT_S", 0.0)
-    episodes, started, joined = batched.train_episodes, [], []
+    episodes, started, joined = runner.train_episodes, [], []
 
     def watched(task, algo, request, policies, *rest):
         started.append(time.time())
@@ -481,8 +482,8 @@ def test_a_seed_waiting_to_join_keeps_its_heartbeat(tmp_path, monkeypatch):
             joined.append(summary(specs[2].run_dir))
         return episodes(task, algo, request, policies, *rest)
 
-    monkeypatch.setattr(batched, "train_episodes", watched)
-    assert [s["status"] for s in batched.run(specs)] == ["completed"] * SEEDS
+    monkeypatch.setattr(runner, "train_episodes", watched)
+    assert [s["status"] for s in runner.run_seeds(specs)] == ["completed"] * SEEDS
     assert len(started) == 6 and joined[0]["status"] == "running"
     assert joined[0]["heartbeat"] > started[2]  # beaten after the others trained step 2
 
@@ -504,7 +505,7 @@ def test_the_captured_epoch_has_no_graph_break(algo):
     streams, policies, _ = _seats(spec, range(2))
     batches = [ro.batch for ro in spec.task.rollout_seeds(policies, spec.request, streams)]
     explained = torch._dynamo.explain(
-        lambda b: batched.seed_losses(spec.algo, b, spec.task.logprobs_seeds(policies, b)))(batches)
+        lambda b: engine.seed_losses(spec.algo, b, spec.task.logprobs_seeds(policies, b)))(batches)
     assert (explained.graph_count, explained.graph_break_count) == (1, 0), explained.break_reasons
 
 
@@ -513,13 +514,49 @@ def test_a_captured_epoch_equals_the_eager_one(monkeypatch):
     """compile=true through dynamo and AOTAutograd (backend aot_eager: the capture without
     code generation) gives the eager rows and weights bit for bit (measured: 0 difference
     over 2 episodes of GRPO); inductor's generated kernels are not checked here."""
-    monkeypatch.setattr(batched, "COMPILE_BACKEND", "aot_eager")
+    monkeypatch.setattr(engine, "COMPILE_BACKEND", "aot_eager")
     spec = build(compose(*SMALL, "algo=grpo"))
     eager, comp = _seats(spec, range(2)), _seats(spec, range(2))
     for _ in range(2):
-        rows_e = batched.train_episodes(spec.task, spec.algo, spec.request, eager[1], eager[2], eager[0])
-        rows_c = batched.train_episodes(spec.task, spec.algo, spec.request, comp[1], comp[2], comp[0],
+        rows_e = engine.train_episodes(spec.task, spec.algo, spec.request, eager[1], eager[2], eager[0])
+        rows_c = engine.train_episodes(spec.task, spec.algo, spec.request, comp[1], comp[2], comp[0],
                                         compile=True)
         assert all(_same_row(a, b) for a, b in zip(rows_e, rows_c))
     assert _same_state(eager, comp)
-    assert batched._CAPTURED  # the captured path ran
+    assert engine._CAPTURED  # the captured path ran
+
+
+# ---------------------------------------------------------------- one loop
+
+def test_a_single_run_is_the_job_loop_at_one_seed(tmp_path, monkeypatch):
+    """A single run (runner.run) and a seed-batched job (runner.run_seeds) go through the
+    same job loop and the same epoch loop (engine.train_episodes): one seed per call for
+    the single run, all of them for the job; the single run's attempt is not recorded as
+    batched."""
+    calls = []
+    episodes = runner.train_episodes
+
+    def counted(task, algo, request, policies, *rest):
+        calls.append(len(policies))
+        return episodes(task, algo, request, policies, *rest)
+
+    monkeypatch.setattr(runner, "train_episodes", counted)
+    specs = _specs(tmp_path)
+    assert run_single(specs[0])["status"] == "completed"
+    assert calls == [1] * 6
+    assert [a["batch_seeds"] for a in summary(specs[0].run_dir)["attempts_log"]] == [False]
+    calls.clear()
+    assert [s["status"] for s in runner.run_seeds(specs)] == ["completed"] * SEEDS
+    assert calls == [SEEDS - 1] * 6  # seed 0, completed, is skipped
+    assert [a["batch_seeds"] for a in summary(specs[1].run_dir)["attempts_log"]] == [True]
+
+
+def test_bench_has_one_epoch_loop():
+    """One loop over a batch's epochs in bench/ (engine.train_episodes): the single run and
+    the seed batch share it."""
+    import ast
+
+    loops = [f"{p.name}:{node.lineno}" for p in sorted((REPO / "bench").glob("*.py"))
+             for node in ast.walk(ast.parse(p.read_text()))
+             if isinstance(node, ast.For) and "epochs" in ast.unparse(node.iter)]
+    assert loops == [loops[0]] and loops[0].startswith("engine.py:"), loops

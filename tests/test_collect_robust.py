@@ -102,8 +102,7 @@ def test_collect_and_the_run_finder_follow_the_same_symlinked_folders(tmp_path, 
 
     root, scratch = tmp_path / "outputs", tmp_path / "scratch"
     d0, d1 = runs(scratch, seeds=(0, 1))
-    runs(root, seeds=(0,), lr=2e-3)  # a run of the tree's own
-    (root / "demo").rename(root / "own")
+    runs(root / "own", seeds=(0,), lr=2e-3)  # a run of the tree's own
     (root / "demo").symlink_to(scratch / "demo", target_is_directory=True)
     (scratch / "demo" / "loop").symlink_to(root, target_is_directory=True)
     (root / "again").symlink_to(scratch, target_is_directory=True)

@@ -17,11 +17,11 @@ from tpo_bench.algorithms.grpo import GRPO
 from tpo_bench.algorithms.pg import PG
 from tpo_bench.algorithms.ppo import PPO
 from tpo_bench.algorithms.tpo import TPO
-from tpo_bench.contract.batch import Batch, Request, Rollout
+from tpo_bench.contract.batch import Batch, Request, Rollout, TaskOptions
 from tpo_bench.bench.optim import build_optimizer
 from tpo_bench.contract.rng import Streams
 from tpo_bench.bench.build import build
-from tpo_bench.bench.runner import train_episode
+from tpo_bench.bench.engine import train_episode
 from conftest import TINY, compose
 
 # ------------------------------------------------------------------ a hand-built episode
@@ -51,7 +51,7 @@ class Table(torch.nn.Module):
 
 
 @dataclass(frozen=True)
-class FixedTask:
+class FixedTask(TaskOptions):
     """A task whose every rollout is `batch`; the current policy's log-probs are the
     table's entries, so logp_old and the policy can differ (as with a stale actor)."""
     batch: Batch

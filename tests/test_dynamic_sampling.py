@@ -9,8 +9,8 @@ import torch
 
 from tpo_bench.bench import dynamic
 from tpo_bench.bench.build import ConfigError, build
-from tpo_bench.bench.runner import train_episode
-from tpo_bench.contract.batch import Batch, Rollout
+from tpo_bench.bench.engine import train_episode
+from tpo_bench.contract.batch import AlgorithmOptions, Batch, Rollout, TaskOptions
 from tpo_bench.contract.rng import Streams
 from conftest import compose
 from tpo_bench.tasks.seq import SeqObs
@@ -65,7 +65,7 @@ def test_top_up_stops_at_its_cap_and_never_trains_on_nothing():
 
 
 @dataclass(frozen=True)
-class Dapoish:
+class Dapoish(AlgorithmOptions):
     k: int = 2
     epochs: int = 1
     dynamic_sampling: int = 4
@@ -79,7 +79,7 @@ def test_the_episode_reports_the_first_batch_and_counts_the_top_up(monkeypatch):
     batches = iter([Rollout(group_batch([[0, 0], [0, 1]], 0), 0.75, 0.25, 4),
                     Rollout(group_batch([[1, 0], [1, 1]], 50), 0.25, 0.75, 4)])
 
-    class Task:
+    class Task(TaskOptions):
         def rollout(self, policy, req, streams):
             return next(batches)
 
@@ -101,7 +101,7 @@ def test_dynamic_sampling_is_dropped_or_refused_where_groups_cannot_be_replaced(
     from tpo_bench.algorithms import ALGORITHMS
 
     @dataclass(frozen=True)
-    class WithDynamic:
+    class WithDynamic(AlgorithmOptions):
         k: int = 8
         epochs: int = 1
         dynamic_sampling: int = 4
@@ -128,7 +128,7 @@ def test_top_up_draws_from_streams_of_its_own_so_the_episode_prompts_stay_paired
     must not consume the data stream the next episode's prompts come from."""
     seen = []
 
-    class Task:
+    class Task(TaskOptions):
         def rollout(self, policy, req, streams):
             seen.append(streams)
             torch.rand(3, generator=streams.data)  # what drawing prompts does

@@ -14,9 +14,10 @@ import pytest
 
 from conftest import REPO
 
-PACKAGES = ("contract", "bench", "tasks", "algorithms", "analysis", "hydra_plugins", "tools")
+PACKAGES = ("contract", "bench", "tasks", "algorithms", "analysis", "hydra_plugins", "tools",
+            "integrations")
 NAMESPACE = "tpo_bench"  # every harness package is imported as tpo_bench.<package>
-HARNESS = ("contract", "bench", "tasks", "algorithms", "analysis", "tools", "conf")
+HARNESS = ("contract", "bench", "tasks", "algorithms", "analysis", "tools", "conf", "integrations")
 # package -> the project packages it may import (itself always); none but tools may import
 # tools, and the tests may import any
 MAY_IMPORT = {
@@ -26,6 +27,8 @@ MAY_IMPORT = {
     "bench": {"contract", "tasks", "algorithms", "hydra_plugins"},  # __main__ registers the sweepers
     "hydra_plugins": {"contract", "bench"},
     "analysis": {"contract"},  # a preset's dataclass through contract.registry's tables
+    # other trainers' hooks: rows -> Batch -> a registered algorithm's loss, curves -> run dirs
+    "integrations": {"contract", "algorithms"},
     "tools": set(PACKAGES),
 }
 ANALYSIS_GENERIC = {"analysis.collect", "analysis.stats", "analysis.configs", "analysis.style",
@@ -188,31 +191,96 @@ def test_no_module_uses_another_modules_private_names():
 
 # ---------------------------------------------------------------- the runner and the contract
 
-def probed_members() -> list[tuple[str, str, str]]:
+OWNER = re.compile(r"(?:^|\.|_)(task|algo)$")  # task, run_task, spec.task, algo, ...
+
+
+def probed_members(paths=None) -> list[tuple[str, str, str]]:
     """(where, "task" or "algo", member) for every getattr/hasattr in bench/ on an
     expression named task, run_task or algo (spec.task included)."""
     out = []
-    for path in sorted((REPO / "bench").glob("*.py")):
+    for path in paths or sorted((REPO / "bench").glob("*.py")):
         for node in ast.walk(ast.parse(path.read_text())):
             if isinstance(node, ast.Call) and isinstance(node.func, ast.Name) \
-                    and node.func.id in ("getattr", "hasattr") and len(node.args) >= 2 \
-                    and isinstance(node.args[1], ast.Constant) and isinstance(node.args[1].value, str):
-                m = re.search(r"(?:^|\.|_)(task|algo)$", ast.unparse(node.args[0]))
+                    and node.func.id in ("getattr", "hasattr") and len(node.args) >= 2:
+                m = OWNER.search(ast.unparse(node.args[0]))
                 if m:
-                    out.append((f"{path.name}:{node.lineno}", m.group(1), node.args[1].value))
+                    member = node.args[1].value if isinstance(node.args[1], ast.Constant) else "?"
+                    out.append((f"{path.name}:{node.lineno}", m.group(1), member))
     return out
 
 
-def declared(*protocols) -> set[str]:
-    return {n for p in protocols for n in (*getattr(p, "__annotations__", {}), *vars(p))
+def read_members(paths=None) -> list[tuple[str, str, str]]:
+    """(where, "task" or "algo", member) for every attribute bench/ reads off such an
+    expression (`task.eval_every`, `spec.algo.level`)."""
+    out = []
+    for path in paths or sorted((REPO / "bench").glob("*.py")):
+        for node in ast.walk(ast.parse(path.read_text())):
+            if isinstance(node, ast.Attribute) and (m := OWNER.search(ast.unparse(node.value))):
+                out.append((f"{path.name}:{node.lineno}", m.group(1), node.attr))
+    return out
+
+
+def declared(*classes) -> set[str]:
+    return {n for c in classes for n in (*getattr(c, "__annotations__", {}), *vars(c))
             if not n.startswith("_")}
 
 
-def test_the_contract_declares_every_member_the_runner_probes():
+def allowed_members() -> dict[str, set[str]]:
     from tpo_bench.contract.batch import Algorithm, AlgorithmOptions, Task, TaskOptions
 
-    allowed = {"task": declared(Task, TaskOptions), "algo": declared(Algorithm, AlgorithmOptions)}
-    probes = probed_members()
-    assert len(probes) >= 15, probes  # the reader finds them
-    undeclared = sorted(p for p in probes if p[2] not in allowed[p[1]])
-    assert not undeclared, f"probed but not declared in contract.batch: {undeclared}"
+    return {"task": declared(Task, TaskOptions), "algo": declared(Algorithm, AlgorithmOptions)}
+
+
+def test_the_runner_probes_no_member_of_a_task_or_an_algorithm():
+    """Every optional member is declared once, with its default, in contract.batch's
+    TaskOptions / AlgorithmOptions, and bench/ reads it directly: no getattr or hasattr
+    with a default of its own."""
+    assert not probed_members(), probed_members()
+
+
+def test_the_contract_declares_every_member_the_runner_reads():
+    allowed = allowed_members()
+    reads = read_members()
+    assert len(reads) >= 30, reads  # the reader finds them
+    undeclared = sorted(r for r in reads if r[2] not in allowed[r[1]])
+    assert not undeclared, f"read but not declared in contract.batch: {undeclared}"
+
+
+def test_every_optional_member_has_its_default(tmp_path):
+    """Each member the options declare has a value on the class (a default, not only an
+    annotation), and the checkers above see a probe and an undeclared read."""
+    from tpo_bench.contract.batch import AlgorithmOptions, TaskOptions
+
+    for options in (TaskOptions, AlgorithmOptions):
+        missing = [n for n in declared(options) if not hasattr(options, n)]
+        assert not missing, (options.__name__, missing)
+    src = tmp_path / "probe.py"
+    src.write_text("def f(task, spec):\n    return getattr(task, 'eval_every', 0), spec.algo.surprise\n")
+    assert probed_members([src]) == [("probe.py:2", "task", "eval_every")]
+    assert [r for r in read_members([src]) if r[2] not in allowed_members()[r[1]]] == \
+        [("probe.py:2", "algo", "surprise")]
+
+
+def test_a_plugin_without_the_options_base_gets_their_defaults():
+    """A registered class that does not subclass the options is given the defaults it
+    lacks, its own members kept; a default is no dataclass field (no config, no hash)."""
+    import dataclasses
+
+    from tpo_bench.contract.batch import AlgorithmOptions, TaskOptions
+    from tpo_bench.contract.registry import Registry
+
+    reg = Registry("task", "tpo_bench.tasks", TaskOptions)
+
+    @reg.register("plain")
+    @dataclasses.dataclass(frozen=True)
+    class Plain:
+        name: str = "plain"
+        eval_every: int = 5
+
+    task = Plain()
+    assert task.eval_every == 5 and task.kl_ref == 0.0 and task.micro_batch == 0
+    assert task.rollout_seeds is None and task.grad_metrics(None) == {}
+    assert [f.name for f in dataclasses.fields(Plain)] == ["name", "eval_every"]
+    from tpo_bench.algorithms.grpo import GRPO
+    assert "dynamic_sampling" not in {f.name for f in dataclasses.fields(GRPO)}
+    assert GRPO().dynamic_sampling == 0 and isinstance(GRPO(), AlgorithmOptions)

@@ -17,7 +17,8 @@ pytest.importorskip("transformers")
 pytest.importorskip("reasoning_gym")
 
 from tpo_bench.bench.build import ConfigError, build  # noqa: E402
-from tpo_bench.bench.runner import _backward, reference_kl  # noqa: E402
+from tpo_bench.bench.engine import backward  # noqa: E402
+from tpo_bench.contract.batch import reference_kl  # noqa: E402
 from conftest import REPO, compose, run_bench  # noqa: E402
 from tpo_bench.contract.rng import Streams  # noqa: E402
 from tpo_bench.tasks import _lm  # noqa: E402
@@ -102,7 +103,7 @@ def test_accumulated_gradient_is_the_whole_batch_gradient(rolled, base_dir):
     for micro in (0, 4):
         task = spec_of(base_dir, "algo=tpo", "algo.k=4", f"task.micro_batch={micro}").task
         policy.zero_grad(set_to_none=True)
-        loss, _ = _backward(task, spec.algo, batch, policy, 0.0)
+        loss, _ = backward(task, spec.algo, batch, policy, 0.0)
         grads[micro] = (loss, torch.cat([p.grad.reshape(-1) for p in policy.parameters()]))
     assert grads[0][0] == pytest.approx(grads[4][0], rel=1e-5)
     assert grads[0][1].norm() > 1e-2
@@ -115,8 +116,8 @@ def test_reference_penalty_is_added_to_the_algorithms_loss(rolled, base_dir):
         for p in policy.parameters():
             p.add_(0.01 * torch.randn_like(p))
     try:
-        plain, _ = _backward(spec.task, spec.algo, ro.batch, policy, 0.0)
-        penalised, _ = _backward(spec.task, spec.algo, ro.batch, policy, 0.5)
+        plain, _ = backward(spec.task, spec.algo, ro.batch, policy, 0.0)
+        penalised, _ = backward(spec.task, spec.algo, ro.batch, policy, 0.5)
         kl = reference_kl(ro.batch, spec.task.logprobs(policy, ro.batch)).item()
         assert kl > 0
         assert penalised - plain == pytest.approx(0.5 * kl, rel=1e-4)

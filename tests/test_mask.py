@@ -13,7 +13,8 @@ from tpo_bench.algorithms.tpo import TPO
 from tpo_bench.algorithms.clipped import ClippedSurrogate
 from tpo_bench.bench.build import _instantiate
 from tpo_bench.analysis.configs import algo_defaults
-from tpo_bench.bench.runner import micro_batches, reference_kl
+from tpo_bench.bench.engine import micro_batches
+from tpo_bench.contract.batch import reference_kl
 from tpo_bench.contract.batch import Batch
 
 D = torch.float64

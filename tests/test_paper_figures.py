@@ -52,7 +52,8 @@ def check_looks(ax, labels):
 def test_hero_in_the_papers_form(drawn, table):
     fig = drawn("hero")
     a, b = fig.axes
-    assert [a.get_title(), b.get_title()] == ["(a) MNIST contextual bandit", "(b) Token reversal (sparse reward)"]
+    assert b.get_title() == "(b) Token reversal (sparse reward)"
+    assert a.get_title().startswith("(a) MNIST") and "first 3,000" in a.get_title()  # which split
     for ax in (a, b):  # the synthetic table also has PG, CE, Group PG, PPO, GRPO (no KL) here
         lines = check_looks(ax, ["TPO", "GRPO", "DG"])
         assert ax.get_yscale() == "linear"

@@ -9,14 +9,15 @@ import pandas as pd
 import pytest
 import torch
 
-from tpo_bench.bench.runner import train_episode
+from tpo_bench.bench.engine import train_episode
 from tpo_bench.contract import schema
+from tpo_bench.contract.batch import AlgorithmOptions, TaskOptions
 from tpo_bench.contract.rng import Streams
 from conftest import run_bench
 
 
 @dataclass
-class CountingAlgo:
+class CountingAlgo(AlgorithmOptions):
     """Its loss pulls one parameter; its diagnostics name the epoch they come from."""
     epochs: int = 4
     calls: int = 0
@@ -34,7 +35,7 @@ class OneParam(torch.nn.Module):
 
 
 @dataclass
-class StubTask:
+class StubTask(TaskOptions):
     def rollout(self, policy, req, streams):
         batch = SimpleNamespace(group_size=3, scores=torch.tensor([[0.0, 1.0, 0.0], [1.0, 1.0, 1.0]]),
                                 success=torch.tensor([[False, True, False], [True, True, True]]),

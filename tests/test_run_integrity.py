@@ -212,7 +212,8 @@ def test_a_run_records_the_fingerprint_of_its_code(tmp_path):
     assert len(s["code_fingerprint"]) == 16 and int(s["code_fingerprint"], 16) >= 0
     assert s["code_fingerprint"] == spec.code_fingerprint
     assert {"algorithms/tpo.py", "algorithms/_common.py", "contract/batch.py"} <= set(s["code_files"])
-    assert not any(f.startswith(("bench/", "analysis/")) for f in s["code_files"])
+    assert {"bench/optim.py", "bench/runner.py"} <= set(s["code_files"])
+    assert not any(f.startswith(("analysis/", "tools/")) for f in s["code_files"])
     assert spec_for(tmp_path, "algo=grpo").code_fingerprint != spec.code_fingerprint
 
 

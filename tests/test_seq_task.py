@@ -208,18 +208,18 @@ def test_cuda_generation_has_no_host_sync():
 
 @pytest.mark.skipif(not torch.cuda.is_available(), reason="no CUDA device on this machine")
 def test_cuda_batched_episode_reads_the_device_once(monkeypatch):
-    """device=cuda, seed-batched (bench.batched): a whole episode of S seeds -- the stacked
+    """device=cuda, seed-batched (bench.engine): a whole episode of S seeds -- the stacked
     sampling and log-probs, PG's loss (which reports no metric of its own: an algorithm's
     .item()s are its own), backward, four MuonNAdam steps each, every row's bookkeeping --
-    waits for the GPU once, where runner.read_rows reads all S rows together."""
+    waits for the GPU once, where engine.read_rows reads all S rows together."""
     from tpo_bench.algorithms.pg import PG
-    from tpo_bench.bench import batched
+    from tpo_bench.bench import engine
 
     S, task = 3, SeqTask(sequence_length=10, batch_size=100)
     streams = [Streams.from_seed(s, "cuda") for s in range(S)]
     policies = [task.make_policy(st.init).to("cuda") for st in streams]
     opts = [MuonNAdam(list(p.parameters()), lr=1e-3) for p in policies]
-    read_rows, reads = batched.read_rows, []
+    read_rows, reads = engine.read_rows, []
 
     def read_once(rows):  # the one read allowed, counted
         reads.append(len(rows))
@@ -229,12 +229,12 @@ def test_cuda_batched_episode_reads_the_device_once(monkeypatch):
         finally:
             torch.cuda.set_sync_debug_mode("error")
 
-    monkeypatch.setattr(batched, "read_rows", read_once)
-    batched.train_episodes(task, PG(), req(1), policies, opts, streams)  # warm-up outside the check
+    monkeypatch.setattr(engine, "read_rows", read_once)
+    engine.train_episodes(task, PG(), req(1), policies, opts, streams)  # warm-up outside the check
     reads.clear()
     torch.cuda.set_sync_debug_mode("error")
     try:
-        rows = batched.train_episodes(task, PG(), req(1), policies, opts, streams)
+        rows = engine.train_episodes(task, PG(), req(1), policies, opts, streams)
     finally:
         torch.cuda.set_sync_debug_mode(0)
     assert reads == [S] and all(isinstance(row["grad_norm"], float) for row in rows)

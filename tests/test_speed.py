@@ -10,7 +10,7 @@ import torch
 from tpo_bench.contract.rng import Streams
 from tpo_bench.bench.optim import build_optimizer
 from tpo_bench.bench.build import build
-from tpo_bench.bench.runner import train_episode
+from tpo_bench.bench.engine import train_episode
 from tpo_bench.tools.speed import transformer_flops_per_token
 from conftest import REPO, TINY, compose, run_bench
 from tpo_bench.tasks.transformer import Transformer

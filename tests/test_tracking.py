@@ -112,13 +112,13 @@ def test_mlflow_file_store_holds_params_tags_and_rows(tmp_path, monkeypatch):
 
 @pytest.mark.slow
 def test_batched_seeds_are_tracked_as_runs_of_their_own(tmp_path, monkeypatch):
-    from tpo_bench.bench import batched
+    from tpo_bench.bench import runner
     from tpo_bench.bench.jobs import job_specs
 
     monkeypatch.delenv("MLFLOW_TRACKING_URI", raising=False)
     cfg = compose(*TINY, "logger=mlflow", "seeds_per_job=2", "batch_seeds=true", f"output_root={tmp_path}")
     specs = job_specs(cfg, frozenset())
-    assert [s["status"] for s in batched.run(specs)] == ["completed", "completed"]
+    assert [s["status"] for s in runner.run_seeds(specs)] == ["completed", "completed"]
     client, found = _mlflow_runs(tmp_path)
     by_seed = {int(r.data.params["seed"]): r for r in found}
     assert sorted(by_seed) == [0, 1]

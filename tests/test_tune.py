@@ -1,5 +1,6 @@
 """hydra/sweeper=optuna, end to end through real Hydra subprocesses."""
 import json
+from pathlib import Path
 
 import pandas as pd
 import pytest
@@ -78,10 +79,10 @@ def test_study_resumes_without_rerunning_and_best_config_runs(out, tmp_path):
     # The best configuration is a ready-to-use conf/algo file: it runs as algo=tpo_tuned and
     # reproduces the best trial's seed-0 run.
     best = study.best_trial
-    tuned = out / "tuned" / "algo" / "tpo_tuned.yaml"
+    tuned = out / "tuned" / "demo-tpo" / "algo" / "tpo_tuned.yaml"
     assert "# @package _global_" in tuned.read_text()
     other = tmp_path / "rerun"
-    run_bench("algo=tpo_tuned", f"hydra.searchpath=[file://{out / 'tuned'}]", *TINY, "seed=0",
+    run_bench("algo=tpo_tuned", f"hydra.searchpath=[file://{out / 'tuned' / 'demo-tpo'}]", *TINY, "seed=0",
               f"output_root={other}")
     [rerun] = run_dirs(other)
     config = json.loads((rerun / "config.json").read_text())
@@ -115,7 +116,7 @@ def test_diverged_trial_is_pruned_and_failed_trials_fail(out, tmp_path):
     assert "ValueError" in study.trials[1].user_attrs["reasons"][0]
     assert len(run_dirs(out)) == 6  # the refused trial launched nothing
     assert "PRUNED (diverged" in proc.stdout and "FAIL (invalid" in proc.stdout
-    assert study.best_trial.number == 3 and (out / "tuned" / "algo" / "tpo_tuned.yaml").is_file()
+    assert study.best_trial.number == 3 and (out / "tuned" / "demo-tpo" / "algo" / "tpo_tuned.yaml").is_file()
 
     # Study analysis: history plot always; importance refused politely with too few trials.
     shown = run_script("analysis/tuning/report.py", "--storage", str(out / ".optuna"),
@@ -155,3 +156,38 @@ def test_space_schema():
             S.check_space(bad, "x")
     assert S.as_override("optim.lr", 1e-05) == "optim.lr=1e-05"
     assert S.as_override("algo.anchor", False) == "algo.anchor=false"
+
+
+def _best_file(proc, study):
+    [line] = [ln for ln in proc.stdout.splitlines() if ln.startswith(f"[tune] best of {study}:")]
+    return line.rsplit(" -> ", 1)[1]
+
+
+@pytest.mark.slow
+def test_two_studies_of_one_algorithm_keep_a_tuned_preset_each(out):
+    first = sweep(out, "hydra.sweeper.n_trials=1", "hydra.sweeper.seeds=1", "hydra.sweeper.study_key=a")
+    mine = _best_file(first, "demo-tpo-a")
+    second = sweep(out, "hydra.sweeper.n_trials=1", "hydra.sweeper.seeds=1", "hydra.sweeper.study_key=b",
+                   "hydra.sweeper.sampler.seed=7")
+    theirs = _best_file(second, "demo-tpo-b")
+    assert mine != theirs
+    text = open(mine).read()
+    assert "optuna study demo-tpo-a" in text and "demo-tpo-b" not in text
+    best = load(out, "demo-tpo-a").best_trial.params
+    assert yaml.safe_load(text)["optim"]["lr"] == best["optim.lr"]
+    # the printed rerun command loads each study's preset from that study's folder
+    [rerun] = [ln for ln in first.stdout.splitlines() if "hydra.searchpath" in ln]
+    assert str(Path(mine).parent.parent) in rerun
+
+
+def test_a_linked_study_database_is_refused_and_its_target_untouched(out, tmp_path):
+    theirs = tmp_path / "theirs" / "other-study.db"
+    theirs.parent.mkdir()
+    theirs.write_bytes(b"another study's database")
+    (out / ".optuna").mkdir(parents=True)
+    (out / ".optuna" / "demo-tpo.db").symlink_to(theirs)
+    proc = sweep(out, "hydra.sweeper.n_trials=1", "hydra.sweeper.seeds=1", check=False)
+    assert proc.returncode == 1, proc.stderr
+    assert "demo-tpo.db is a symbolic link" in proc.stderr and "nothing was run" in proc.stderr
+    assert theirs.read_bytes() == b"another study's database"
+    assert not list(out.rglob("summary.json")) and not (out / ".optuna" / "demo-tpo.lock").exists()

@@ -12,7 +12,7 @@ from tpo_bench.algorithms.tpo import TPO, tpo_target
 from tpo_bench.contract.batch import Batch, Request
 from tpo_bench.contract.rng import Streams
 from tpo_bench.bench.build import ConfigError, build
-from tpo_bench.bench.runner import train_episode
+from tpo_bench.bench.engine import train_episode
 from tpo_bench.bench.optim import build_optimizer
 from conftest import REPO, compose
 from tpo_bench.tasks.seq import SeqTask, target_tokens

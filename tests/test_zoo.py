@@ -16,7 +16,7 @@ from tpo_bench.algorithms.clipped import ClippedSurrogate
 from tpo_bench.algorithms.gpg import GPG, gpg_alpha
 from tpo_bench.bench.build import ConfigError, build
 from tpo_bench.bench.optim import build_optimizer
-from tpo_bench.bench.runner import train_episode
+from tpo_bench.bench.engine import train_episode
 from conftest import compose
 from tpo_bench.contract.batch import Batch
 from tpo_bench.contract.rng import Streams

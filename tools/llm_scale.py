@@ -29,7 +29,7 @@ import torch
 
 from tpo_bench.bench.build import ConfigError, build
 from tpo_bench.bench.optim import build_optimizer
-from tpo_bench.bench.runner import train_episode
+from tpo_bench.bench.engine import train_episode
 from tpo_bench.bench.config import compose
 from tpo_bench.contract.rng import Streams
 from tpo_bench.tasks import _lm

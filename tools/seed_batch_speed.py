@@ -9,7 +9,7 @@ load change hits them alike.
 Prints seed-episodes per CPU-second (process CPU time: a busy machine steals wall time,
 not CPU time) for three parts of a reverse_h10 episode: `train` (the loss's log-probs
 forward and backward), `rollout` (KV-cache sampling; n/a for vmap) and `episode`
-(train_episode per seed against batched.train_episodes). `--task` gives the `episode`
+(train_episode per seed against engine.train_episodes). `--task` gives the `episode`
 part another task and its overrides.
 """
 from __future__ import annotations
@@ -21,9 +21,9 @@ import warnings
 import torch
 from torch.func import functional_call, stack_module_state, vmap
 
-from tpo_bench.bench import batched
+from tpo_bench.bench import engine
 from tpo_bench.bench.build import build
-from tpo_bench.bench.runner import train_episode
+from tpo_bench.bench.engine import train_episode
 from tpo_bench.bench.config import compose
 from tpo_bench.tools.speed import seed_policies
 from tpo_bench.tasks import stacked
@@ -101,7 +101,7 @@ def main() -> None:
                 train_episode(task, spec.algo, spec.request, p, o, st)
 
         def episode_stacked():
-            batched.train_episodes(task, spec.algo, spec.request, pols, opts, streams)
+            engine.train_episodes(task, spec.algo, spec.request, pols, opts, streams)
 
         variants = {("train", "loop"): train_loop, ("train", "vmap"): train_vmap,
                     ("train", "stacked"): train_stacked,

@@ -33,7 +33,7 @@ from tpo_bench.contract.rng import Streams
 from tpo_bench.bench.build import build
 from tpo_bench.bench.config import compose, composed
 from tpo_bench.bench.jobs import explicit_keys, job_specs
-from tpo_bench.bench.runner import train_episode
+from tpo_bench.bench.engine import train_episode
 
 CASES = (("tpo", "reverse_h10"), ("grpo", "reverse_h10"), ("dg", "reverse_h10"),
          ("ppo", "reverse_h10"), ("tpo_token", "reversal_v16"), ("grpo", "reversal_v16"),
@@ -237,9 +237,9 @@ def _sync(device: str) -> None:
 
 
 def time_seeds(overrides: tuple[str, ...], seeds: int, episodes: int, warmup: int) -> dict:
-    """Seed-episodes/s of bench.batched.train_episodes over `seeds` policies of the config
+    """Seed-episodes/s of bench.engine.train_episodes over `seeds` policies of the config
     `overrides` compose to (a later override of a key wins), and the peak device memory."""
-    from tpo_bench.bench import batched
+    from tpo_bench.bench import engine
 
     spec = build(compose(*overrides), explicit_keys(overrides))
     t, device = spec.task, spec.device
@@ -254,11 +254,11 @@ def time_seeds(overrides: tuple[str, ...], seeds: int, episodes: int, warmup: in
     try:
         policies, opts, streams = seed_policies(spec, seeds)
         for _ in range(warmup):
-            batched.train_episodes(t, spec.algo, spec.request, policies, opts, streams)
+            engine.train_episodes(t, spec.algo, spec.request, policies, opts, streams)
         _sync(device)
         t0 = time.perf_counter()
         for _ in range(episodes):
-            batched.train_episodes(t, spec.algo, spec.request, policies, opts, streams)
+            engine.train_episodes(t, spec.algo, spec.request, policies, opts, streams)
         _sync(device)
         seconds = time.perf_counter() - t0
     except torch.OutOfMemoryError:  # a row that says so; the other shapes still get measured
@@ -291,18 +291,18 @@ class OpCount(TorchDispatchMode):
 
 
 def count_ops(overrides: tuple[str, ...], seeds: int, episodes: int = 2, warmup: int = 1) -> dict:
-    """Ops per episode of bench.batched.train_episodes over `seeds` policies (S = 1 is the
+    """Ops per episode of bench.engine.train_episodes over `seeds` policies (S = 1 is the
     single run's own train_episode), the mean of `episodes` after `warmup`."""
-    from tpo_bench.bench import batched
+    from tpo_bench.bench import engine
 
     spec = build(compose(*overrides), explicit_keys(overrides))
     t = spec.task
     policies, opts, streams = seed_policies(spec, seeds)
     for _ in range(warmup):
-        batched.train_episodes(t, spec.algo, spec.request, policies, opts, streams)
+        engine.train_episodes(t, spec.algo, spec.request, policies, opts, streams)
     with OpCount() as count:
         for _ in range(episodes):
-            batched.train_episodes(t, spec.algo, spec.request, policies, opts, streams)
+            engine.train_episodes(t, spec.algo, spec.request, policies, opts, streams)
     return {"algo": spec.algo_name, "task": t.name, "seeds": seeds, "batch_size": t.batch_size,
             "k": spec.request.k, "epochs": spec.algo.epochs,
             "ops_per_episode": count.ops / episodes, "ops_per_seed_episode": count.ops / episodes / seeds,
@@ -348,8 +348,8 @@ def ops_mode(args) -> int:
 def vs_loop(overrides: tuple[str, ...], seeds: int, rounds: int, warmup: int = 1) -> list[dict]:
     """Paired, alternating timings of one episode for `seeds` seeds: the per-seed loop
     (train_episode seed after seed, as batch_seeds=false) and the batched path
-    (bench.batched.train_episodes), each round timing both, in alternating order."""
-    from tpo_bench.bench import batched
+    (bench.engine.train_episodes), each round timing both, in alternating order."""
+    from tpo_bench.bench import engine
 
     spec = build(compose(*overrides), explicit_keys(overrides))
     t = spec.task
@@ -360,7 +360,7 @@ def vs_loop(overrides: tuple[str, ...], seeds: int, rounds: int, warmup: int = 1
             train_episode(t, spec.algo, spec.request, p, o, st)
 
     def run_batched():
-        batched.train_episodes(t, spec.algo, spec.request, *batch)
+        engine.train_episodes(t, spec.algo, spec.request, *batch)
 
     for _ in range(warmup):
         run_loop(), run_batched()

@@ -8,9 +8,25 @@ it again: completed runs are skipped, unfinished ones resume. `--commit` commits
 as it completes (its summary and metrics, never a checkpoint). `status` says what is done,
 what runs, what is left and its cost, from the run directories alone.
 
-    python -m tools.study status [--markdown]
+    python -m tools.study status [--markdown] [--page docs/reproducing.md [--check]]
     python -m tools.study run [--jobs 2] [--stage NAME] [--commit] [--max-runs N] [--dry-run]
     python -m tools.study list [--stage NAME]          # the runs, in queue order
+    python -m tools.study gpu [--parallel 12] [--budget-s 540] [--pack OUT.tar]
+
+`gpu` is the study for one lent GPU: every config's unfinished seeds as seed-batched
+jobs (`batch_seeds=true`, consecutive seeds per job), the mechanism stage first, then
+the queue's order, PARALLEL jobs at once on the one device (each job is bound by its
+kernel launches, not the GPU's arithmetic). At BUDGET_S seconds it stops the jobs still
+running (SIGTERM: each seed checkpoints and resumes later, here or on the CPU) and packs
+every run directory it touched into OUT.tar (summaries, metrics and checkpoints), which
+`tar -xf OUT.tar` unpacks at the repository root for collect.
+
+Its size, from the op counts (reproduction/perf/ops.csv: ~2,300-2,600 ops per batched
+episode at S = 1-32 for reverse_h10 TPO/GRPO; ~2,500 ops x ~20 us per eager launch with
+Python's overhead = ~50 ms an episode, whatever S): a 2,000-episode job ~100 s, a
+1,000-episode one ~50 s, the 16-epoch mechanism jobs ~3x that. The remaining queue is
+~70 configs, so ~2-3 hours in one process and ~10-15 minutes with 12 at once on a
+16-core host; unmeasured until a GPU is lent (docs/reproducing.md).
 """
 from __future__ import annotations
 
@@ -18,8 +34,10 @@ import argparse
 import itertools
 import json
 import os
+import signal
 import subprocess
 import sys
+import tarfile
 import time
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
@@ -149,6 +167,33 @@ def status_table(rows, stages, markdown: bool = False) -> str:
     return "\n".join(lines)
 
 
+def queue_block(table: str, stages: list[dict]) -> str:
+    """The page's `queue` block: each stage's purpose, then the table."""
+    why = "\n".join(f"- `{s['name']}`: {s['why']}" for s in stages)
+    return f"{why}\n\n{table}\n"
+
+
+def write_block(page: Path, block: str, check: bool) -> int:
+    from tpo_bench.analysis.paper import pages
+
+    text = page.read_text()
+    if "<!-- generated:queue -->" not in text:
+        print(f"error: {page} has no `<!-- generated:queue -->` block", file=sys.stderr)
+        return 2
+    new = pages.fill(text, {"queue": lambda: block}, only={"queue"})
+    if check:
+        if new != text:
+            print(f"error: the queue block of {page} is out of date: run "
+                  f"`python -m tools.study status --page {page}`", file=sys.stderr)
+            return 1
+        print("queue block up to date")
+        return 0
+    if new != text:
+        page.write_text(new)
+    print(f"wrote {page}" if new != text else "queue block up to date")
+    return 0
+
+
 def _git(repo: Path, *args: str) -> subprocess.CompletedProcess:
     return subprocess.run(["git", "-C", str(repo), *args], capture_output=True, text=True)
 
@@ -160,9 +205,10 @@ def commit_run(repo: Path, run_dir: Path, tries: int = 20) -> bool:
              if p.is_file() and p.name in ("summary.json", "config.json", "metrics.parquet")]
     s = json.loads((run_dir / "summary.json").read_text())
     err = (s.get("final") or {}).get("error")
+    size = sum((repo / f).stat().st_size for f in files)
     msg = (f"Study: {s['task']}/{s['algo']} {s['config_hash']} seed {s['seed']} completed "
-           f"(final error {err:.4f}; code {s.get('git_commit')})" if err is not None else
-           f"Study: {run_dir.relative_to(repo)} completed")
+           f"(final error {err:.4f}; code {s.get('git_commit')}; {size / 1024:.0f} KiB)" if err is not None
+           else f"Study: {run_dir.relative_to(repo)} completed ({size / 1024:.0f} KiB)")
     for _ in range(tries):
         add = _git(repo, "add", "--", *files)
         if add.returncode == 0:
@@ -187,9 +233,84 @@ def run_one(job: Job, run_dir: Path, repo: Path, commit: bool) -> int:
     return rc
 
 
+@dataclass(frozen=True)
+class Pack:
+    """One seed-batched job: a config's consecutive unfinished seeds."""
+    stage: str
+    root: str
+    overrides: tuple[str, ...]  # the config's overrides, no seed
+    seeds: tuple[int, ...]
+    run_dirs: tuple[Path, ...]
+
+
+def packs(rows, first: str = "a_mechanism") -> list[Pack]:
+    """The unfinished runs as seed-batched jobs: per config, each stretch of consecutive
+    seeds one job; the `first` stage's jobs lead, the rest keep the queue's order."""
+    by: dict = {}
+    for job, d, st in rows:
+        if st == "completed":
+            continue
+        key = (job.root, job.overrides[1:])
+        by.setdefault(key, [job.stage, []])[1].append((int(job.overrides[0].split("=", 1)[1]), d))
+    out = []
+    for (root, rest), (stage, seeds) in by.items():
+        seeds.sort()
+        run: list = []
+        for seed, d in seeds + [(None, None)]:
+            if run and (seed is None or seed != run[-1][0] + 1):
+                out.append(Pack(stage, root, rest, tuple(s for s, _ in run), tuple(x for _, x in run)))
+                run = []
+            if seed is not None:
+                run.append((seed, d))
+    return sorted(out, key=lambda p: p.stage != first)
+
+
+def run_pack(p: Pack, repo: Path, device: str, deadline: float, extra: tuple[str, ...]) -> int:
+    cmd = [sys.executable, "-m", "bench", *p.overrides, f"seed={p.seeds[0]}",
+           f"seeds_per_job={len(p.seeds)}", "batch_seeds=true", f"device={device}",
+           *COMMON, f"output_root={p.root}", *extra]
+    if time.time() >= deadline:
+        return -1
+    print(f"[gpu] start {p.stage}: {' '.join(p.overrides)} seeds {p.seeds[0]}-{p.seeds[-1]}", flush=True)
+    t0 = time.time()
+    proc = subprocess.Popen(cmd, cwd=repo, stdout=subprocess.DEVNULL)
+    try:
+        rc = proc.wait(timeout=max(deadline - time.time(), 1))
+    except subprocess.TimeoutExpired:
+        proc.send_signal(signal.SIGTERM)  # every seed checkpoints at its next step
+        rc = proc.wait()
+    print(f"[gpu] exit {rc} after {time.time() - t0:.0f} s: {' '.join(p.overrides)}", flush=True)
+    return rc
+
+
+def gpu(rows, repo: Path, a) -> int:
+    todo = packs(rows)
+    runs = sum(len(p.seeds) for p in todo)
+    print(f"[gpu] {len(todo)} seed-batched jobs ({runs} runs), {a.parallel} at once, "
+          f"budget {a.budget_s:.0f} s, device {a.device}", flush=True)
+    deadline = time.time() + a.budget_s
+    extra = tuple(a.set or ())
+    with ThreadPoolExecutor(a.parallel) as pool:
+        codes = list(pool.map(lambda p: run_pack(p, repo, a.device, deadline, extra), todo))
+    touched = [d for p, c in zip(todo, codes) if c != -1 for d in p.run_dirs if d.is_dir()]
+    if a.pack:
+        a.pack.parent.mkdir(parents=True, exist_ok=True)
+        with tarfile.open(a.pack, "w") as tar:
+            for d in touched:
+                for f in sorted(d.iterdir()):
+                    if f.is_file() and not f.name.startswith("."):
+                        tar.add(f, arcname=str(f.relative_to(repo)))
+        print(f"[gpu] packed {len(touched)} run directories into {a.pack}", flush=True)
+    done = sum(state(d) == "completed" for d in touched)
+    print(f"[gpu] {done} runs completed, {len(touched) - done} checkpointed or failed, "
+          f"{sum(c == -1 for c in codes)} jobs not started", flush=True)
+    stopped = (-1, -signal.SIGTERM, 128 + signal.SIGTERM)  # not started, or stopped at the budget
+    return 0 if all(c == 0 or c in stopped for c in codes) else 1
+
+
 def main(argv=None) -> int:
     p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    p.add_argument("command", choices=("status", "run", "list"))
+    p.add_argument("command", choices=("status", "run", "list", "gpu"))
     p.add_argument("--queue", type=Path, default=QUEUE)
     p.add_argument("--repo", type=Path, default=ROOT, help="the checkout the run roots are in")
     p.add_argument("--stage", default=None)
@@ -197,7 +318,16 @@ def main(argv=None) -> int:
     p.add_argument("--max-runs", type=int, default=0, help="stop after this many runs (0: all)")
     p.add_argument("--commit", action="store_true")
     p.add_argument("--markdown", action="store_true")
+    p.add_argument("--page", type=Path, default=None,
+                   help="status: rewrite the page's `queue` generated block (--check: compare only)")
+    p.add_argument("--check", action="store_true")
     p.add_argument("--dry-run", action="store_true")
+    p.add_argument("--parallel", type=int, default=12, help="gpu: jobs at once on the device")
+    p.add_argument("--budget-s", type=float, default=540.0, help="gpu: stop (checkpoint) at this many seconds")
+    p.add_argument("--device", default="cuda", help="gpu: the device (cpu for a test)")
+    p.add_argument("--pack", type=Path, default=None, help="gpu: pack the touched run directories here")
+    p.add_argument("--set", action="append", metavar="KEY=VALUE",
+                   help="gpu: an override added to every job (a test's few episodes)")
     a = p.parse_args(argv)
     try:
         stages = load(a.queue)
@@ -208,8 +338,13 @@ def main(argv=None) -> int:
     repo = a.repo.resolve()
     rows = survey(todo, repo)
     if a.command == "status":
-        print(status_table(rows, [s for s in stages if a.stage in (None, s["name"])], a.markdown))
-        return 0
+        table = status_table(rows, [s for s in stages if a.stage in (None, s["name"])], a.markdown or a.page)
+        if a.page is None:
+            print(table)
+            return 0
+        return write_block(a.page, queue_block(table, stages), a.check)
+    if a.command == "gpu":
+        return gpu(rows, repo, a)
     left = [(j, d) for j, d, st in rows if st != "completed"]
     if a.command == "list" or a.dry_run:
         for j, d, st in rows:

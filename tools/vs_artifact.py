@@ -40,7 +40,7 @@ def child_ours(episodes: int) -> dict:
     torch.set_num_interop_threads(1)
     from tpo_bench.bench.build import build
     from tpo_bench.bench.config import compose
-    from tpo_bench.bench.runner import train_episode
+    from tpo_bench.bench.engine import train_episode
     from tpo_bench.tools.speed import seed_policies
 
     spec = build(compose("algo=tpo", "task=reverse_h10"))

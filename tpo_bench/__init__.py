@@ -1,7 +1,8 @@
 """tpo-bench's one import name: `tpo_bench.bench` (the runner), `tpo_bench.tasks`,
-`tpo_bench.algorithms`, `tpo_bench.contract`, `tpo_bench.analysis`, `tpo_bench.tools` and
-`tpo_bench.conf`, so a project's own `tasks/` or `analysis/` package neither breaks nor
-shadows the harness, and the harness never imports a top-level name of those.
+`tpo_bench.algorithms`, `tpo_bench.contract`, `tpo_bench.analysis`, `tpo_bench.tools`,
+`tpo_bench.integrations` (other trainers' hooks) and `tpo_bench.conf`, so a project's own
+`tasks/` or `analysis/` package neither breaks nor shadows the harness, and the harness
+never imports a top-level name of those.
 
 An installed package holds them inside this folder (pyproject.toml maps the repository's
 top-level folders here). In a checkout they stay at the repository's top level, the layout

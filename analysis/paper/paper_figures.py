@@ -116,14 +116,17 @@ def _mech(name, number, experiment, panels, paper, ncols=2, companion=None):
 
 PAPER = {f.name: f for f in [
     PaperFigure("hero", 1, "hero", (
-        Panel("(a) MNIST contextual bandit", _lines("tpo", "grpo", "dg"), {"task": "mnist"},
+        Panel("(a) MNIST, test file (first 3,000 images)",
+              _lines("tpo", "grpo", "dg"), {"task": "mnist"},
               ylim=(0.025, 0.15), xlabel="Step", ylabel="Classification error"),
         Panel("(b) Token reversal (sparse reward)", _lines("tpo", "grpo", "dg"),
               {"task": "seq", "H": 10, "match": "prompts"}, ylim=(0.0, 1.05), smooth=40),
     ), 2, "(a) MNIST bandit, dense reward: TPO slightly below DG, GRPO far above both "
           "(0.14 -> 0.06), on a linear 0.03-0.14 axis. (b) Terminal reward, H = 10, "
           "prompt-matched, 40-episode moving average: DG flat at 1.0, GRPO ends near 0.5, "
-          "TPO near 0.1. 20 seeds.", legend="bottom", companion="hero", seeds=20),
+          "TPO near 0.1. 20 seeds.", legend="bottom", companion="hero", seeds=20,
+          label="(b) is a 40-episode trailing moving average: a line ends at the mean of its "
+                "last 40 episodes, not at the last-episode final error the tables judge"),
     PaperFigure("tabular_single", 2, "tabular_single", (
         Panel("(a) Policy error", _lines("tpo", "grpo", "dg", "pg"), scale="log",
               ylim=(1e-4, 1.2), xlabel="Step", ylabel=r"Error $\varepsilon = 1-\pi(y^*)$"),

@@ -29,7 +29,7 @@ import pandas as pd
 
 from tpo_bench.analysis import collect, stats
 from tpo_bench.analysis.configs import pick_config
-from tpo_bench.analysis.paper import experiments, figures, paper_figures
+from tpo_bench.analysis.paper import experiments, figures, paper_figures, rule_dates
 from tpo_bench.analysis.paper import verdicts as V
 from tpo_bench.analysis.paper.experiments import ALIASES, EXPERIMENTS
 from tpo_bench.analysis.style import fmt
@@ -40,7 +40,7 @@ from tpo_bench.contract.registry import TASKS
 PAPER = Path(__file__).with_name("paper_numbers.csv")
 PAPER_SEEDS = Path(__file__).with_name("paper_seeds.csv")
 SETTINGS = ["H", "V", "K", "B", "epochs", "eta", "match", "D", "reward", "target"]
-VERDICT_ORDER = [V.REPRODUCED, V.INCONCLUSIVE, V.DIFFERS, V.TOO_SHORT, V.HOLDS, V.FAILS, V.NOT_RUN,
+VERDICT_ORDER = [V.REPRODUCED, V.NOT_DISTINGUISHABLE, V.INCONCLUSIVE, V.DIFFERS, V.TOO_SHORT, V.HOLDS, V.FAILS, V.NOT_RUN,
                  V.NEEDS_GPU]
 
 
@@ -200,12 +200,11 @@ def seed_tails(row, ours: Ours, paper_seeds: dict) -> tuple | None:
     return stats.subset_mean_tails(values, ours.n_seeds, ours.value)
 
 
-def bimodal_seeds(row, paper_seeds: dict) -> tuple:
-    """The paper's per-seed final errors a row is judged against when its outcome is
-    bimodal (verdicts.is_bimodal), else (): the known seeds of its configuration."""
+def known_seeds(row, paper_seeds: dict) -> tuple:
+    """The paper's per-seed final errors of a final-error row's configuration, where its
+    artifact has them (paper_seeds.csv), else ()."""
     values = paper_seeds.get(row["replicate_group"], ())
-    ok = row["metric"] == "final_error_pct" and values and V.is_bimodal(values)
-    return tuple(values) if ok else ()
+    return tuple(values) if row["metric"] == "final_error_pct" else ()
 
 
 def number_verdict(row, ours: Ours, paper_seeds: dict | None = None) -> str:
@@ -213,12 +212,9 @@ def number_verdict(row, ours: Ours, paper_seeds: dict | None = None) -> str:
     if ours.source:  # computed from the science page's formulas, not from runs
         return V.formula_verdict(paper, ours.value)
     n = ours.n_seeds
-    theirs = bimodal_seeds(row, paper_seeds or {})
-    if theirs and ours.per_seed:
-        return V.seeds_verdict(ours.per_seed, theirs)[0]
     if paper.kind == "bound":
         return V.bound_verdict(paper, ours.lo, ours.hi, n)
-    margin = V.MARGINS[row["family"]]
+    margin = V.replicate_margin(V.MARGINS[row["family"]], known_seeds(row, paper_seeds or {}))
     if paper.kind == "never":
         run_length = int(row["episodes"]) if row["episodes"] else (ours.last_step or 0) + 1
         return V.never_verdict(margin, ours.lo, ours.hi, n, run_length)
@@ -247,6 +243,7 @@ def number_line(row, sel, paper_seeds: dict | None = None, provenance: dict | No
     n = ours.n_seeds if ours is not None else 0
     hidden = {"_key": paper_key(row), "_group": row["replicate_group"], "_runs": run_ids(rows),
               "_formula": formula, "_n": n,
+              "_known_seeds": bool(known_seeds(row, paper_seeds or {})),
               "_paper_seeds": n_paper, "_below": bool(n_paper and 0 < n < n_paper),
               "_per_seed": (ours.per_seed if ours is not None and row["metric"] == "final_error_pct"
                             else ())}
@@ -280,13 +277,12 @@ def number_line(row, sel, paper_seeds: dict | None = None, provenance: dict | No
         notes.append(f"seeds below {stats.SOLVED_PCT:g} % error: ours {stats.n_below(ours.per_seed)}/"
                      f"{ours.n_seeds}, the paper's {stats.n_below(theirs)}/{len(theirs)} "
                      f"(figure `{figures.SEEDS_FIGURE}`)")
-        if bimodal_seeds(row, paper_seeds):
-            mean = np.mean(theirs)
-            own = "" if V.parse_paper(row["value"]).value == round(mean, 1) else (
-                f", the known seeds of this configuration (another replicate, mean {mean:.1f})")
-            notes.append(f"bimodal row: judged against the paper's {len(theirs)} seeds{own} by a "
-                         f"two-sided permutation test of the seed means, p = "
-                         f"{V.seeds_verdict(ours.per_seed, theirs)[1]:.2g}")
+        margin = V.replicate_margin(V.MARGINS[row["family"]], theirs)
+        if margin is not V.MARGINS[row["family"]]:
+            notes.append(f"margin ± {margin.delta:.3g}: {margin.why}")
+        if ours.per_seed:
+            notes.append(f"two-sided permutation test of our seed mean against the paper's "
+                         f"{len(theirs)} seeds: p = {stats.mean_difference_test(ours.per_seed, theirs):.2g}")
     if row["seeds"] and 0 < ours.n_seeds < int(row["seeds"]) and not ours.source:
         ids = rows["seed"]
         notes.append(f"below the paper's {row['seeds']} seeds: ours are seeds "
@@ -295,11 +291,18 @@ def number_line(row, sel, paper_seeds: dict | None = None, provenance: dict | No
                         and row["algo"] in HEADLINE else ""))
     if row["episodes"] and ours.last_step is not None and ours.last_step < int(row["episodes"]) - 1:
         notes.append(f"our runs stop at step {ours.last_step} (the paper ran {row['episodes']})")
+    verdict = number_verdict(row, ours, paper_seeds)
+    printed = V.parse_paper(row["value"])
+    if (verdict == V.REPRODUCED and printed.kind == "number" and not row["offset"]
+            and not row["metric"].startswith("steps_to_")
+            and (ours.lo > printed.value + printed.r or ours.hi < printed.value - printed.r)):
+        notes.append("inside the margin, but our interval excludes the paper's value: a "
+                     "difference is shown, smaller than the margin")
     se = f" ± {_num(ours.se, 2)}" if ours.se is not None and ours.value is not None and not ours.source else ""
     interval = "" if ours.source else f"[{_num(ours.lo)}, {_num(ours.hi)}]"
     return {**out, "ours": _num(ours.value) + se, "90 % interval": interval,
             "seeds": (f"{ours.n_seeds} (< {row['seeds']})" if hidden["_below"]
-                      else str(ours.n_seeds or "formula")), "verdict": number_verdict(row, ours, paper_seeds),
+                      else str(ours.n_seeds or "formula")), "verdict": verdict,
             "notes": "; ".join(notes), **prov, **hidden}
 
 
@@ -437,7 +440,9 @@ def run_provenance(df: pd.DataFrame, legacy_runs: set, roots: list[Path]) -> dic
         listed = summary.get("git_commits") or (str(commits).split(";") if isinstance(commits, str) else [])
         attempts = summary.get("attempts_log") or [{}]
         kernels = sorted({x.get("cpu_kernels") or "not recorded" for x in attempts})
-        out[(str(h), int(s))] = {"legacy": (str(h), int(s)) in legacy_runs
+        starts = [x["started_at"] for x in attempts if x.get("started_at") is not None]
+        out[(str(h), int(s))] = {"started": min(starts) if starts else None,
+                                 "legacy": (str(h), int(s)) in legacy_runs
                                  or bool(summary.get("legacy_config_hash")),
                                  "commits": [c for c in listed if c and c != "unknown"],
                                  "kernels": " + ".join(kernels)}
@@ -517,6 +522,16 @@ def split_lines(sel: pd.DataFrame) -> list[dict]:
     return lines
 
 
+def flag_post_hoc(numbers: list[dict], claims: list[dict], section: str, sel, prov: dict) -> None:
+    """Adds to each row the rules (rule_dates.RULES) that took effect after its runs had
+    started: a number row's own runs, a claim's the section's."""
+    everything = run_ids(sel) if not sel.empty else frozenset()
+    for l in numbers + claims:
+        runs = l["_runs"] if "_runs" in l else everything
+        started = [prov[r]["started"] for r in runs if r in prov]
+        l["rules set after its runs"] = rule_dates.flag(rule_dates.post_hoc(l, section, started))
+
+
 def md_table(lines: list[dict]) -> str:
     cols = [c for c in lines[0] if not c.startswith("_")]
     esc = lambda v: str(v).replace("|", "\\|").replace("\n", " ")  # noqa: E731
@@ -533,25 +548,27 @@ def margins_table() -> str:
         + md_table(lines)
 
 
-# Rule changes judged on data already seen, with the verdicts they moved, as
-# `python analysis/paper/rule_log.py COMMIT` printed them on reproduction/results.parquet (each
-# commit's message lists the rows); reproduction/findings.md's rule-change log gives them all.
-RULE_CHANGES = (
-    "**Verdicts moved by the interval rules** (commit 9afe318; `python analysis/paper/rule_log.py "
-    "9afe318`, listed row by row in that commit's message): 76 of the 163 verdict rows of the "
-    "report before it. 3 of them are the formula-check rows, relabelled, not moved; 4 are "
-    "repeat rows (3 in `mnist_holdout`, the ablation's TPO 7.4 %), so 69 verdicts counted "
-    "once moved. Why: *reproduced* now needs our 90 % interval inside the paper's value ± "
-    "its family's declared margin and at least 5 seeds, so rows with a wider interval or "
-    "fewer seeds (every terminal-reward row, at 3 seeds) became *inconclusive (n seeds)*; "
-    "the replicate-spread and paper-seed-subset routes to *within noise* became notes; two "
-    "claims fail as soon as the settings run contradict them. Earlier rule changes moved 6 "
-    "rows, all toward a pass (e51599a: 4, d097d13: 2; 0ab6b9a and five selection changes: "
-    "none). Every move is in the findings' [rule-change log](#rule-change-log). "
-    "**The bimodal rows' rule** (commit a076e36: the terminal-reward TPO and GRPO rows at "
-    "H = 10 judged by a permutation test against the paper's own seeds, from 9 seeds on) moved "
-    "no verdict: those rows had 8 seeds (`python analysis/paper/rule_log.py a076e36 --add-runs "
-    "reproduction/runs/terminal`).")
+def rule_log(parts: list[dict]) -> str:
+    """The rules in force with the date each took effect, and how many verdicts each
+    judged post hoc (after runs of the row existed), from the rows' flags."""
+    rows = [l for p in parts for l in p["lines"] if not l.get("_repeat_of")
+            and not l.get("_formula") and "rules set after its runs" in l
+            and verdict_kind(l["verdict"]) not in (V.NOT_RUN, V.NEEDS_GPU)]
+    flagged = [l for l in rows if l["rules set after its runs"]]
+    table = rule_dates.table()
+    for t in table:
+        t["verdicts judged post hoc"] = str(sum(f" {t['commit']}" in f" {l['rules set after its runs']}"
+                                                for l in flagged))
+    return "\n".join([
+        "### Rule log", "",
+        "Every rule the verdicts depend on, with the commit and date it took effect "
+        "(`analysis/paper/rule_dates.py`) and the verdicts it moved on the committed data "
+        "(`python analysis/paper/rule_log.py COMMIT --add-runs reproduction/runs/terminal`; "
+        "each commit's message lists them). A verdict is *post hoc* for a rule that took "
+        "effect after its runs had started, so the rule may have been chosen with them in "
+        "view; each table's column `rules set after its runs` names those rules. "
+        f"Of {len(rows)} verdicts on runs (each paper number and claim once), {len(flagged)} "
+        "are post hoc for at least one rule.", "", md_table(table)])
 
 
 def _seed_span(values) -> str:
@@ -644,6 +661,14 @@ def summarise(parts: list[dict], table_runs: frozenset = frozenset()) -> tuple[l
         "under 5 seeds no verdict is claimed).",
     ]
     if shared:
+        per_set = {}
+        for l in judged:
+            per_set.setdefault(l["_runs"], set()).add(verdict_kind(l["verdict"]))
+        by_set = Counter(k for kinds_ in per_set.values() for k in kinds_)
+        text.append("The same verdicts on paper numbers counted once per set of runs (one "
+                    "configuration judged against several printed values, e.g. a prompt- and "
+                    "an interaction-matched row, counts once per verdict it gets): "
+                    + ", ".join(f"{by_set[k]} {k}" for k in VERDICT_ORDER if by_set[k]) + ".")
         text.append(f"{len(shared)} of the {len(judged)} run-based verdicts on paper numbers "
                     f"share their runs with another (one configuration judged against several "
                     f"printed values): they rest on {len(by_runs)} distinct sets of runs. The "
@@ -695,6 +720,8 @@ def build(df: pd.DataFrame, out: Path, fig_dir: Path, runs_root: Path | None = N
                    for _, r in rows[rows["kind"] == "number"].iterrows()]
         claims = [ordering_line(r, sel) for _, r in rows[rows["kind"] == "ordering"].iterrows()]
         mark_repeats(numbers + claims, name, first)
+        if provenance is not None:
+            flag_post_hoc(numbers, claims, name, sel, provenance)
         paired = [l for _, r in rows[rows["kind"] == "ordering"].iterrows() for l in paired_lines(r, sel)]
         judged.append((name, exp, sel, numbers, claims, paired))
     if not any(judged_anything(numbers + claims) for *_, numbers, claims, _ in judged):
@@ -758,8 +785,10 @@ def build(df: pd.DataFrame, out: Path, fig_dir: Path, runs_root: Path | None = N
     head = ["# Reproduction report: Target Policy Optimization (Kaddour 2026)", "",
             f"Generated by `python analysis/paper/report.py` from {source or 'the results table'} "
             f"({len(df)} rows). Do not edit by hand: regenerate it.", "",
-            "## How the verdicts are computed", "", V.RULES, margins_table(), "", "## Summary", "",
-            md_table(summary), "", *[t + "\n" for t in summary_text], RULE_CHANGES, ""]
+            "## How the verdicts are computed", "", V.rules(paper_seeds), margins_table(), "", "## Summary", "",
+            md_table(summary), "", *[t + "\n" for t in summary_text]]
+    if provenance is not None:
+        head += [rule_log(parts), ""]
     if findings:  # hand-written: why a verdict differs, with the evidence and commands
         head += [findings.strip(), ""]
     return "\n".join(head + sections)

@@ -22,7 +22,7 @@ from omegaconf import OmegaConf, open_dict
 from hydra_plugins.bench_optuna import _space as S
 from hydra_plugins.bench_optuna import _trials as T
 from hydra_plugins.bench_optuna._trials import Plan
-from hydra_plugins.bench_sweeper.bench_sweeper import BenchSweeper
+from hydra_plugins.bench_sweeper.bench_sweeper import BenchSweeper, save_sweep_config
 
 RERUN_SEED_OFFSET = 1000  # fresh seeds for the full-length rerun, clear of the tuning seeds
 # Overrides that the printed full-length rerun command must not carry over.
@@ -139,7 +139,9 @@ class OptunaSweeper(BenchSweeper):
         root = Path(cfg["output_root"])
         storage = self.opts["storage"] or f"sqlite:///{(root / '.optuna' / f'{name}.db').absolute()}"
         best_dir = Path(self.opts["best_dir"] or root / "tuned")
-        best = best_dir / "algo" / f"{self.opts['best_name'].format(algo=algo, task=task)}.yaml"
+        # One folder per study: two studies of one algorithm (two tasks, two study keys)
+        # each keep their own `<algo>_tuned`, and the rerun command loads each from its own.
+        best = best_dir / name / "algo" / f"{self.opts['best_name'].format(algo=algo, task=task)}.yaml"
         first = cfg.get("seed", 0)
         return Plan(name, overrides, task, algo, cfg["task"].get("episodes"),
                     list(range(first, first + self.opts["seeds"])), space, source, storage,
@@ -190,9 +192,7 @@ class OptunaSweeper(BenchSweeper):
         if OmegaConf.select(self.config, "dry_run"):
             print(f"[dry run] {len(plans)} studies validated; nothing launched")
             return []
-        sweep_dir = Path(self.config.hydra.sweep.dir)
-        sweep_dir.mkdir(parents=True, exist_ok=True)
-        OmegaConf.save(self.config, sweep_dir / "multirun.yaml")
+        save_sweep_config(self.config)
         results = [self._optimise(p) for p in plans]
         self._report(plans, results)
         if any(r is None for r in results):
@@ -243,7 +243,17 @@ class OptunaSweeper(BenchSweeper):
         interrupted and tell finished trials twice. Held, every RUNNING trial is a dead
         sweep's."""
         from tpo_bench.bench import rundir
+        from tpo_bench.contract import io
 
+        if not self.opts["storage"]:  # the default database under output_root/.optuna/
+            db = Path(plan.storage.removeprefix("sqlite:///"))
+            try:
+                for p in (db.parent, db, plan.lock_path):
+                    io.refuse_link(p)
+            except io.LinkRefused as e:
+                print(f"error: study {plan.name}: {e.strerror}; nothing was run",
+                      file=sys.stderr, flush=True)
+                sys.exit(1)
         fd, holder = rundir.hold(plan.lock_path)
         if holder is not None:
             print(f"error: study {plan.name} ({plan.storage}) is being run by another sweep, "

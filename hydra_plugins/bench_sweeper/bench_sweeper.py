@@ -17,6 +17,23 @@ from hydra.core.override_parser.overrides_parser import OverridesParser
 from omegaconf import OmegaConf, open_dict
 
 
+def save_sweep_config(config) -> None:
+    """multirun.yaml into hydra.sweep.dir as Hydra's basic sweeper writes it, but through
+    contract.io.write_under: a folder or file under output_root that another user made a
+    symbolic link is refused (LinkRefused, named), never followed, so a link planted at
+    the next sweep's path cannot aim the write at someone's file."""
+    from tpo_bench.contract import io
+
+    sweep_dir = Path(config.hydra.sweep.dir)
+    root = OmegaConf.select(config, "output_root")
+    try:
+        io.write_under(root if root is not None else sweep_dir.parent, sweep_dir / "multirun.yaml",
+                       OmegaConf.to_yaml(config))
+    except io.LinkRefused as e:
+        print(f"error: hydra.sweep.dir: {e.strerror}; nothing was launched", file=sys.stderr, flush=True)
+        sys.exit(2)
+
+
 class BenchSweeper(BasicSweeper):
     def setup(self, *, hydra_context, task_function, config) -> None:
         self._slurm = str(OmegaConf.select(config, "hydra.launcher._target_") or "").endswith(
@@ -60,12 +77,30 @@ class BenchSweeper(BasicSweeper):
         return [kept for batch in batches
                 if (kept := [job for job in batch if tuple(job) not in drop])]
 
+    def _launch_all(self, arguments: List[str]) -> Any:
+        """BasicSweeper.sweep, its multirun.yaml written by save_sweep_config."""
+        params_conf = self._parse_config()
+        params_conf.extend(arguments)
+        parser = OverridesParser.create(config_loader=self.hydra_context.config_loader)
+        self.overrides = self.split_arguments(parser.parse_overrides(params_conf), self.max_batch_size)
+        save_sweep_config(self.config)
+        returns, initial_job_idx = [], 0
+        while not self.is_done():
+            batch = self.get_job_batch()
+            self.validate_batch_is_legal(batch)
+            results = self.launcher.launch(batch, initial_job_idx=initial_job_idx)
+            for r in results:
+                _ = r.return_value  # raises where the job raised
+            initial_job_idx += len(batch)
+            returns.append(results)
+        return returns
+
     def sweep(self, arguments: List[str]) -> Any:
         from tpo_bench.bench.jobs import explicit_keys, job_specs
         from tpo_bench.contract.schema import seed_dir
         from tpo_bench.bench.build import ConfigError
         from tpo_bench.bench.interrupts import SweepStop
-        from tpo_bench.contract.schema import NOT_STARTED, SWEEP_STOP
+        from tpo_bench.contract.schema import MAX_SEED, NOT_STARTED, SWEEP_STOP
         from hydra_plugins.bench_sweeper._progress import SweepProgress, every_s
 
         parser = OverridesParser.create(config_loader=self.hydra_context.config_loader)
@@ -89,6 +124,9 @@ class BenchSweeper(BasicSweeper):
                 if seeds and not (seeds[0].isdigit()):
                     raise ConfigError(f"seed must be a non-negative integer, got {seeds[0]!r}")
                 first = int(seeds[0]) if seeds else int(OmegaConf.select(self.config, "seed") or 0)
+                if first > MAX_SEED:  # every job's seed, not only each config's first job's
+                    raise ConfigError(f"seed must be an integer from 0 to {MAX_SEED} (2**63 - 1: "
+                                      f"metrics.parquet stores it as a 64-bit integer), got {first}")
                 if key not in home:
                     cfg = self.hydra_context.config_loader.load_sweep_config(self.config, list(job))
                     with open_dict(cfg):
@@ -147,7 +185,7 @@ class BenchSweeper(BasicSweeper):
         # episode boundary (bench.interrupts), instead of the launcher killing them.
         stop = SweepStop(Path(self.config.hydra.sweep.dir) / SWEEP_STOP) if self._local else nullcontext()
         with progress, stop:
-            returns = super().sweep(arguments)
+            returns = self._launch_all(arguments)
         runs = [r for batch in returns for job in batch
                 for r in (job.return_value or {}).get("runs", [])]
         progress.finish(Counter(r["status"] for r in runs if r["status"] in ("held", "refused")),

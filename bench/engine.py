@@ -1,0 +1,359 @@
+"""The engine: the one epoch loop, `train_episodes`, for a single run (S = 1 seed;
+`train_episode`) and a seed-batched job (`batch_seeds=true`: the job's `seeds_per_job`
+seeds trained as one computation) alike, and the bookkeeping of its rows. The job loop
+that calls it, and each seed's duties (lock, checkpoint, resume, summary, metrics), are
+bench.runner's; this and bench.runner are the only modules that run tasks and
+algorithms together (bench.build joins them).
+
+Per seed, whatever S: random streams, policy module, optimizer state and metrics row
+(EpisodeRow). With S > 1, batched: the model arithmetic (the task's
+`rollout_seeds`/`logprobs_seeds` run the S policies stacked, each seed sampling from its
+own generators in a single run's order), the loss (`algo.loss` vmapped over the seed
+axis, `seed_losses`; shape-changing dynamic-sampling top-ups run per seed), one optimizer
+update for all seeds (bench.optim.step_seeds), and reading the metrics (once per episode).
+`compile=true` captures each epoch's forward and loss (`captured`). A task without
+`rollout_seeds` (the LLM task) is refused batching at build time. On the CPU at one
+thread each seed of a batch equals its single run bit for bit (tests/test_batched.py;
+MNIST where B x width is a multiple of 4 floats); more threads or a GPU differ in the
+last bits.
+
+    train_episodes  one episode of S seeds: rows, one per seed
+    train_episode   one seed's episode (train_episodes at S = 1; tools and tests)
+    EpisodeRow      a seed's row as its epochs go by; read_rows reads its tensors
+    backward        one seed's full-batch gradient (micro-batches, the task's KL penalty)
+    seed_losses     the loss of S seeds as one vmapped computation; captured: compiled
+"""
+from __future__ import annotations
+
+import dataclasses
+import math
+import time
+from dataclasses import dataclass, field
+from typing import Any
+
+import torch
+
+from tpo_bench.algorithms import OVER_EPOCHS
+from tpo_bench.bench import dynamic
+from tpo_bench.bench.optim import step_seeds
+from tpo_bench.contract import schema
+from tpo_bench.contract.batch import Batch, Request, Rollout, reference_kl
+from tpo_bench.contract.rng import Streams
+
+
+# ---------------------------------------------------------------- one episode
+
+def train_episodes(task, algo, request: Request, policies: list, opts: list, streams: list,
+                   compile: bool = False, clock: dict[str, float] | None = None) -> list[dict[str, float]]:
+    """One episode of S seeds (science §Update rules): sample, then algo.epochs full-batch
+    optimizer steps on the batch; one metrics row per seed (EpisodeRow), all S read from
+    the device at once (`read_rows`). Loss and gradient norm are the first epoch's (before
+    any update on this batch), the OVER_EPOCHS metrics the mean over epochs; `group_size`
+    is the K the batch really had.
+
+    S = 1 (a single run; `train_episode`) runs the task's and the algorithm's own
+    functions: task.rollout, micro-batched log-probs and loss with the task's KL penalty
+    (`backward`), the optimizer's step. S > 1 runs them stacked over a seed axis:
+    rollout_seeds, logprobs_seeds, the vmapped loss (`seed_losses`), one update
+    (step_seeds), the norms and means as slices of [S] tensors. `compile`: with S > 1,
+    each epoch's forward and loss run captured (`captured`), where the batch has its full,
+    fixed shape. `clock`, if given, accumulates seconds per phase (the speed benchmark)."""
+    stacked = len(policies) > 1
+    device = next(policies[0].parameters()).device
+    t0 = _phase_mark(clock, device)
+    ros = task.rollout_seeds(policies, request, streams) if stacked else \
+        [task.rollout(policies[0], request, streams[0])]
+    firsts = [ro.batch for ro in ros]  # what the error and the group diagnostics describe
+    extras: list[dict[str, float]] = [{} for _ in policies]
+    if algo.dynamic_sampling:  # shape-changing top-ups: per seed
+        for s, (policy, st) in enumerate(zip(policies, streams)):
+            ros[s], extras[s] = dynamic.top_up(
+                ros[s], lambda policy=policy, st=st: task.rollout(policy, request, st.extra()),
+                algo.dynamic_sampling)
+    t1 = _phase_mark(clock, device)
+    before = _norms(policies, _trained, flat=True) if stacked else [None]  # [S, P], or per seed
+    books = [EpisodeRow(before[s] if before[s] is not None else flat_params(p), dict(extra))
+             for s, (p, extra) in enumerate(zip(policies, extras))]
+    batches = [ro.batch for ro in ros]
+    forward = captured(task, algo, policies) if compile and stacked and not algo.dynamic_sampling else None
+    kl_ref = task.kl_ref if batches[0].logp_ref is not None else 0.0
+    over: dict[str, Any] = {}  # OVER_EPOCHS metrics summed over the epochs ([S] when stacked)
+    for epoch in range(algo.epochs):
+        for policy in policies:  # the optimizers' parameters: opt.zero_grad's, unprofiled
+            policy.zero_grad(set_to_none=True)
+        if stacked:
+            losses, metrics = forward(batches) if forward is not None else \
+                seed_losses(algo, batches, task.logprobs_seeds(policies, batches))
+            # d(sum)/d(loss_s) = 1 exactly, and no loss reaches another seed's parameters.
+            losses.sum().backward()
+        else:
+            loss, metrics = backward(task, algo, batches[0], policies[0], kl_ref)
+        for k in OVER_EPOCHS:
+            if k in metrics:
+                over[k] = over.get(k, 0.0) + as_kept(metrics[k])
+        if epoch == 0:  # the row's loss, metrics and gradient norm: at the behaviour policy
+            if stacked:
+                kept, norms = as_kept(losses).unbind(), _norms(policies, lambda p: p.grad)
+                norms = as_kept(norms) if isinstance(norms, torch.Tensor) else norms
+                per_seed = [{k: v[s] for k, v in metrics.items() if k not in OVER_EPOCHS}
+                            for s in range(len(policies))]
+            else:
+                kept, norms, per_seed = [loss], [None], [metrics]
+            for book, policy, loss_s, metrics_s, norm in zip(books, policies, kept, per_seed, norms):
+                book.first_epoch(task, policy, loss_s, metrics_s, norm)
+        step_seeds(opts)  # S > 1: one update for all seeds (bench.optim)
+    t2 = _phase_mark(clock, device)
+    means = {k: total / algo.epochs for k, total in over.items()}
+    shared: list[dict[str, Any]] = [{"over_epochs": {k: v[s] for k, v in means.items()}} for s in
+                                    range(len(policies))] if stacked else [{"over_epochs": means}]
+    if stacked and before[0] is not None:
+        change = as_kept((_norms(policies, _trained, flat=True) - before).norm(dim=1))
+        for s, row in enumerate(shared):
+            row["param_change"] = change[s]
+    if stacked and len({f.success.shape for f in firsts}) == 1 and len({f.scores.shape for f in firsts}) == 1:
+        for row, diagnostics in zip(shared, group_diagnostics_seeds(firsts)):
+            row["diagnostics"] = diagnostics
+    rows = read_rows([book.finish(ro, first, policy, row) for book, ro, first, policy, row
+                      in zip(books, _kept_rollouts(ros) if stacked else ros, firsts, policies, shared)])
+    if clock is not None:
+        t3 = time.perf_counter()
+        for phase, dt in (("generation", t1 - t0), ("training", t2 - t1), ("bookkeeping", t3 - t2)):
+            clock[phase] = clock.get(phase, 0.0) + dt
+    return rows
+
+
+def _phase_mark(clock: dict[str, float] | None, device: torch.device) -> float:
+    """The time a phase ends, for `clock`. A GPU runs behind the host, so with a clock
+    (benchmarks only: a run never waits here) the queued kernels finish first; otherwise
+    one phase's work would be counted in the next one's."""
+    if clock is not None and device.type == "cuda":
+        torch.cuda.synchronize(device)
+    return time.perf_counter()
+
+
+def _group_diagnostics(batch: Batch) -> dict[str, torch.Tensor | float]:
+    """science §Measurement: all-fail and zero-variance fractions (NaN for single samples), left on the
+    device (`read_rows` reads them)."""
+    success = as_kept(batch.success.any(-1).float().mean())
+    out = {"success_prompt_frac": success, "all_fail_frac": math.nan, "zero_var_frac": math.nan}
+    if batch.group_size > 1:
+        out["all_fail_frac"] = 1.0 - success
+        out["zero_var_frac"] = (batch.scores.std(-1, correction=0) < schema.ZERO_VAR_STD).float().mean()
+    return out
+
+
+def group_diagnostics_seeds(batches: list[Batch]) -> list[dict[str, torch.Tensor | float]]:
+    """`_group_diagnostics` of S batches of one shape, each a slice of one stacked
+    computation (a row's mean rounds as its own tensor's: rows reduce alike)."""
+    success = as_kept(torch.stack([b.success for b in batches]).any(-1).float().mean(-1))
+    out = {"success_prompt_frac": success.unbind(), "all_fail_frac": [math.nan] * len(batches),
+           "zero_var_frac": [math.nan] * len(batches)}
+    if batches[0].group_size > 1:
+        out["all_fail_frac"] = (1.0 - success).unbind()
+        spread = torch.stack([b.scores for b in batches]).std(-1, correction=0)
+        out["zero_var_frac"] = as_kept((spread < schema.ZERO_VAR_STD).float().mean(-1)).unbind()
+    return [{k: v[s] for k, v in out.items()} for s in range(len(batches))]
+
+
+def as_kept(value: torch.Tensor | float) -> torch.Tensor | float:
+    """A metric as a row keeps it until `read_rows`: a tensor detached, in float64 (the
+    arithmetic done on it then rounds as it did on the Python float it used to be read
+    into at once), a number as a float."""
+    return value.detach().double() if isinstance(value, torch.Tensor) else float(value)
+
+
+def read_rows(rows: list[dict[str, Any]]) -> list[dict[str, Any]]:
+    """An episode's rows (one per seed) with every tensor in them read as a Python float,
+    all in one transfer: on a GPU, one wait for the device per episode, not one per seed
+    and metric. The values are those float() gives, bit for bit."""
+    at = [(row, k) for row in rows for k, v in row.items() if isinstance(v, torch.Tensor)]
+    if at:
+        values = torch.stack([row[k].detach().reshape(()).double() for row, k in at]).tolist()
+        for (row, k), value in zip(at, values):
+            row[k] = value
+    return rows
+
+
+@dataclass
+class EpisodeRow:
+    """One seed's metrics row as its episode goes by (train_episodes, for
+    one seed or a seed batch alike): the loss, gradient norm and metrics of the first
+    epoch (the gradient at the behaviour policy), then what the epochs, the rollout and
+    the update were. Values stay tensors until `read_rows`."""
+
+    before: torch.Tensor
+    """the trained parameters before the episode's first step"""
+    row: dict[str, Any] = field(default_factory=dict)
+
+    def first_epoch(self, task, policy, loss: torch.Tensor | float, metrics: dict[str, torch.Tensor | float],
+                    grad_norm: torch.Tensor | None = None) -> None:
+        """The first epoch's loss and metrics (OVER_EPOCHS ones aside: the loop averages
+        them), its gradient in policy's .grad (before its step); `grad_norm` that
+        gradient's norm where the caller has it (a seed batch's, _norms)."""
+        grads = [p.grad.reshape(-1) for p in policy.parameters() if p.grad is not None] \
+            if grad_norm is None else []
+        self.row["grad_norm"] = grad_norm if grad_norm is not None else \
+            torch.cat(grads).norm() if grads else 0.0
+        self.row["loss"] = as_kept(loss)
+        self.row.update({k: as_kept(v) for k, v in metrics.items() if k not in OVER_EPOCHS})
+        self.row.update(task.grad_metrics(policy))  # e.g. misalignment to an oracle direction
+
+    def finish(self, ro: Rollout, first: Batch, policy, shared: dict[str, Any]) -> dict[str, Any]:
+        """The row, once the episode's steps are taken: `ro` what was trained on, `first`
+        the episode's own batch (what the group diagnostics describe). `shared`: what the
+        loop computed, "over_epochs" (the OVER_EPOCHS means), and where it computed them
+        for a seed batch at once, this seed's "param_change" and "diagnostics"."""
+        row = self.row
+        row.update(shared["over_epochs"])
+        row["param_change"] = shared["param_change"] if "param_change" in shared else \
+            (flat_params(policy) - self.before).norm()
+        row.update(error=as_kept(ro.error), reward_mean=as_kept(ro.reward_mean), rollouts=ro.rollouts,
+                   group_size=ro.batch.group_size, **ro.metrics)
+        if ro.tokens is not None:
+            row["tokens"] = ro.tokens
+        row.update(shared["diagnostics"] if "diagnostics" in shared else _group_diagnostics(first))
+        return row
+
+
+def micro_batches(batch: Batch, micro_groups: int) -> list[tuple[Batch, float]]:
+    """The batch cut into parts of `micro_groups` whole groups (0: one part), each with
+    its share of the groups: gradient accumulation never splits a group (TPO's loss is a
+    function of the whole group, science §Language models). A loss that is a mean over groups accumulates
+    exactly; a token-mean one is normalised within each part (as TRL's per-device loss)."""
+    N = batch.num_groups
+    if not micro_groups or micro_groups >= N:
+        return [(batch, 1.0)]
+    starts = range(0, N, micro_groups)
+    return [(batch.take(torch.arange(s, min(s + micro_groups, N), device=batch.scores.device)),
+             (min(s + micro_groups, N) - s) / N) for s in starts]
+
+
+def backward(task, algo, batch: Batch, policy, kl_ref: float) -> tuple[Any, dict[str, Any]]:
+    """One full-batch gradient (accumulated over micro-batches): the loss and the
+    algorithm's metrics, each the groups-weighted mean over the parts (kept: `as_kept`)."""
+    # task.micro_batch counts completions; the task has checked it holds whole groups.
+    parts = micro_batches(batch, task.micro_batch // batch.group_size)
+    loss_value, metrics = 0.0, {}
+    for part, share in parts:
+        logp = task.logprobs(policy, part)
+        part.check_logp(logp)
+        out = algo.loss(part, logp)
+        loss = out.loss
+        if kl_ref:  # the task's KL penalty to its reference, whatever the algorithm (science §Language models)
+            loss = loss + kl_ref * reference_kl(part, logp)
+        (loss if len(parts) == 1 else loss * share).backward()
+        loss_value = loss_value + as_kept(loss) * share
+        for k, v in out.metrics.items():
+            metrics[k] = metrics.get(k, 0.0) + as_kept(v) * share
+    return loss_value, metrics
+
+
+def train_episode(task, algo, request: Request, policy, opt, streams: Streams,
+                  clock: dict[str, float] | None = None) -> dict[str, float]:
+    """One seed's episode: `train_episodes` at S = 1."""
+    [row] = train_episodes(task, algo, request, [policy], [opt], [streams], clock=clock)
+    return row
+
+
+def flat_params(model: torch.nn.Module) -> torch.Tensor:
+    """The trained parameters as one detached vector (a LoRA run's frozen base left out:
+    it would be copied every episode)."""
+    return torch.cat([p.detach().reshape(-1) for p in model.parameters() if p.requires_grad])
+
+
+
+# ---------------------------------------------------------------- the seed axis
+
+def _trained(p: torch.Tensor) -> torch.Tensor | None:
+    return p.detach() if p.requires_grad else None  # as flat_params
+
+
+def _norms(policies: list, of, flat: bool = False):
+    """Per seed, the norm of `of(p)` over its parameters p (None left out): a slice of
+    one [S, P] norm, as each seed's own over its flat vector rounds (rows reduce alike;
+    tests/test_batched.py). `flat`: the [S, P] flat vectors instead. [None] * S where the
+    seeds' sets of tensors differ in size."""
+    flats = [[x.reshape(-1) for p in pol.parameters() if (x := of(p)) is not None] for pol in policies]
+    sizes = {sum(x.numel() for x in f) for f in flats}
+    if len(sizes) != 1 or not sizes.pop():
+        return [None] * len(policies)
+    rows = torch.cat([x for f in flats for x in f]).view(len(policies), -1)
+    return rows if flat else rows.norm(dim=1)
+
+
+def _kept_rollouts(ros: list) -> list:
+    """The rollouts with their error and mean reward kept (`as_kept`) in one conversion
+    for all seeds, where each is a 0-d tensor."""
+    keys = ("error", "reward_mean")
+    if not all(isinstance(getattr(ro, k), torch.Tensor) and getattr(ro, k).dim() == 0
+               for ro in ros for k in keys):
+        return ros
+    kept = {k: as_kept(torch.stack([getattr(ro, k) for ro in ros])).unbind() for k in keys}
+    return [dataclasses.replace(ro, **{k: v[s] for k, v in kept.items()}) for s, ro in enumerate(ros)]
+
+
+def seed_losses(algo, batches: list[Batch], logps: list[torch.Tensor]):
+    """Each seed's `algo.loss` as one computation over a leading seed axis: the losses
+    [S] and each metric [S] (kept: detached, float64). torch.func.vmap over the
+    algorithm's own loss, so each algorithm stays one function of one batch, readable
+    next to its equation, and needs no seed-axis variant; its batching rules run every
+    op once for all seeds. Seeds whose batches differ in shape (dynamic sampling keeps
+    what it finds) are evaluated one by one, as is an algorithm vmap cannot trace."""
+    first = batches[0]
+    fields = {k: v for k, v in _tensor_fields(first).items() if v is not None}
+    same = all({k: v.shape for k, v in _tensor_fields(b).items() if v is not None} ==
+               {k: v.shape for k, v in fields.items()} for b in batches) and \
+        len({lp.shape for lp in logps}) == 1
+    if same and type(algo) not in _NOT_VMAPPABLE:
+        stacked = {k: torch.stack([getattr(b, k) for b in batches]) for k in fields}
+        names: list[str] = []
+
+        def one(tensors, logp):
+            out = algo.loss(dataclasses.replace(first, **tensors, obs=None), logp)
+            names[:] = list(out.metrics)
+            return out.loss, [torch.as_tensor(v, dtype=logp.dtype, device=logp.device)
+                              for v in out.metrics.values()]
+        try:
+            loss, values = torch.func.vmap(one)(stacked, torch.stack(logps))
+        except RuntimeError as e:  # a data-dependent op in the loss: it stays per seed
+            if "vmap" not in str(e):
+                raise
+            _NOT_VMAPPABLE.add(type(algo))
+        else:
+            return loss, {k: as_kept(v) for k, v in zip(names, values)}
+    outs = [algo.loss(b, lp) for b, lp in zip(batches, logps)]
+    keys = list(outs[0].metrics)
+    return torch.stack([o.loss for o in outs]), {
+        k: torch.stack([torch.as_tensor(as_kept(o.metrics[k]), dtype=torch.float64) for o in outs])
+        for k in keys}
+
+
+_NOT_VMAPPABLE: set[type] = set()
+
+# torch.compile's backend for `captured` (a test may take "aot_eager": the same capture,
+# no code generation).
+COMPILE_BACKEND = "inductor"
+_CAPTURED: dict = {}
+
+
+def captured(task, algo, policies: list):
+    """The epoch's log-prob forward and loss (logprobs_seeds + seed_losses) as one
+    torch.compile'd function of the batches, mode "reduce-overhead" on CUDA (a CUDA graph
+    replayed each epoch); its backward is compiled with it (AOTAutograd). Shapes are
+    fixed per config (dynamic=False): a batch that dynamic sampling topped up runs eager
+    (train_episodes asks for this only without top-ups). Backward's accumulation and the
+    optimizer step stay eager. Cached per (task, algo, seed set)."""
+    key = (id(task), id(algo), tuple(id(p) for p in policies))
+    if key not in _CAPTURED:
+        cuda = next(policies[0].parameters()).device.type == "cuda"
+
+        def forward(batches):
+            return seed_losses(algo, batches, task.logprobs_seeds(policies, batches))
+        _CAPTURED.clear()  # one seed set at a time: a seed leaving the batch recaptures
+        _CAPTURED[key] = torch.compile(forward, backend=COMPILE_BACKEND, dynamic=False,
+                                       mode="reduce-overhead" if cuda and COMPILE_BACKEND == "inductor" else None)
+    return _CAPTURED[key]
+
+
+def _tensor_fields(batch: Batch) -> dict[str, torch.Tensor | None]:
+    return {f.name: getattr(batch, f.name) for f in dataclasses.fields(batch) if f.name != "obs"}

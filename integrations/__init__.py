@@ -1,0 +1,8 @@
+"""The harness's losses inside other trainers (Hugging Face TRL, verl).
+
+`integrations.adapter` turns the rows a trainer holds (per-token log-probs, old log-probs,
+completion mask, raw scores, group id, slot) into the harness's `Batch` [N, K, T] and
+hands it to a registered algorithm's own `loss`: no loss is written twice. The trainer
+modules (`integrations.trl_trainer`, `integrations.trl_record`, `integrations.verl_plugin`)
+import their trainer lazily; the adapter needs torch alone.
+"""

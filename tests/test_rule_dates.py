@@ -1,0 +1,62 @@
+"""The rule log: each rule's recorded commit and date, and the post-hoc flag on verdicts
+whose rule took effect after their runs had started."""
+import subprocess
+
+import pytest
+
+from tpo_bench.analysis.paper import pages, rule_dates
+from tpo_bench.analysis.paper import verdicts as V
+
+from conftest import REPO
+
+
+def _git_date(commit):
+    got = subprocess.run(["git", "log", "-1", "--format=%cI", commit], cwd=REPO,
+                         capture_output=True, text=True)
+    return got.stdout.strip() if got.returncode == 0 else None
+
+
+@pytest.mark.parametrize("rule", rule_dates.RULES, ids=lambda r: r.commit)
+def test_each_rule_took_effect_at_its_commits_date(rule):
+    date = _git_date(rule.commit)
+    if date is None:
+        pytest.skip("no git history here")
+    assert rule.date == date
+
+
+def test_a_rule_after_a_rows_first_run_marks_it_post_hoc():
+    rule = rule_dates.Rule("abc1234", "2026-12-01T08:00:00+00:00", "a rule", "numbers", 0)
+    row = {"algorithm": "tpo", "metric": "final_error_pct"}
+    before, after = rule_dates._time(rule.date) - 60, rule_dates._time(rule.date) + 60
+    assert rule_dates.post_hoc(row, "mnist", [before, after], (rule,)) == [rule]
+    assert rule_dates.post_hoc(row, "mnist", [after], (rule,)) == []
+    assert rule_dates.post_hoc(row, "mnist", [None], (rule,)) == [rule]  # start not recorded
+    assert rule_dates.post_hoc(row, "mnist", [], (rule,)) == []  # no runs, no verdict
+    claim = {"claim": "tpo < dg", "metric": "final_error_pct"}
+    assert rule_dates.post_hoc(claim, "mnist", [before], (rule,)) == []  # numbers only
+    assert rule_dates.flag([rule]) == "post hoc: abc1234"
+
+
+def test_scopes_pick_their_rows():
+    steps = {"algorithm": "dg", "metric": "steps_to_1pct"}
+    final = {"algorithm": "tpo", "metric": "final_error_pct", "_known_seeds": True}
+    rule = lambda scope: rule_dates.Rule("x", "2026-01-01T00:00:00+00:00", "", scope, 0)  # noqa: E731
+    assert rule_dates.governs(rule("steps"), steps, "vocab_sweep")
+    assert not rule_dates.governs(rule("steps"), final, "vocab_sweep")
+    assert rule_dates.governs(rule("known seeds"), final, "terminal_h_sweep")
+    assert not rule_dates.governs(rule("known seeds"), steps, "terminal_h_sweep")
+    assert rule_dates.governs(rule("algo:dg"), steps, "x") and not rule_dates.governs(rule("algo:dg"), final, "x")
+    assert rule_dates.governs(rule("section:a,b"), final, "b") and not rule_dates.governs(rule("section:a"), final, "b")
+
+
+def test_the_committed_report_flags_its_post_hoc_verdicts():
+    report = (REPO / "reproduction" / "REPRODUCTION.md").read_text()
+    assert "### Rule log" in report
+    for r in rule_dates.RULES:
+        assert f"| {r.commit} |" in report, r.commit
+    rows = pages.section_tables(report, "terminal_h_sweep")[0]
+    ran = [r for r in rows if not r["verdict"].startswith((V.NOT_RUN, V.NEEDS_GPU))]
+    assert ran and all(r["rules set after its runs"].startswith("post hoc: ") for r in ran)
+    # the equivalence labels and replicate margins came after every headline run
+    newest = max(rule_dates.RULES, key=lambda r: rule_dates._time(r.date))
+    assert all(newest.commit in r["rules set after its runs"] for r in ran)

@@ -1,0 +1,162 @@
+"""The study queue (tools/study.py): its order, its state, the GPU study's jobs, the
+page's queue block and the per-run commits."""
+import json
+import subprocess
+import sys
+import tarfile
+from pathlib import Path
+
+import pytest
+
+from tpo_bench.tools import study
+
+REPO = Path(__file__).resolve().parent.parent
+
+TINY_QUEUE = """
+stages:
+  - name: a_mechanism
+    why: first on a GPU
+    sweeps:
+      - {root: runs/m, seeds: [0, 3], cost_s: 10, args: "task=demo task.episodes=3 task.batch_size=4 task.sequence_length=3 algo=tpo,grpo"}
+  - name: b
+    why: then the rest
+    sweeps:
+      - {root: runs/t, seeds: [0, 2], cost_s: 100, args: "task=demo task.episodes=3 task.batch_size=4 task.sequence_length=3 algo=dg"}
+"""
+
+
+def _queue(tmp_path, text=TINY_QUEUE) -> Path:
+    q = tmp_path / "q.yaml"
+    q.write_text(text)
+    return q
+
+
+def test_jobs_are_seed_major_in_stage_order(tmp_path):
+    js = study.jobs(study.load(_queue(tmp_path)))
+    assert [j.overrides[0] for j in js[:4]] == ["seed=0", "seed=0", "seed=1", "seed=1"]
+    assert [j.overrides[-1] for j in js[:2]] == ["algo=tpo", "algo=grpo"]
+    assert [j.stage for j in js] == ["a_mechanism"] * 6 + ["b"] * 2
+
+
+def test_an_unknown_stage_names_the_valid_ones(tmp_path):
+    with pytest.raises(ValueError, match="a_mechanism, b"):
+        study.jobs(study.load(_queue(tmp_path)), only="c")
+
+
+def _rows(stage_seeds):
+    """Fake survey rows: (job, run dir, state)."""
+    out = []
+    for stage, over, seeds, done in stage_seeds:
+        for s in seeds:
+            j = study.Job(stage, "r", (f"seed={s}", *over), 1800.0)
+            out.append((j, Path(f"/x/{'-'.join(over)}/seed={s}"), "completed" if s in done else "todo"))
+    return out
+
+
+def test_gpu_packs_group_consecutive_unfinished_seeds_mechanism_first():
+    rows = _rows([("b", ("algo=tpo",), range(0, 6), {2}),
+                  ("a_mechanism", ("algo=grpo", "algo.k=32"), range(0, 2), set())])
+    ps = study.packs(rows)
+    assert ps[0].stage == "a_mechanism" and ps[0].seeds == (0, 1)
+    assert [p.seeds for p in ps[1:]] == [(0, 1), (3, 4, 5)]
+    assert all(len(p.run_dirs) == len(p.seeds) for p in ps)
+
+
+def test_status_counts_completed_and_cost_left(tmp_path):
+    stages = study.load(_queue(tmp_path))
+    rows = _rows([("a_mechanism", ("algo=tpo",), range(0, 3), {0, 1}), ("b", ("algo=dg",), range(0, 2), set())])
+    table = study.status_table(rows, stages, markdown=True)
+    line = next(l for l in table.splitlines() if l.startswith("| a_mechanism"))
+    assert [c.strip() for c in line.split("|")[2:6]] == ["3", "2", "0", "1"]
+    total = next(l for l in table.splitlines() if l.startswith("| all"))
+    assert total.split("|")[6].strip() == "1.5"  # 3 unfinished runs of half an hour each
+
+
+def test_queue_block_check_and_write(tmp_path):
+    page = tmp_path / "p.md"
+    page.write_text("x\n<!-- generated:queue -->\nold\n<!-- /generated:queue -->\ny\n")
+    assert study.write_block(page, "new\n", check=True) == 1
+    assert study.write_block(page, "new\n", check=False) == 0
+    assert page.read_text() == "x\n<!-- generated:queue -->\nnew\n<!-- /generated:queue -->\ny\n"
+    assert study.write_block(page, "new\n", check=True) == 0
+    (tmp_path / "q.md").write_text("no block\n")
+    assert study.write_block(tmp_path / "q.md", "new\n", check=False) == 2
+
+
+@pytest.mark.slow
+def test_the_reproducing_pages_queue_block_is_the_queues_state():
+    """Every sweep of the committed queue composes, and the page shows its state."""
+    proc = subprocess.run([sys.executable, "-m", "tools.study", "status", "--page",
+                           "docs/reproducing.md", "--check"], cwd=REPO, capture_output=True, text=True)
+    assert proc.returncode == 0, proc.stderr
+
+
+@pytest.mark.slow
+def test_gpu_study_runs_every_unfinished_seed_batched_and_packs_them(tmp_path):
+    repo = tmp_path / "repo"
+    repo.mkdir()
+    q = _queue(tmp_path)
+    out = tmp_path / "out" / "study.tar"
+    proc = subprocess.run([sys.executable, "-m", "tools.study", "gpu", "--queue", str(q), "--repo", str(repo),
+                           "--device", "cpu", "--parallel", "2", "--pack", str(out)],
+                          cwd=REPO, capture_output=True, text=True, timeout=600)
+    assert proc.returncode == 0, proc.stdout + proc.stderr
+    summaries = sorted(repo.rglob("summary.json"))
+    assert len(summaries) == 8
+    for p in summaries:
+        s = json.loads(p.read_text())
+        assert s["status"] == "completed"
+        assert s["attempts_log"][-1]["batch_seeds"] is True
+    with tarfile.open(out) as tar:
+        names = tar.getnames()
+    assert len([n for n in names if n.endswith("metrics.parquet")]) == 8
+    assert not any(n.endswith("checkpoint.pt") for n in names)  # completed runs keep none
+    from tpo_bench.analysis import collect
+    table, _ = collect.collect(repo / "runs")
+    assert table.groupby("algo.name")["seed"].nunique().to_dict() == {"dg": 2, "grpo": 3, "tpo": 3}
+    # a second call finds nothing left
+    again = subprocess.run([sys.executable, "-m", "tools.study", "gpu", "--queue", str(q), "--repo", str(repo),
+                            "--device", "cpu"], cwd=REPO, capture_output=True, text=True, timeout=600)
+    assert "0 seed-batched jobs (0 runs)" in again.stdout
+
+
+@pytest.mark.slow
+def test_gpu_study_stops_at_its_budget_and_the_runs_resume(tmp_path):
+    repo = tmp_path / "repo"
+    repo.mkdir()
+    q = _queue(tmp_path, TINY_QUEUE.replace("task.episodes=3", "task.episodes=20000").replace(
+        "seeds: [0, 2], cost_s: 100", "seeds: [0, 0], cost_s: 100").replace("[0, 3]", "[0, 2]"))
+    out = tmp_path / "study.tar"
+    proc = subprocess.run([sys.executable, "-m", "tools.study", "gpu", "--queue", str(q), "--repo", str(repo),
+                           "--device", "cpu", "--parallel", "1", "--budget-s", "90", "--pack", str(out)],
+                          cwd=REPO, capture_output=True, text=True, timeout=600)
+    assert proc.returncode == 0, proc.stdout + proc.stderr
+    assert "1 jobs not started" in proc.stdout  # grpo's job never began
+    states = [json.loads(p.read_text())["status"] for p in sorted(repo.rglob("summary.json"))]
+    assert len(states) == 2 and "completed" not in states
+    with tarfile.open(out) as tar:  # the stopped runs travel with their checkpoints
+        assert len([n for n in tar.getnames() if n.endswith("checkpoint.pt")]) == 2
+
+
+@pytest.mark.slow
+def test_commit_run_commits_only_that_runs_files(tmp_path):
+    repo = tmp_path / "g"
+    run = repo / "runs" / "demo" / "tpo" / "abc" / "seed=0"
+    run.mkdir(parents=True)
+    git = lambda *a: subprocess.run(["git", "-C", str(repo), *a], check=True, capture_output=True, text=True)
+    git("init", "-q")
+    git("config", "user.email", "t@t")
+    git("config", "user.name", "t")
+    (repo / "other.txt").write_text("staged elsewhere")
+    git("add", "other.txt")
+    (run / "summary.json").write_text(json.dumps({"task": "demo", "algo": "tpo", "config_hash": "abc",
+                                                  "seed": 0, "final": {"error": 0.25}, "git_commit": "c0de"}))
+    for f in ("config.json", "metrics.parquet", "checkpoint.pt"):
+        (run / f).write_text("x")
+    assert study.commit_run(repo, run)
+    files = git("show", "--name-only", "--format=%s", "HEAD").stdout.split("\n")
+    assert "0.2500" in files[0] and "seed 0" in files[0] and "(final error" in files[0]
+    assert files[0].endswith("; 0 KiB)")  # three one-byte files
+    assert sorted(f for f in files[1:] if f) == [f"runs/demo/tpo/abc/seed=0/{f}" for f in
+                                                 ("config.json", "metrics.parquet", "summary.json")]
+    assert "other.txt" in git("diff", "--cached", "--name-only").stdout  # still staged, not committed
