@@ -7,7 +7,12 @@
 
 Without --figure: one figure per task, a line per method (its configuration with the most
 seeds; lines of one method that differ in a setting are named by it), in percent, with a
-one-line title of the task's parameters; PNG at 300 dpi beside a PDF. With it: the paper's
+title of the task's parameters; PNG at 300 dpi beside a PDF. --where KEY=VALUE keeps the
+rows whose column KEY names (H, V, K, B, D, reward, target, epochs, eta, match, or a full
+column name) has that value; H names the terminal-reward horizon, so H without reward
+keeps the terminal-reward tasks and says which tasks of that length it left out. Plotting
+the committed table (reproduction/results.parquet) without --add-runs also reads the
+committed runs beside it (reproduction/runs/terminal, runs/llm). With it: the paper's
 figures in the paper's form (analysis/paper/paper_figures.py) with their companions, our
 other figures (analysis/paper/figures.py), or `leaderboard`; `all` draws every one;
 --page also writes the comparison page (analysis/paper/page.py).
@@ -21,7 +26,7 @@ from pathlib import Path
 
 import numpy as np
 import pandas as pd
-from matplotlib.ticker import FuncFormatter
+from matplotlib.ticker import Formatter, FuncFormatter
 
 from tpo_bench.analysis import leaderboard
 from tpo_bench.analysis import collect
@@ -30,15 +35,34 @@ from tpo_bench.analysis.labels import SHORT, compact_labels, label_text, legend_
 from tpo_bench.analysis.paper import figures
 from tpo_bench.analysis.configs import pick_config
 from tpo_bench.analysis.paper import paper_figures
-from tpo_bench.analysis.style import (COLUMN_IN, DPI, LINESTYLES, png_dpi, LOG_FLOOR, TITLE_PT, legend_below, method_label,
+from tpo_bench.analysis.paper.experiments import ALIASES
+from tpo_bench.analysis.style import (COLUMN_IN, DPI, LINESTYLES, fit_figure_texts, png_dpi, LOG_FLOOR, TITLE_PT, legend_below, method_label,
                             method_styles, plt, threshold_line)
 from tpo_bench.contract import io
 # The statistics live in stats.py (shared with the paper report); re-exported here for callers.
 from tpo_bench.analysis.stats import THRESHOLD, mean_se, seed_curves, seed_hits, steps_to_threshold  # noqa: F401
 
 
-# percent ticks on linear and log axes alike ("0.1 %", "50 %")
-PERCENT = FuncFormatter(lambda y, _: f"{100 * y:.3g} %")
+# ticks in percent on linear and log axes alike ("0.1", "50"); the axis label says "(%)"
+PERCENT = FuncFormatter(lambda y, _: f"{100 * y:.3g}")
+
+class PercentWhereLabelled(Formatter):
+    """A log axis' minor ticks in percent, on the ticks its own formatter labels (a
+    narrow range labels some: "70", "80"); the rest stay bare."""
+
+    def __init__(self, inner):
+        self.inner = inner
+
+    def set_axis(self, axis):
+        super().set_axis(axis)
+        self.inner.set_axis(axis)
+
+    def set_locs(self, locs):
+        self.inner.set_locs(locs)
+
+    def __call__(self, y, pos=None):
+        return PERCENT(y, pos) if self.inner(y, pos) else ""
+
 
 # Figures of other modules than the paper's: name -> module with TITLE, draw(df, out_dir), NoData.
 OTHER_FIGURES = {leaderboard.NAME: leaderboard}
@@ -125,6 +149,19 @@ def summarise(df: pd.DataFrame, thr: float = THRESHOLD) -> pd.DataFrame:
     out = pd.DataFrame(rows)
     out["steps_to_1pct"] = out["steps_to_1pct"].astype("Int64")
     return out
+
+
+def relabel(summary: pd.DataFrame, labels: dict | None) -> pd.DataFrame:
+    """The table's line names in --labels' words, as the figure's legend has them: a
+    full line label mapped as given, else its method's name replaced."""
+    if not labels:
+        return summary
+    def one(r):
+        if r.label in labels:
+            return labels[r.label]
+        algo = r["algo.name"]
+        return labels[algo] + r.label[len(algo):] if algo in labels and r.label.startswith(algo) else r.label
+    return summary.assign(label=[one(r) for _, r in summary.iterrows()])
 
 
 def format_summary(summary: pd.DataFrame) -> str:
@@ -215,6 +252,7 @@ def render_task(task: str, t: pd.DataFrame, scale: str = "log", thr: float = THR
             first.setdefault(key, (line, *parts[key], wide.shape[1]))
         ax.set_yscale(scale)
         ax.yaxis.set_major_formatter(PERCENT)
+        ax.yaxis.set_minor_formatter(PercentWhereLabelled(ax.yaxis.get_minor_formatter()))
         threshold_line(ax, thr)
         ax.set_xlabel("episode")
         ax.set_ylabel(f"{ylabel} (%)")
@@ -231,9 +269,9 @@ def render_task(task: str, t: pd.DataFrame, scale: str = "log", thr: float = THR
     # the task's name, unless the title names its family ("MNIST bandit") already
     named = [] if items and items[0][0] == "task.impl" else [task]
     title = ", ".join([*named, *(text for _, text in items), *([se_text(ns)] if ns else [])])
-    # one line: a smaller size where a long title would not fit (about 0.55 em a character)
-    width_pt = 72 * fig.get_size_inches()[0]
-    fig.suptitle(title, fontsize=max(5.5, min(TITLE_PT + 1, width_pt / (0.55 * max(1, len(title))))))
+    # at the title's size, broken between words where it is wider than the figure
+    fig.suptitle(title, fontsize=TITLE_PT + 1)
+    fit_figure_texts(fig)
     if handles:
         legend_below(fig, handles, [h.get_label() for h in handles],
                      ax=axes[0][0] if len(panels) == 1 else None)
@@ -285,9 +323,31 @@ def _cast(value: str, column: pd.Series):
     return value
 
 
-def filter_rows(df: pd.DataFrame, methods=None, where=()) -> pd.DataFrame:
-    """--methods and --where: rows of these methods and settings. ValueError naming the
-    key and the valid choices for a method or key the table does not have."""
+# --where's short keys: the paper's (H, V, K, reward, target, epochs, ...) and the legends'
+WHERE_KEYS = {v: k for k, v in SHORT.items()} | {k: v for k, v in ALIASES.items() if k != "algo"}
+
+
+def where_notes(df: pd.DataFrame, where=()) -> tuple[pd.DataFrame, list[str]]:
+    """H names the terminal-reward task's length, the paper's horizon: a --where on H
+    that does not name the reward keeps the terminal-reward rows where the table has
+    any, and says which other tasks of that length it left out."""
+    keys = {WHERE_KEYS.get(c.partition("=")[0].strip(), c.partition("=")[0].strip()) for c in where}
+    if "task.sequence_length" not in keys or "task.reward" in keys or "task.reward" not in df.columns:
+        return df, []
+    terminal = df["task.reward"] == "terminal"
+    if not terminal.any() or terminal.all():
+        return df, []
+    other = sorted(df.loc[~terminal, "task.name"].dropna().unique())
+    return df[terminal], [f"--where on H keeps the terminal-reward tasks; also of this length, left out: "
+                          f"{', '.join(other)} (name the reward, e.g. --where reward=bag_of_tokens, to draw them)"]
+
+
+def filter_rows(df: pd.DataFrame, methods=None, where=(), notes: list | None = None) -> pd.DataFrame:
+    """--methods and --where: rows of these methods and settings. A key filters exactly
+    the column it names (a short key: H, V, K, B, D, reward, target, epochs, eta, match,
+    ...); H without reward keeps the terminal-reward tasks (where_notes; notes, given a
+    list, gets what was left out). ValueError naming the key and the valid choices for a
+    method or key the table does not have."""
     if methods:
         wanted = [m.strip() for m in ",".join(methods).split(",") if m.strip()]
         have = sorted(df["algo.name"].dropna().unique())
@@ -295,7 +355,7 @@ def filter_rows(df: pd.DataFrame, methods=None, where=()) -> pd.DataFrame:
         if unknown:
             raise ValueError(f"--methods: {', '.join(unknown)} not in the table; valid: {', '.join(have)}")
         df = df[df["algo.name"].isin(wanted)]
-    short = {v: k for k, v in SHORT.items()}  # "H" -> task.sequence_length, as legends print it
+    short = WHERE_KEYS  # "H" -> task.sequence_length, as legends print it
     for cond in where or ():
         key, sep, value = cond.partition("=")
         col = short.get(key.strip(), key.strip())
@@ -305,6 +365,9 @@ def filter_rows(df: pd.DataFrame, methods=None, where=()) -> pd.DataFrame:
             raise ValueError(f"--where {cond!r}: unknown key {key.strip()!r}; valid: {', '.join(valid)}")
         values = [_cast(v.strip(), df[col]) for v in value.split(",")]
         df = df[df[col].isin(values)]
+    df, said = where_notes(df, where or ())
+    if notes is not None:
+        notes += said
     return df
 
 
@@ -316,7 +379,8 @@ def main(argv=None) -> int:
     parser.add_argument("--yscale", choices=["auto", "log", "linear"], default="auto")
     parser.add_argument("--methods", nargs="+", metavar="A,B", help="only these methods (algo names)")
     parser.add_argument("--where", action="append", default=[], metavar="KEY=VALUE[,VALUE]",
-                        help="only rows with this setting (a column or a short key: H, K, V, ...); repeatable")
+                        help="only rows with this setting (a column or a short key: H, K, V, reward, target, ...; "
+                             "H without reward: the terminal-reward tasks); repeatable")
     parser.add_argument("--labels", default=None, metavar="MAP",
                         help="legend text per method: 'tpo=TPO (ours),grpo=GRPO' or a YAML file")
     parser.add_argument("--all-configs", action="store_true",
@@ -325,6 +389,9 @@ def main(argv=None) -> int:
                         help="draw these paper figures (see --list; 'all' for every one)")
     parser.add_argument("--add-runs", action="append", default=[], metavar="ROOT",
                         help="also the completed runs under this output root (repeatable)")
+    parser.add_argument("--no-committed-runs", action="store_true",
+                        help="plotting the committed table: leave out the committed runs beside it "
+                             "(read by default when no --add-runs is given)")
     parser.add_argument("--page", default=None, metavar="FILE",
                         help="with --figure all: write the comparison page (e.g. docs/figures.md)")
     parser.add_argument("--list", action="store_true", help="name the paper figures and exit")
@@ -366,6 +433,11 @@ def main(argv=None) -> int:
     df = read_results(args.results, "nothing to draw", split_code=args.split_code)
     if isinstance(df, int):  # missing, empty or not the collected table: nothing drawn
         return df
+    found = [] if args.add_runs or args.no_committed_runs else committed_runs(args.results)
+    if found:
+        print(f"note: {args.results} is the committed table: also its runs under "
+              f"{', '.join(map(str, found))} (--no-committed-runs leaves them out)", file=sys.stderr)
+        args.add_runs = [str(r) for r in found]
     for root in map(Path, args.add_runs):
         added, _ = collect.collect(root)
         if not added.empty:
@@ -374,11 +446,14 @@ def main(argv=None) -> int:
         df = collect.check_code(df, args.split_code)
         if df is None:
             return 1
+    notes = []
     try:
-        df = filter_rows(df, args.methods, args.where)
+        df = filter_rows(df, args.methods, args.where, notes)
     except ValueError as e:
         print(f"error: {e}", file=sys.stderr)
         return 2
+    for note in notes:
+        print(f"note: {note}", file=sys.stderr)
     if df.empty:
         print("error: no rows match --methods/--where; nothing drawn", file=sys.stderr)
         return 2
@@ -396,10 +471,27 @@ def main(argv=None) -> int:
         rc = draw_figures(df, args.figure, args.out, paper=not args.page)
         return rc or int(bool(refused))
     lines = df if args.all_configs else one_config_per_line(df)
-    print(format_summary(summarise(lines)))
+    print(format_summary(relabel(summarise(lines), labels)))
     for path in plot_results(lines, args.out, args.yscale, labels, all_configs=True):
         print(f"wrote {path}")
     return 1 if refused else 0
+
+
+# The committed runs the committed table leaves out (completed after it was collected),
+# relative to the table's folder: what the documented commands pass as --add-runs.
+COMMITTED_RUNS = ("runs/terminal", "runs/llm")
+COMMITTED_TABLE = Path(__file__).resolve().parents[1] / "reproduction" / "results.parquet"
+
+
+def committed_runs(results) -> list[Path]:
+    """The committed run folders beside the committed table, when `results` is that
+    table (reproduction/results.parquet of this checkout); [] for any other table."""
+    path = Path(results)
+    try:
+        same = path.resolve() == COMMITTED_TABLE.resolve()
+    except OSError:
+        return []
+    return [path.parent / r for r in COMMITTED_RUNS if (path.parent / r).is_dir()] if same else []
 
 
 def our_figures() -> list[str]:

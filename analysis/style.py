@@ -161,3 +161,48 @@ def legend_below(fig, handles, labels, ax=None, grow: bool = True):
         w, h = fig.get_size_inches()
         fig.set_size_inches(w, h + leg.get_window_extent(renderer).height / fig.dpi)
     return leg
+
+
+def fit_text(text, width_px: float, renderer=None) -> None:
+    """Break a text artist between comma-separated items or words until it is at most
+    width_px wide as drawn (its own line breaks stay); a single word wider than that is
+    left as it is."""
+    fig = text.get_figure()
+    renderer = renderer or fig.canvas.get_renderer()
+    source = text.get_text()
+    chars = max((len(line) for line in source.split("\n")), default=0)
+    for _ in range(20):
+        drawn = text.get_window_extent(renderer).width
+        if drawn <= width_px or chars <= 1:
+            return
+        chars = max(1, min(chars - 1, int(chars * width_px / drawn)))
+        text.set_text("\n".join(_fill(part, chars) for part in source.split("\n")))
+
+
+def _fill(line: str, chars: int) -> str:
+    """A line broken into lines of at most chars characters: between comma-separated
+    items where it lists them ("H 10, V 2, ..."), else between words."""
+    import textwrap
+    if ", " not in line:
+        return textwrap.fill(line, chars, break_long_words=False)
+    out = []
+    for item in line.split(", "):
+        if out and len(out[-1]) + 2 + len(item) + 1 <= chars:  # room for the comma a break adds
+            out[-1] += ", " + item
+        else:
+            out[-1:] = [out[-1] + ",", item] if out else [item]
+    return "\n".join(textwrap.fill(o, chars, break_long_words=False) for o in out)
+
+
+def fit_figure_texts(fig, margin_px: float = 4) -> None:
+    """Every title and caption of the figure inside it: the figure's supertitle and
+    x label within its width, each panel's title within its panel."""
+    fig.draw_without_rendering()
+    renderer = fig.canvas.get_renderer()
+    for t in (fig._suptitle, fig._supxlabel):
+        if t is not None and t.get_text():
+            fit_text(t, 0.98 * fig.bbox.width - margin_px, renderer)
+    for ax in fig.axes:
+        if ax.title.get_text():
+            fit_text(ax.title, max(ax.bbox.width, 1.0), renderer)
+    fig.draw_without_rendering()

@@ -1,5 +1,6 @@
 """The paper's figures in the paper's form (analysis/paper/paper_figures.py) and the user
 figures of analysis/plot.py, read from the matplotlib objects, not pixels."""
+import re
 from pathlib import Path
 
 import numpy as np
@@ -153,8 +154,11 @@ def test_user_figure_names_methods_once_each_in_distinct_colours(tmp_path, monke
     assert sorted(labels) == ["GRPO (K=8)", "PG (K=1)", "PPO (K=1)", "TPO (K=8)", "mystery (K=1)", "other (K=1)"]
     colors = [l.get_color() for l in curves(ax)]
     assert len(set(colors)) == len(colors)
-    assert "\n" not in fig.get_suptitle() and "H 6" in fig.get_suptitle()
-    assert ax.yaxis.get_major_formatter()(0.05, 0) == "5 %"  # percent on the figure too
+    assert "H 6" in fig.get_suptitle()
+    check_text_inside(fig)
+    assert fig._suptitle.get_fontsize() == plot.TITLE_PT + 1  # broken into lines, not shrunk
+    # percent on the figure too: the axis label says so once, the ticks are numbers
+    assert ax.yaxis.get_major_formatter()(0.05, 0) == "5" and ax.get_ylabel().endswith("(%)")
     with Image.open(tmp_path / "p" / "probe.png") as im:
         assert im.width >= 1500 and round(im.info["dpi"][0]) >= 299
     out = capsys.readouterr().out
@@ -191,3 +195,240 @@ def test_comparison_page_shows_every_figure_and_its_images_resolve():
         assert f"## Figure {spec.number}: `{spec.name}`" in text
     links = re.findall(r"!\[[^\]]*\]\(([^)]+)\)", text)
     assert links and all((page.parent / link).is_file() for link in links), links
+
+
+# ---- every line the paper draws: drawn, or named in its panel ----
+
+def check_text_inside(fig, slack=1.0):
+    """Every text of the figure (titles, captions, labels, notes) lies inside it, and a
+    panel's title is no wider than its panel."""
+    fig.canvas.draw()
+    r = fig.canvas.get_renderer()
+    box = fig.bbox
+    ticks = {id(t) for ax in fig.axes for axis in (ax.xaxis, ax.yaxis)
+             for tick in [*axis.get_major_ticks(), *axis.get_minor_ticks()] for t in tick.findobj(P.plt.Text)}
+    texts = [t for t in fig.findobj(P.plt.Text)
+             if t.get_visible() and t.get_text().strip() and id(t) not in ticks]
+    inside = lambda e: (box.x0 - slack <= e.x0 and e.x1 <= box.x1 + slack  # noqa: E731
+                        and box.y0 - slack <= e.y0 and e.y1 <= box.y1 + slack)
+    for t in texts:
+        assert inside(t.get_window_extent(r)), (t.get_text(), t.get_window_extent(r), box)
+    for ax in fig.axes:  # with the tick labels it draws
+        assert inside(ax.get_tightbbox(r)), ax.get_title()
+        if ax.title.get_text():
+            assert ax.title.get_window_extent(r).width <= ax.bbox.width + slack, ax.title.get_text()
+
+
+def panel_notes(ax) -> str:
+    """What a panel says about lines it lacks: its note, or an empty panel's text."""
+    notes = [a for a in ax.get_children() if getattr(a, "get_gid", lambda: None)() == "absent"]
+    return " ".join([*(t.get_text() for n in notes for t in n.get_texts()), *(t.get_text() for t in ax.texts)])
+
+
+def drop(table, **where):
+    from tpo_bench.analysis.paper import experiments
+    return table[~experiments.matches(table, where)]
+
+
+def test_a_line_the_paper_draws_and_a_panel_lacks_is_named_in_that_panel(table):
+    cut = drop(table, algo="ppo", H=10, task="seq", reward="terminal")
+    fig, drawn = P.render("terminal_h_sweep", cut)
+    h10 = fig.axes[3]
+    assert h10.get_title() == "$H = 10$" and "PPO" not in [l.get_label() for l in curves(h10)]
+    assert "PPO: not run" in panel_notes(h10)
+    assert all("not run" not in panel_notes(ax) for ax in fig.axes[:3])  # PPO drawn there
+    P.plt.close(fig)
+    # two lines absent: one note naming both
+    cut = drop(cut, algo="dg", H=10, match="interactions", task="seq", reward="terminal")
+    fig, _ = P.render("terminal_h_sweep", cut)
+    assert "DG, PPO: not run" in panel_notes(fig.axes[7])
+    P.plt.close(fig)
+
+
+def test_a_bar_the_paper_draws_and_we_lack_is_named_with_its_category(table):
+    cut = drop(table, algo="dg", epochs=4, reward="bag_of_tokens", target="copy")
+    fig, _ = P.render("dg_epochs", cut)
+    a, b, c = fig.axes
+    assert "DG (4 ep): not run at Copy" in panel_notes(b)
+    assert "Flip" not in panel_notes(b) and "not run" not in panel_notes(c)
+    P.plt.close(fig)
+
+
+def test_an_empty_panel_names_the_lines_it_lacks(table):
+    fig, drawn = P.render("gradient_norms", table.iloc[:0].assign())
+    assert "TPO, GRPO, PPO, DG: not run" in panel_notes(fig.axes[0])
+    assert "TPO, GRPO: not run" in panel_notes(fig.axes[1])
+    P.plt.close(fig)
+
+
+def test_seed_counts_below_the_papers_are_starred():
+    d = P.Drawn(seeds={"TPO": {(0, "(a)", None): 20, (1, "(b)", None): 15}, "DG": {(0, "(a)", None): 20}},
+                paper={0: 20, 1: 20}, letters={0: "(a)", 1: "(b)"})
+    assert P.seed_note(d) == ("Ours, mean ± 1 SE over seeds: TPO 20 (a), 15* (b), DG 20; "
+                              "the paper's: 20 per line, * fewer here")
+    d.paper = {0: 20, 1: 10}  # fewer seeds in the paper's (b): nothing is short
+    assert P.seed_note(d).endswith("the paper's: 20 (a), 10 (b) per line")
+    d.paper = {0: 0, 1: 0}  # the paper does not say
+    assert "paper" not in P.seed_note(d) and "*" not in P.seed_note(d)
+
+
+def test_the_caption_says_the_papers_seeds_and_stars_ours_below_them(table):
+    fig, drawn = P.render("dg_epochs", table)  # 3 seeds a line; the paper's 20 (a), 10 (b, c)
+    caption = fig.get_suptitle() or fig._supxlabel.get_text()
+    assert "the paper's: 20 (a), 10 (b, c) per line, * fewer here" in caption.replace("\n", " ")
+    assert "DG (1 ep) 3*" in caption
+    P.plt.close(fig)
+
+
+def test_the_papers_seed_counts_are_its_numbers_seed_counts():
+    numbers = pd.read_csv(REPO / "analysis" / "paper" / "paper_numbers.csv")
+    checked = 0
+    for spec in P.PAPER.values():
+        rows = numbers[(numbers["experiment"] == spec.experiment) & numbers["seeds"].notna()]
+        for p in spec.panels:
+            reward = p.where.get("reward")
+            got = rows[rows["reward"] == reward] if reward and (rows["reward"] == reward).any() else rows
+            if got.empty or reward in ("bag_of_tokens", "sequential") and spec.name == "dg_epochs":
+                continue
+            assert (p.seeds or spec.seeds) in set(got["seeds"].astype(int)), (spec.name, p.title)
+            checked += 1
+    assert checked >= 20
+
+
+def test_panel_letters_sit_in_one_place(table):
+    for name in ("k_sweep", "epoch_sweep", "dg_epochs", "zero_variance_masking"):
+        fig, _ = P.render(name, table)
+        for ax, p in zip(fig.axes, P.PAPER[name].panels):
+            letter, rest = P.split_letter(p.title)
+            assert not ax.get_title().startswith("("), (name, ax.get_title())
+            assert ax.get_title() == rest and letter in [t.get_text() for t in ax.texts], (name, p.title)
+        P.plt.close(fig)
+
+
+def test_dg_epochs_draws_a_above_b_and_c(table):
+    fig, _ = P.render("dg_epochs", table)
+    fig.canvas.draw()
+    a, b, c = (ax.get_position() for ax in fig.axes)
+    assert a.y0 > max(b.y1, c.y1) and b.x1 <= c.x0 and abs(b.y0 - c.y0) < 1e-6
+    P.plt.close(fig)
+
+
+def test_a_panel_legend_covers_no_curve(table):
+    # 4-epoch DG stays near 0.95 all run, across the panel's top, as in our runs
+    stuck = run("dg_epochs", "dg", seq("terminal"), epochs=4, floor=0.78)
+    fig, _ = P.render("dg_epochs", pd.concat([drop(table, algo="dg", epochs=4, reward="terminal"), stuck]))
+    fig.canvas.draw()
+    ax = fig.axes[0]
+    box = ax.get_legend().get_window_extent()
+    for line in curves(ax):
+        pts = ax.transData.transform(line.get_xydata())
+        assert not any(box.contains(x, y) for x, y in pts), line.get_label()
+    P.plt.close(fig)
+
+
+def test_each_eta_has_its_own_colour(table):
+    fig, _ = P.render("eta_sweep", table)
+    lines = curves(fig.axes[0])
+    assert len(lines) == 5
+    rgb = [np.array(P.plt.matplotlib.colors.to_rgb(l.get_color())) for l in lines]
+    hues = [P.plt.matplotlib.colors.rgb_to_hsv(c)[0] for c in rgb]
+    # distinct hues, not tones of one: every pair at least 0.05 of the colour wheel apart
+    gaps = [min(abs(h - k), 1 - abs(h - k)) for i, h in enumerate(hues) for k in hues[i + 1:]]
+    assert min(gaps) >= 0.05, hues
+    assert lines[2].get_color().upper() == PAPER_LOOK["TPO"][0]  # eta = 1: TPO's own
+    P.plt.close(fig)
+
+
+@pytest.mark.parametrize("name", ["mnist", "llm", "hero", "k_sweep", "dg_epochs", "eta_sweep"])
+def test_paper_figure_texts_fit(table, name):
+    fig, _ = P.render(name, table)
+    check_text_inside(fig)
+    P.plt.close(fig)
+
+
+def test_paper_figures_are_saved_in_the_papers_type(table, tmp_path, monkeypatch):
+    faces = []
+    real = P.io.save_figure
+    monkeypatch.setattr(P.io, "save_figure", lambda *a, **k: (faces.append(P.plt.rcParams["font.serif"][0]),
+                                                              real(*a, **k)))
+    P.draw("mnist", table, tmp_path)
+    assert faces and set(faces) == {"STIXGeneral"}
+
+
+def test_long_titles_break_inside_the_figure(table):
+    comp = figures.render("mnist", table, title="Companion to Figure 4: our runs not in the paper's figure")
+    check_text_inside(comp)
+    P.plt.close(comp)
+    seeds = figures.render_seed_distributions(
+        [figures.SeedGroup("tpo", (0.0, 1.0, 90.0), (0.0, 14.0))],
+        "Terminal reward, H = 10: per-seed final error, ours and the paper's")
+    check_text_inside(seeds)
+    P.plt.close(seeds)
+
+
+# ---- user figures: what --where, --labels and the committed table mean ----
+
+def two_rewards():
+    bag = seq("bag_of_tokens", H=10, name="copy_bag")
+    term = seq("terminal", H=10, name="reverse_h10")
+    short = seq("terminal", H=7, name="reverse_h7")
+    return pd.concat([run("x", "tpo", bag), run("x", "tpo", term), run("x", "grpo", term),
+                      run("x", "tpo", short)], ignore_index=True)
+
+
+def test_where_h_means_the_terminal_reward_horizon():
+    df, notes = two_rewards(), []
+    got = plot.filter_rows(df, where=["H=10"], notes=notes)
+    assert set(got["task.name"]) == {"reverse_h10"}
+    assert len(notes) == 1 and "copy_bag" in notes[0] and "reward=" in notes[0]
+    # naming the reward keeps exactly what the keys name
+    both = plot.filter_rows(df, where=["H=10", "reward=bag_of_tokens"])
+    assert set(both["task.name"]) == {"copy_bag"}
+    assert set(plot.filter_rows(df, where=["reward=terminal"])["task.name"]) == {"reverse_h10", "reverse_h7"}
+    assert set(plot.filter_rows(df, where=["target=reverse_copy", "task.reward=bag_of_tokens"])["task.name"]) \
+        == {"copy_bag"}
+
+
+def test_where_h_on_the_cli_says_what_it_left_out(tmp_path, monkeypatch, capsys):
+    figs = []
+    monkeypatch.setattr(plot.plt, "close", figs.append)
+    path = tmp_path / "r.parquet"
+    two_rewards().to_parquet(path)
+    assert plot.main(["--results", str(path), "--out", str(tmp_path / "p"), "--where", "H=10"]) == 0
+    assert len(figs) == 1 and "copy_bag" in capsys.readouterr().err
+
+
+def test_the_table_uses_the_label_map(tmp_path, monkeypatch, capsys):
+    rc, _ = draw_user(tmp_path, monkeypatch, "--labels", "tpo=Ours,grpo=Theirs")
+    out = capsys.readouterr().out
+    names = [l.split(" (")[0] for l in out.splitlines() if "seeds" in l and "@" in l]
+    assert rc == 0 and "Ours" in names and "Theirs" in names and "tpo" not in names and "grpo" not in names
+
+
+def test_the_committed_table_brings_its_committed_runs(tmp_path, monkeypatch, capsys):
+    assert [p.name for p in plot.committed_runs(plot.COMMITTED_TABLE)] == \
+        [p.name for p in map(Path, plot.COMMITTED_RUNS) if (plot.COMMITTED_TABLE.parent / p).is_dir()]
+    copy = tmp_path / "results.parquet"
+    (tmp_path / "runs" / "terminal").mkdir(parents=True)
+    assert plot.committed_runs(copy) == []  # another table: its folder's runs are not assumed
+    roots = []
+    monkeypatch.setattr(plot, "COMMITTED_TABLE", copy)
+    monkeypatch.setattr(plot.collect, "collect", lambda root: (roots.append(Path(root)), (pd.DataFrame(), None))[1])
+    monkeypatch.setattr(plot.plt, "close", lambda fig: None)
+    user_table().to_parquet(copy)
+    assert plot.main(["--results", str(copy), "--out", str(tmp_path / "p")]) == 0
+    assert roots == [tmp_path / "runs" / "terminal"] and "--no-committed-runs" in capsys.readouterr().err
+    roots.clear()
+    assert plot.main(["--results", str(copy), "--out", str(tmp_path / "p"), "--no-committed-runs"]) == 0
+    assert roots == []
+
+
+def test_a_narrow_log_axis_labels_its_minor_ticks_in_percent():
+    df = run("probe", "tpo", seq("bag_of_tokens", H=4, V=4, B=4, name="probe"), floor=0.7)
+    df["error"] = 0.7 + 0.1 * (df["step"] % 3) / 2  # between 70 % and 80 %: no decade tick
+    fig = plot.render_task("probe", df, scale="log")
+    fig.canvas.draw()
+    ax = fig.axes[0]
+    shown = [t.get_text() for t in ax.yaxis.get_ticklabels(minor=True) if t.get_text()]
+    assert shown and all(re.fullmatch(r"\d+(\.\d+)?", t) for t in shown), shown
+    P.plt.close(fig)

@@ -27,7 +27,7 @@ from tpo_bench.analysis.labels import compact_labels, label_text, se_text, short
 from tpo_bench.analysis.paper import experiments
 from tpo_bench.analysis.paper.experiments import ALIASES, EXPERIMENTS, TARGETS
 from tpo_bench.analysis.style import (DPI, COLUMN_IN, png_dpi, LEGEND_PT, LINESTYLES, LOG_FLOOR, SUPTITLE_PT, TITLE_PT,
-                            color_for, fmt, legend_below, plt, threshold_line, wrap)
+                            color_for, fit_figure_texts, fmt, legend_below, plt, threshold_line, wrap)
 from tpo_bench.contract import io
 
 
@@ -311,6 +311,7 @@ def render(name: str, df: pd.DataFrame, title: str | None = None):
     caption = [text for _, text in common] + ([se_text(ns)] if ns else [])
     fig.suptitle("\n".join([title or spec.title, wrap(caption, COLUMN_IN * ncols, SUPTITLE_PT)]),
                  fontsize=SUPTITLE_PT)
+    fit_figure_texts(fig)
     handles, labels = [], []
     for e in entries:
         n = None if len(ns) == 1 else "–".join(map(str, sorted({min(e.ns), max(e.ns)})))
@@ -392,6 +393,7 @@ def render_seed_distributions(groups, title: str):
         ax.title.set_fontsize(TITLE_PT)
         ax.grid(True, which="major", alpha=0.3)
     fig.suptitle(title, fontsize=SUPTITLE_PT)
+    fit_figure_texts(fig)
     # each panel's own legend (ours and the paper's differ per method), under it
     grow = max(legend_below(fig, *ax.get_legend_handles_labels(), ax=ax, grow=False)
                .get_window_extent().height for ax in axes.flat)

@@ -22,7 +22,8 @@ from tpo_bench.analysis import stats
 from tpo_bench.analysis.configs import algo_defaults, pick_config
 from tpo_bench.analysis.paper import experiments, figures
 from tpo_bench.analysis.paper.experiments import ALIASES
-from tpo_bench.analysis.style import DPI, PAPER_RC, png_dpi, PAPER_STYLE, color_for, method_label, plt
+from tpo_bench.analysis.style import (DPI, PAPER_RC, png_dpi, PAPER_STYLE, color_for, fit_figure_texts,
+                                      method_label, plt)
 from tpo_bench.contract import io
 
 EXACT, SEQERR = "Exact-match error", "Sequence error"
@@ -34,6 +35,7 @@ class Line:
     where: dict = field(default_factory=dict)  # the setting that splits a method (K = 4)
     label: str = ""  # legend text; default the method's name
     shade: float = 0.0  # 0: the method's colour; > 0 lighter, < 0 darker tones of it
+    color: str = ""  # a colour of its own (a swept setting the paper draws in distinct hues)
 
 
 @dataclass(frozen=True)
@@ -55,6 +57,7 @@ class Panel:
     percent: bool = False  # bars: y in percent
     missing: str = ""  # the metric no run records: the panel is drawn empty, saying so
     legend: bool = False  # a legend of its own (the paper's mechanism figures)
+    seeds: int = 0  # the paper's seeds per line here, where they differ from its figure's
 
 
 @dataclass(frozen=True)
@@ -70,10 +73,25 @@ class PaperFigure:
     companion: str | None = None  # figures.FIGURES layout for the runs not drawn here
     label: str = ""  # appended to the caption line, e.g. that the panels are other runs
     row_labels: tuple = ()  # grids: the first column's y label names its row
+    seeds: int = 0  # the paper's seeds per line (0: it does not say)
+    mosaic: str = ""  # a layout of its own: panel letters per row, e.g. "aa;bc" ((a) above (b, c))
 
 
 def _lines(*algos, **where) -> tuple:
     return tuple(Line(a, dict(where)) for a in algos)
+
+
+# Distinct hues (colour-blind-safe, Paul Tol's "bright" and "vibrant") for a swept setting
+# the paper draws one colour per value; the method's own colour stays on its default value.
+HUES = ("#EE6677", "#228833", "#CCBB44", "#AA3377", "#EE7733", "#66CCEE")
+
+
+def _hues(algo, key, values, default, fmt="{}") -> tuple:
+    """A line per value of a swept setting, each in its own colour; the method's colour
+    on its default value."""
+    others = iter(HUES)
+    return tuple(Line(algo, {key: v}, fmt.format(v), color="" if v == default else next(others))
+                 for v in values)
 
 
 def _shades(algo, key, values, fmt="{}") -> tuple:
@@ -91,8 +109,9 @@ TARGET_NAMES = {"copy": "Copy", "flip": "Flip", "reverse_copy": "Reverse copy", 
 
 
 def _mech(name, number, experiment, panels, paper, ncols=2, companion=None):
+    """Figures 10, 11 and 14: the mechanism study's diagnostics, 10 seeds in the paper."""
     return PaperFigure(name, number, experiment, panels, ncols, paper, size=(3.4, 2.6),
-                       legend="panels", companion=companion)
+                       legend="panels", companion=companion, seeds=10)
 
 
 PAPER = {f.name: f for f in [
@@ -105,7 +124,7 @@ PAPER = {f.name: f for f in [
     ), 2, "(a) MNIST bandit, dense reward: TPO slightly below DG, GRPO far above both "
           "(0.14 -> 0.06), on a linear 0.03-0.14 axis. (b) Terminal reward, H = 10, "
           "prompt-matched, 40-episode moving average: DG flat at 1.0, GRPO ends near 0.5, "
-          "TPO near 0.1. 20 seeds.", legend="bottom", companion="hero",
+          "TPO near 0.1. 20 seeds.", legend="bottom", companion="hero", seeds=20,
           label="(b) is a 40-episode trailing moving average: a line ends at the mean of its "
                 "last 40 episodes, not at the last-episode final error the tables judge"),
     PaperFigure("tabular_single", 2, "tabular_single", (
@@ -116,7 +135,7 @@ PAPER = {f.name: f for f in [
     ), 2, "(a) Single-context bandit (K 100, B 100): TPO and DG fall together to 1e-4 by "
           "step ~140, GRPO flattens near 3e-3, PG lags then falls. (b) TPO's misalignment to "
           "the oracle gradient drops below 1e-4 by step ~30; GRPO's rises towards 1.",
-        companion="tabular_single"),
+        companion="tabular_single", seeds=100),
     PaperFigure("tabular_multi", 3, "tabular_multi", (
         Panel("(a) Average error", _lines("tpo", "grpo", "dg", "pg", "ce"), scale="log",
               ylim=(5e-4, 1.2), xlabel="Step", ylabel=r"Average error $1-\bar p$"),
@@ -124,7 +143,8 @@ PAPER = {f.name: f for f in [
               scale="log", ylim=(1e-4, 0.6), xlabel="Step", ylabel=r"$1-\cos(g, g^*_{CE})$"),
     ), 2, "(a) Multi-context bandit (N 100, K 10, exact gradients): all converge, CE "
           "fastest, TPO next, then GRPO, DG, PG. (b) TPO's misalignment to CE sits near "
-          "0.05 and drops to zero; GRPO, DG and PG stay near 0.1-0.5.", companion="tabular_multi"),
+          "0.05 and drops to zero; GRPO, DG and PG stay near 0.1-0.5.", companion="tabular_multi",
+        seeds=100),
     PaperFigure("mnist", 4, "mnist", (
         Panel("(a) Learning curves", _lines("tpo", "dg", "group_pg", "grpo", "pg"), scale="log",
               ylim=(0.025, 0.15), xlabel="Step", ylabel="Classification error"),
@@ -134,13 +154,13 @@ PAPER = {f.name: f for f in [
     ), 2, "(a) MNIST, log axis: TPO lowest (~0.029 at 10k), DG just above, Group PG, GRPO "
           "and PG together near 0.06-0.07. (b) At step 2,000, TPO's extra gain in the true "
           "class over a one-vs-rest baseline grows with wrong-class concentration "
-          "(to ~0.07); DG's stays at or below zero.", companion="mnist"),
+          "(to ~0.07); DG's stays at or below zero.", companion="mnist", seeds=20),
     PaperFigure("vocab_sweep", 5, "vocab_sweep", tuple(
         Panel(f"$V = {v}$", _lines(*DENSE), {"V": v}, ylim=(0.0, 0.52), smooth=10,
               ylabel=SEQERR) for v in (2, 4, 8, 16)), 4,
         "Bag-of-tokens reward, K 8 token candidates, V 2-16: TPO_token drops to zero "
         "first in every panel, then GRPO_token, PPO, and DG last; the gap widens with V.",
-        size=(2.6, 2.2), companion="vocab_sweep"),
+        size=(2.6, 2.2), companion="vocab_sweep", seeds=20),
     PaperFigure("task_variants", 6, "task_variants", tuple(
         Panel(TARGET_NAMES[t] if (m, r) == ("Prompt", "bag") else "", _lines(*DENSE),
               {"match": f"{m.lower()}s", "reward": rk, "target": t}, ylim=(0.0, 0.95 if rk != "bag_of_tokens" else 0.52),
@@ -151,7 +171,7 @@ PAPER = {f.name: f for f in [
         "interaction-matched; columns: copy, flip, reverse copy, reverse flip. TPO_token "
         "reaches ~0 first everywhere; under sequential reward GRPO_token and PPO stall. "
         "(Its legend also lists a green dotted GRPO (no KL), not run on dense tasks here.)",
-        size=(2.6, 2.0), companion="task_variants",
+        size=(2.6, 2.0), companion="task_variants", seeds=10,
         row_labels=("Prompt-matched\nBag of tokens", "Prompt-matched\nSequential",
                     "Interaction-matched\nBag of tokens", "Interaction-matched\nSequential")),
     PaperFigure("terminal_h_sweep", 7, "terminal_h_sweep", tuple(
@@ -160,14 +180,15 @@ PAPER = {f.name: f for f in [
         for m in ("Prompt", "Interaction") for h in (7, 8, 9, 10)), 4,
         "Terminal reward, top row prompt-matched, bottom interaction-matched, H 7-10: TPO "
         "lowest in every panel (~0.05-0.2); GRPO next, degrading with H; DG, PPO and GRPO "
-        "(no KL) near 1.0 from H 9.", size=(2.6, 2.0), companion="terminal_h_sweep",
+        "(no KL) near 1.0 from H 9.", size=(2.6, 2.0), companion="terminal_h_sweep", seeds=20,
         row_labels=("Prompt\nmatched", "Interaction\nmatched")),
     PaperFigure("ablations", 8, "ablations", tuple(
         Panel(f"$H = {h}$", _lines("tpo", "grpo", "grpo_no_kl", "tpo_no_anchor", "group_pg"),
               {"H": h}, ylim=(0.0, 1.05), smooth=40) for h in (7, 8, 10)), 3,
         "Terminal reward, prompt-matched, H 7, 8, 10: full TPO lowest; GRPO next; GRPO (no "
         "KL) rises again after ~500 episodes; TPO (no anchor) plateaus ~0.9; Group PG stays "
-        "at 1.0. At H = 10 every ablation is at 1.0.", size=(3.0, 2.3), companion="ablations"),
+        "at 1.0. At H = 10 every ablation is at 1.0.", size=(3.0, 2.3), companion="ablations",
+        seeds=20),
     PaperFigure("llm", 9, "llm", (
         Panel("GSM8K - Qwen3-1.7B", _lines("tpo", "grpo"), {"task.dataset": "gsm8k"}, y="pass_at_1",
               xlabel="Step", ylabel="Accuracy", ylim=(0, 1)),
@@ -209,7 +230,7 @@ PAPER = {f.name: f for f in [
     ), 3, "H 8, epochs 4, K 4-64, 30 seeds: (a) TPO improves steadily with K; (b) GRPO "
           "improves less and less monotonically; (c) final error, TPO 8.9 % -> 0.36 %, GRPO "
           "19.4 % -> 4.4 % at K 32, 5.6 % at K 64.", size=(3.2, 2.5), legend="panels",
-        companion="k_sweep"),
+        companion="k_sweep", seeds=30),
     PaperFigure("zero_variance_masking", 13, "zero_variance_masking", (
         Panel("(a)", _lines("tpo", "grpo", "grpo_masked"), MECH | {"epochs": 4}, smooth=50,
               ylim=(-0.02, 1.02), legend=True),
@@ -217,7 +238,7 @@ PAPER = {f.name: f for f in [
               xlabel="", ylabel="Final error"),
     ), 2, "H 8, K 32, 4 epochs, 30 seeds: (a) TPO lowest from episode ~100; GRPO (zv-masked) "
           "above GRPO throughout; (b) final error TPO 0.05 %, GRPO 6.3 %, masked 29.7 %.",
-        size=(3.4, 2.6), legend="panels", companion="zero_variance_masking"),
+        size=(3.4, 2.6), legend="panels", companion="zero_variance_masking", seeds=30),
     _mech("multiepoch", 14, "diagnostics", (
         Panel("(a)", (Line("tpo", {"epochs": 4}, "TPO (4 ep)"), Line("tpo", {"epochs": 1}, "TPO (1 ep)", shade=0.5),
                       Line("dg")), MECH | {"epochs": None}, smooth=50, ylim=(-0.02, 1.02), legend=True),
@@ -236,27 +257,27 @@ PAPER = {f.name: f for f in [
               xs=(1, 2, 4, 8, 16), xlabel="Epochs", ylabel="Final error", legend=True),
     ), 3, "H 8, K 32, epochs 1-16, 30 seeds: (a) TPO low at every count (< 2.3 %); (b) GRPO "
           "worst at 2 epochs (37.6 %), best at 16 (1.1 %); (c) final error vs epochs.",
-        size=(3.2, 2.5), legend="panels", companion="epoch_sweep"),
+        size=(3.2, 2.5), legend="panels", companion="epoch_sweep", seeds=30),
     PaperFigure("eta_sweep", 16, "eta_sweep", (
         Panel(r"TPO temperature ablation (reverse copy, $V$=2)",
-              _shades("tpo_token", "eta", (0.25, 0.5, 1.0, 2.0, 4.0), r"$\eta = {:g}$"),
+              _hues("tpo_token", "eta", (0.25, 0.5, 1.0, 2.0, 4.0), 1.0, r"$\eta = {:g}$"),
               ylim=(0.0, 0.53), smooth=10, ylabel=SEQERR, legend=True),
     ), 1, "Bag-of-tokens reverse copy, V 2: every eta in 0.25-2 reaches ~0 within ~140 "
           "episodes; eta = 4 is slower (~250).", size=(4.2, 2.9), legend="panels",
-        companion="eta_sweep"),
+        companion="eta_sweep", seeds=10),
     PaperFigure("dg_epochs", 17, "dg_epochs", (
         Panel("(a)", (Line("dg", {"epochs": 1}, "DG (1 ep)"), Line("dg", {"epochs": 4}, "DG (4 ep)", shade=-0.5)),
               {"reward": "terminal"}, ylim=(0, 1.02), smooth=40, legend=True),
         Panel("(b) Bag of tokens", (Line("dg", {"epochs": 1}, "DG (1 ep)"), Line("dg", {"epochs": 4}, "DG (4 ep)", shade=-0.5)),
               {"reward": "bag_of_tokens"}, kind="bars", x="target", xs=tuple(TARGET_NAMES),
-              xlabel="Target logic", ylabel="Final error (%)", percent=True),
+              xlabel="Target logic", ylabel="Final error (%)", percent=True, seeds=10),
         Panel("(c) Sequential", (Line("dg", {"epochs": 1}, "DG (1 ep)"), Line("dg", {"epochs": 4}, "DG (4 ep)", shade=-0.5)),
               {"reward": "sequential"}, kind="bars", x="target", xs=tuple(TARGET_NAMES),
-              xlabel="Target logic", ylabel="Final error (%)", percent=True),
+              xlabel="Target logic", ylabel="Final error (%)", percent=True, seeds=10),
     ), 3, "(a) Terminal reverse copy, 20 seeds: 1-epoch DG reaches 2.0 %, 4-epoch DG stays "
           "at 48.3 %. (b, c) Final error on the eight dense variants (10 seeds): 4 epochs "
           "worse in 7 of 8, most on sequential flip (0.07 % -> 4.56 %).",
-        size=(3.2, 2.5), legend="panels", companion="dg_epochs"),
+        size=(3.2, 2.5), legend="panels", companion="dg_epochs", seeds=20, mosaic="aa;bc"),
 ]}
 ORDER = sorted(PAPER, key=lambda n: PAPER[n].number)
 
@@ -272,7 +293,11 @@ def shade(color: str, t: float) -> str:
 
 def line_style(line: Line) -> tuple[str, str, float]:
     _, color, ls, lw = PAPER_STYLE.get(line.algo, (line.algo, color_for(line.algo), "-", 1.7))
-    return shade(color, line.shade), ls, lw
+    return line.color or shade(color, line.shade), ls, lw
+
+
+def line_label(line: Line) -> str:
+    return line.label or method_label(line.algo)
 
 
 def _where(block: dict) -> dict:
@@ -293,7 +318,12 @@ def line_rows(sel: pd.DataFrame, panel: Panel, line: Line) -> pd.DataFrame:
 @dataclass
 class Drawn:
     hashes: set = field(default_factory=set)
-    seeds: dict = field(default_factory=dict)  # legend label -> {panel (and x): seeds drawn}
+    # legend label -> {(panel index, panel title, x category or None): seeds drawn}
+    seeds: dict = field(default_factory=dict)
+    paper: dict = field(default_factory=dict)  # panel index -> the paper's seeds per line there
+    letters: dict = field(default_factory=dict)  # panel index -> its letter ("(b)"), where it has one
+    # panel index -> the paper's lines not drawn there: (label, the x categories it lacks; () for all)
+    absent: dict = field(default_factory=dict)
 
 
 def _band(ax, x, mean, se, color, scale):
@@ -304,15 +334,17 @@ def _band(ax, x, mean, se, color, scale):
     ax.fill_between(x, lo, hi, color=color, alpha=0.15, lw=0)
 
 
-def _curve(ax, p: Panel, sel, drawn: Drawn):
+def _curve(ax, p: Panel, sel, drawn: Drawn, at: int):
     handles = []
     for line in p.lines:
         rows = line_rows(sel, p, line)
         y1, y2 = PROXY.get(line.algo, (p.y, p.y2)) if p.y == "q_success" else (p.y, p.y2)
+        label = line_label(line)
         if rows.empty or y1 not in rows.columns:
+            drawn.absent.setdefault(at, []).append((label, ()))
             continue
         color, ls, lw = line_style(line)
-        label = line.label or method_label(line.algo)
+        got = False
         for y, style in ((y1, ls), (y2, "--")):
             if not y or y not in rows.columns or rows[y].notna().sum() == 0:
                 continue
@@ -324,8 +356,11 @@ def _curve(ax, p: Panel, sel, drawn: Drawn):
             h, = ax.plot(mean.index, mean.values, color=color, ls=style, lw=lw, label=label + tail)
             _band(ax, mean.index, mean.values, se.values, color, p.scale)
             handles.append(h)
+            got = True
             drawn.hashes |= set(rows["config_hash"])
-            drawn.seeds.setdefault(label, {})[p.title] = wide.shape[1]
+            drawn.seeds.setdefault(label, {})[(at, p.title, None)] = wide.shape[1]
+        if not got:
+            drawn.absent.setdefault(at, []).append((label, ()))
     return handles
 
 
@@ -334,7 +369,7 @@ def _final(rows: pd.DataFrame, y: str = "error"):
     return None if f is None else (f.mean, f.se, f.n_seeds)
 
 
-def _points(ax, p: Panel, sel, drawn: Drawn):
+def _points(ax, p: Panel, sel, drawn: Drawn, at: int):
     """final: the final error (seed mean +- SE) of each line over x; bars: one bar per
     line (and x category)."""
     handles, col = [], ALIASES.get(p.x, p.x)
@@ -342,21 +377,24 @@ def _points(ax, p: Panel, sel, drawn: Drawn):
     width = 0.8 / len(p.lines) if p.kind == "bars" and p.x else 0.7
     for j, line in enumerate(p.lines):
         color, ls, lw = line_style(line)
-        label = line.label or method_label(line.algo)
-        xs, ys, es = [], [], []
+        label = line_label(line)
+        xs, ys, es, lacking = [], [], [], []
         for i, xv in enumerate(cats):
             rows = line_rows(sel, p, line)
             if xv is not None:
                 rows = pick_config(rows[rows[col] == xv]) if col in rows.columns else rows.iloc[:0]
             got = None if rows.empty else _final(rows)
             if got is None:
+                lacking.append(xv)
                 continue
             scale = 100 if p.percent else 1
             xs.append(xv if p.kind == "final" else (i + (j - (len(p.lines) - 1) / 2) * width if p.x else j))
             ys.append(got[0] * scale)
             es.append(got[1] * scale)
             drawn.hashes |= set(rows["config_hash"])
-            drawn.seeds.setdefault(label, {})[(p.title, xv)] = got[2]
+            drawn.seeds.setdefault(label, {})[(at, p.title, xv)] = got[2]
+        if lacking:
+            drawn.absent.setdefault(at, []).append((label, () if not xs else tuple(lacking)))
         if not xs:
             continue
         if p.kind == "final":
@@ -375,7 +413,7 @@ def _points(ax, p: Panel, sel, drawn: Drawn):
             ax.set_xticks(range(len(cats)), [TARGET_NAMES.get(c, str(c)) for c in cats],
                           rotation=15, ha="right")
         else:
-            ax.set_xticks(range(len(p.lines)), [l.label or method_label(l.algo) for l in p.lines],
+            ax.set_xticks(range(len(p.lines)), [line_label(l) for l in p.lines],
                           rotation=15, ha="right")
     return handles
 
@@ -389,30 +427,92 @@ def _empty(ax, text: str):
     ax.set_yticks([])
 
 
-def _why_empty(spec: PaperFigure, p: Panel) -> str:
-    if p.missing:
-        return p.missing
+def _how(spec: PaperFigure) -> str:
     exp = spec.experiment if spec.experiment in experiments.EXPERIMENTS else None
     how = experiments.how_to_run(exp) if exp and exp != "diagnostics" else ""
     if spec.experiment == "diagnostics":
         how = "`python -m bench -m +experiment=epoch_sweep` (or mechanism_diagnostics)"
-    return "not run" + (":\n" + how.replace("`", "").replace(" -m +", " -m\n+").replace(" (or", "\n(or")
-                        if how else "")
+    return how.replace("`", "").replace(" -m +", " -m\n+").replace(" (or", "\n(or")
+
+
+def _why_empty(spec: PaperFigure, p: Panel, names=()) -> str:
+    """An empty panel's text: the metric no run records, or which of the paper's lines
+    are not run and how to run them."""
+    if p.missing:
+        return p.missing
+    how = _how(spec)
+    return (f"{', '.join(names)}: " if names else "") + "not run" + (":\n" + how if how else "")
+
+
+def _x_name(p: Panel, xv) -> str:
+    return TARGET_NAMES.get(xv, f"{p.x} = {xv}" if p.x else str(xv))
+
+
+def absent_note(p: Panel, absent) -> str:
+    """The paper's lines a drawn panel lacks: "DG, PPO: not run", and a line per method
+    that lacks some x categories ("DG (4 ep): not run at Copy, Flip")."""
+    whole = [label for label, xs in absent if not xs]
+    return "\n".join([*([", ".join(whole) + ": not run"] if whole else []),
+                      *(f"{label}: not run at " + ", ".join(_x_name(p, x) for x in xs)
+                        for label, xs in absent if xs)])
+
+
+def _note_inside(ax, text: str):
+    """Text inside the panel where it covers the fewest curves (a legend without handles,
+    placed as matplotlib places a legend: loc='best'); any legend the panel has stays."""
+    from matplotlib.patches import Patch
+    own = ax.get_legend()
+    note = ax.legend([Patch(visible=False)], [text], loc="best", fontsize=6.5, handlelength=0,
+                     handletextpad=0, borderpad=0.3, frameon=True, framealpha=0.85,
+                     edgecolor="none", labelcolor="#444444")
+    note.set_gid("absent")
+    if own is not None:
+        ax.add_artist(own)
+    return note
+
+
+def split_letter(title: str) -> tuple[str, str]:
+    """("(b)", "GRPO") of "(b) GRPO"; ("", title) for a title without a panel letter."""
+    if title.startswith("(") and ")" in title[:4]:
+        letter, _, rest = title.partition(")")
+        return letter + ")", rest.strip()
+    return "", title
 
 
 def seed_note(drawn: Drawn) -> str:
-    """Our seed counts per method: one number, a number per lettered panel, or a range."""
-    parts = []
+    """Our seed counts per method: one number, a number per lettered panel, or a range;
+    a count below the paper's seeds per line there is starred, and the note says the
+    paper's count."""
+    parts, short = [], False
     for label, per in drawn.seeds.items():
+        below = {k for k, n in per.items() if n < drawn.paper.get(k[0], 0)}
+        star = lambda keys: "*" if below & set(keys) else ""  # noqa: E731
+        short |= bool(below)
         ns = sorted(set(per.values()))
-        lettered = [k for k in per if isinstance(k, str) and k.startswith("(")]
+        lettered = [k for k in per if k[1].startswith("(") and k[2] is None]
         if len(ns) == 1:
-            parts.append(f"{label} {ns[0]}")
+            parts.append(f"{label} {ns[0]}{star(per)}")
         elif len(lettered) == len(per):
-            parts.append(f"{label} " + ", ".join(f"{per[k]} {k.split(')')[0]})" for k in per))
+            parts.append(f"{label} " + ", ".join(f"{per[k]}{star([k])} {k[1].split(')')[0]})" for k in per))
         else:
-            parts.append(f"{label} {ns[0]}-{ns[-1]}")
-    return "Ours, mean ± 1 SE over seeds: " + ", ".join(parts) if parts else "Ours: no runs"
+            parts.append(f"{label} {ns[0]}-{ns[-1]}{star(per)}")
+    if not parts:
+        return "Ours: no runs" + (f"; the paper's: {paper_seeds(drawn)} seeds per line" if paper_seeds(drawn) else "")
+    text = "Ours, mean ± 1 SE over seeds: " + ", ".join(parts)
+    return text + (f"; the paper's: {paper_seeds(drawn)} per line" if paper_seeds(drawn) else "") \
+        + (", * fewer here" if short else "")
+
+
+def paper_seeds(drawn: Drawn) -> str:
+    """The paper's seeds per line: "20", or per lettered panel where they differ
+    ("20 (a), 10 (b, c)")."""
+    counts = {at: n for at, n in drawn.paper.items() if n}
+    if len(set(counts.values())) <= 1:
+        return str(next(iter(counts.values()), ""))
+    by = {}
+    for at, n in counts.items():
+        by.setdefault(n, []).append(drawn.letters.get(at, "").strip("()") or str(at + 1))
+    return ", ".join(f"{n} ({', '.join(ps)})" for n, ps in by.items())
 
 
 def rows_for(spec: PaperFigure, df: pd.DataFrame) -> pd.DataFrame:
@@ -423,9 +523,27 @@ def rows_for(spec: PaperFigure, df: pd.DataFrame) -> pd.DataFrame:
     return experiments.select(df, spec.experiment)
 
 
+def _grid(spec: PaperFigure, n: int):
+    """(figure, one axes per panel): spec.mosaic's layout, or rows of spec.ncols."""
+    if spec.mosaic:
+        rows = spec.mosaic.split(";")
+        nrows, ncols = len(rows), len(rows[0])
+        fig = plt.figure(layout="constrained", figsize=(spec.size[0] * ncols, spec.size[1] * nrows + 0.6))
+        named = fig.subplot_mosaic(spec.mosaic.replace(";", "\n"))
+        return fig, [named[k] for k in sorted(named)][:n], ncols
+    ncols = min(spec.ncols, n)
+    nrows = math.ceil(n / ncols)
+    fig, axes = plt.subplots(nrows, ncols, squeeze=False, layout="constrained",
+                             figsize=(spec.size[0] * ncols, spec.size[1] * nrows + 0.6))
+    for ax in axes.flat[n:]:
+        ax.remove()
+    return fig, list(axes.flat[:n]), ncols
+
+
 def render(name: str, df: pd.DataFrame):
     """(figure, Drawn) of one paper figure in the paper's form; a panel without runs is
-    drawn empty, saying what to run."""
+    drawn empty, saying what to run, and a panel missing some of the paper's lines names
+    them inside it."""
     spec = PAPER[name]
     sel = rows_for(spec, df)
     panels = list(spec.panels)
@@ -433,30 +551,33 @@ def render(name: str, df: pd.DataFrame):
         panels = llm_panels(sel) or panels
     drawn = Drawn()
     with plt.rc_context(PAPER_RC):
-        ncols = min(spec.ncols, len(panels))
-        nrows = math.ceil(len(panels) / ncols)
-        fig, axes = plt.subplots(nrows, ncols, squeeze=False, layout="constrained",
-                                 figsize=(spec.size[0] * ncols, spec.size[1] * nrows + 0.6))
+        fig, axes, ncols = _grid(spec, len(panels))
         handles = {}
-        for ax, p in zip(axes.flat, panels):
-            got = [] if p.missing else (_curve if p.kind == "curve" else _points)(ax, p, sel, drawn)
+        for at, (ax, p) in enumerate(zip(axes, panels)):
+            drawn.paper[at] = p.seeds or spec.seeds
+            drawn.letters[at] = split_letter(p.title)[0]
+            got = [] if p.missing else (_curve if p.kind == "curve" else _points)(ax, p, sel, drawn, at)
             for h in got:
                 handles.setdefault(h.get_label(), h)
-            letter_inside = spec.legend == "panels" and p.title.startswith("(") and len(p.title) <= 3
-            if letter_inside:
-                ax.text(0.03, 0.95, p.title, transform=ax.transAxes, fontweight="bold", va="top")
+            letter, rest = split_letter(p.title)
+            # the mechanism figures' panel letter sits inside the panel, the rest above it
+            if spec.legend == "panels" and letter:
+                ax.text(0.03, 0.95, letter, transform=ax.transAxes, fontweight="bold", va="top")
+                ax.set_title(rest)
             else:
                 ax.set_title(p.title)
-            at = list(axes.flat).index(ax)
-            col = at % ncols
+            spot = ax.get_subplotspec()
+            col, row = spot.colspan.start, spot.rowspan.start
             # a grid names its x axis under the bottom row only, as the paper's do
-            ax.set_xlabel(p.xlabel if not spec.row_labels or at >= len(panels) - ncols else "")
+            ax.set_xlabel(p.xlabel if not spec.row_labels or spot.is_last_row() else "")
             if spec.row_labels:
-                ax.set_ylabel(spec.row_labels[list(axes.flat).index(ax) // ncols] if col == 0 else "")
+                ax.set_ylabel(spec.row_labels[row] if col == 0 else "")
             elif col == 0 or spec.legend == "panels" or p.ylabel != panels[0].ylabel:
                 ax.set_ylabel(p.ylabel)
+            absent = drawn.absent.get(at, [])
             if not got:
-                _empty(ax, _why_empty(spec, p))
+                whole = [label for label, xs in absent if not xs]
+                _empty(ax, _why_empty(spec, p, whole if p.lines and len(whole) == len(p.lines) else ()))
                 continue
             ax.set_yscale(p.scale)
             if p.ylim:
@@ -466,17 +587,19 @@ def render(name: str, df: pd.DataFrame):
             elif p.kind == "curve":
                 ax.set_xlim(left=0)
             if p.legend and spec.legend == "panels":
-                ax.legend(loc="upper right", fontsize=7)
-        for ax in axes.flat[len(panels):]:
-            ax.remove()
+                ax.legend(loc="best", fontsize=7)
+            if absent:
+                _note_inside(ax, absent_note(p, absent))
         if spec.legend in ("top", "bottom") and handles:
             fig.legend(list(handles.values()), list(handles), ncols=min(len(handles), 6),
                        loc=f"outside {'upper' if spec.legend == 'top' else 'lower'} center",
                        frameon=True)
         note = seed_note(drawn) + (f". {spec.label}" if spec.label else "")
-        # a caption line (the paper's figures have none): our seed counts, off the legend's side
+        # a caption line (the paper's figures have none): our seed counts, off the legend's
+        # side, broken into lines the figure's width holds
         (fig.supxlabel if spec.legend == "top" else fig.suptitle)(
             note, fontsize=6.5, color="#444444", x=0.01, ha="left")
+        fit_figure_texts(fig)
     return fig, drawn
 
 
@@ -500,7 +623,9 @@ def _save(fig, path: Path, dpi: int) -> list[Path]:
     paths = []
     for ext in ("png", "pdf"):
         paths.append(path.with_suffix(f".{ext}"))
-        io.save_figure(fig, paths[-1], dpi=png_dpi(fig, dpi), metadata={"CreationDate": None} if ext == "pdf" else None)
+        # the paper's type as drawn and measured: a family resolves to a face when drawn
+        with plt.rc_context(PAPER_RC):
+            io.save_figure(fig, paths[-1], dpi=png_dpi(fig, dpi), metadata={"CreationDate": None} if ext == "pdf" else None)
     figures.compact_png(paths[0])
     plt.close(fig)
     return paths
