@@ -12,7 +12,7 @@ rows whose column KEY names (H, V, K, B, D, reward, target, epochs, eta, match, 
 column name) has that value; H names the terminal-reward horizon, so H without reward
 keeps the terminal-reward tasks and says which tasks of that length it left out. Plotting
 the committed table (reproduction/results.parquet) without --add-runs also reads the
-committed runs beside it (reproduction/runs/terminal, runs/llm). With it: the paper's
+committed runs beside it (reproduction/runs/: terminal, dense, mechanism, llm). With it: the paper's
 figures in the paper's form (analysis/paper/paper_figures.py) with their companions, our
 other figures (analysis/paper/figures.py), or `leaderboard`; `all` draws every one;
 --page also writes the comparison page (analysis/paper/page.py).
@@ -479,7 +479,7 @@ def main(argv=None) -> int:
 
 # The committed runs the committed table leaves out (completed after it was collected),
 # relative to the table's folder: what the documented commands pass as --add-runs.
-COMMITTED_RUNS = ("runs/terminal", "runs/llm")
+COMMITTED_RUNS = ("runs/terminal", "runs/dense", "runs/mechanism", "runs/llm")
 COMMITTED_TABLE = Path(__file__).resolve().parents[1] / "reproduction" / "results.parquet"
 
 

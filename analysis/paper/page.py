@@ -119,7 +119,7 @@ def write(df: pd.DataFrame, out_page: Path, fig_dir: Path) -> Path:
             "every one), a PNG of at least 1,500 px at 300 dpi or more beside a PDF, and prints "
             "per task a table in percent, best line first (final error = error at the last "
             "step). Given the committed table without `--add-runs`, it also reads the "
-            "committed runs beside it (`reproduction/runs/terminal`, `runs/llm`).", ""]
+            "committed runs beside it (`reproduction/runs/`: terminal, dense, mechanism, llm).", ""]
     body = [section(name, df, out_page, fig_dir, paper, seeds) for name in paper_figures.ORDER]
     io.write_text(out_page, "\n".join(head + body))
     return out_page
