@@ -10,6 +10,15 @@ from pathlib import Path
 
 import pandas as pd
 
+# The short keys filters use (`--where H=10`, the paper's experiments) and their columns.
+ALIASES = {
+    "task": "task.impl", "H": "task.sequence_length", "V": "task.vocab_size",
+    "B": "task.batch_size", "reward": "task.reward", "target": "task.target",
+    "D": "task.delay", "algo": "algo.name", "K": "algo.k", "epochs": "algo.epochs",
+    "eta": "algo.eta", "match": "match", "holdout": "task.holdout",
+    "surprisal": "algo.surprisal",
+}
+
 # conf/ beside analysis/: the checkout's, or the one a non-editable install puts there.
 CONF = Path(__file__).resolve().parents[1] / "conf"
 

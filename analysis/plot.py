@@ -35,7 +35,7 @@ from tpo_bench.analysis.labels import SHORT, compact_labels, label_text, legend_
 from tpo_bench.analysis.paper import figures
 from tpo_bench.analysis.configs import pick_config
 from tpo_bench.analysis.paper import paper_figures
-from tpo_bench.analysis.paper.experiments import ALIASES
+from tpo_bench.analysis.configs import ALIASES
 from tpo_bench.analysis.style import (COLUMN_IN, DPI, LINESTYLES, fit_figure_texts, png_dpi, LOG_FLOOR, TITLE_PT, legend_below, method_label,
                             method_styles, plt, threshold_line)
 from tpo_bench.contract import io

@@ -533,6 +533,7 @@ def test_a_captured_epoch_equals_the_eager_one(monkeypatch):
 
 # ---------------------------------------------------------------- one loop
 
+@pytest.mark.slow  # starts a process
 def test_a_single_run_is_the_job_loop_at_one_seed(tmp_path, monkeypatch):
     """A single run (runner.run) and a seed-batched job (runner.run_seeds) go through the
     same job loop and the same epoch loop (engine.train_episodes): one seed per call for

@@ -39,7 +39,8 @@ class StubTask(TaskOptions):
     def rollout(self, policy, req, streams):
         batch = SimpleNamespace(group_size=3, scores=torch.tensor([[0.0, 1.0, 0.0], [1.0, 1.0, 1.0]]),
                                 success=torch.tensor([[False, True, False], [True, True, True]]),
-                                num_groups=2, logp_ref=None)
+                                num_groups=2, logp_ref=None,
+                                check_logp=lambda logp, source=None: None)
         return SimpleNamespace(batch=batch, error=0.5, reward_mean=0.5, rollouts=6, tokens=None,
                                metrics={})
 

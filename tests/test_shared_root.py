@@ -20,6 +20,7 @@ def _victim(tmp_path: Path) -> Path:
     return victim
 
 
+@pytest.mark.slow  # starts a process
 def test_a_link_planted_at_the_next_sweeps_multirun_yaml_is_not_written_through(tmp_path):
     root, victim = tmp_path / "out", _victim(tmp_path)
     sweep = root / ".hydra" / "multirun" / "next"
@@ -32,6 +33,7 @@ def test_a_link_planted_at_the_next_sweeps_multirun_yaml_is_not_written_through(
     assert not written.is_symlink() and "output_root" in written.read_text()
 
 
+@pytest.mark.slow  # starts a process
 def test_a_linked_folder_on_the_way_to_the_sweep_dir_is_refused(tmp_path):
     root, victim = tmp_path / "out", _victim(tmp_path)
     (root / ".hydra").mkdir(parents=True)
@@ -68,6 +70,7 @@ def _collect(root: Path, tmp_path: Path, capsys, *flags):
     return rc, text.out + text.err, (pd.read_parquet(out) if out.exists() else None)
 
 
+@pytest.mark.slow  # starts a process
 def test_a_completed_run_planted_under_other_names_is_neither_skipped_to_nor_pooled(tmp_path, capsys):
     root = tmp_path / "out"
     real = spec_for(root, "seed=5")
@@ -90,6 +93,7 @@ def test_a_completed_run_planted_under_other_names_is_neither_skipped_to_nor_poo
     assert "collected 1 runs" in text
 
 
+@pytest.mark.slow  # starts a process
 def test_a_completed_run_copied_into_another_configs_folder_is_refused(tmp_path, capsys):
     import shutil
 
@@ -122,6 +126,7 @@ SLOW_MERGE = ("import sys, time\n"
               "sys.exit(collect.main(sys.argv[1:]))\n")
 
 
+@pytest.mark.slow  # starts a process
 def test_two_merges_into_one_table_at_once_keep_every_run(tmp_path):
     import subprocess
     import sys
@@ -277,6 +282,7 @@ def _unfinished_under_other_code(root: Path) -> Path:
     return spec.run_dir
 
 
+@pytest.mark.slow  # starts a process
 @pytest.mark.parametrize("choice", ["refuse", "rerun", "keep"])
 def test_on_code_change_applies_at_resume_too(tmp_path, capsys, choice):
     d = _unfinished_under_other_code(tmp_path / "out")
@@ -386,6 +392,7 @@ def test_a_huge_episode_count_claimed_by_a_table_is_named_not_allocated(tmp_path
 
 # ------------------------------------------------------------------ a sweep checked whole
 
+@pytest.mark.slow  # starts a process
 def test_a_seed_past_64_bits_anywhere_in_a_sweep_stops_it_before_any_run(tmp_path):
     root = tmp_path / "out"
     proc = run_bench("-m", *TINY, f"output_root={root}", "seed=1,99999999999999999999", check=False)

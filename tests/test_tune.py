@@ -180,6 +180,7 @@ def test_two_studies_of_one_algorithm_keep_a_tuned_preset_each(out):
     assert str(Path(mine).parent.parent) in rerun
 
 
+@pytest.mark.slow  # starts a process
 def test_a_linked_study_database_is_refused_and_its_target_untouched(out, tmp_path):
     theirs = tmp_path / "theirs" / "other-study.db"
     theirs.parent.mkdir()

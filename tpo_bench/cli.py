@@ -27,6 +27,7 @@ COMMANDS = {
     "llm-base": ("tpo_bench.tools.llm_base", "build the base model an LLM task starts from"),
     "llm-scale": ("tpo_bench.tools.llm_scale", "an LLM task's memory and throughput"),
     "migrate": ("tpo_bench.tools.migrate", "re-key runs recorded before the preset names left the config hash"),
+    "same-metrics": ("tpo_bench.tools.same_metrics", "short runs in two checkouts, metrics compared bit for bit"),
     "seed-batch-speed": ("tpo_bench.tools.seed_batch_speed", "seed batching, measured against a loop"),
     "speed": ("tpo_bench.tools.speed", "the speed benchmark"),
     "study": ("tpo_bench.tools.study", "the reproduction's study queue"),

@@ -17,15 +17,8 @@ from dataclasses import dataclass
 
 import pandas as pd
 
-from tpo_bench.analysis.configs import algo_defaults, experiment_task
+from tpo_bench.analysis.configs import ALIASES, algo_defaults, experiment_task  # noqa: F401 (re-exported)
 
-ALIASES = {
-    "task": "task.impl", "H": "task.sequence_length", "V": "task.vocab_size",
-    "B": "task.batch_size", "reward": "task.reward", "target": "task.target",
-    "D": "task.delay", "algo": "algo.name", "K": "algo.k", "epochs": "algo.epochs",
-    "eta": "algo.eta", "match": "match", "holdout": "task.holdout",
-    "surprisal": "algo.surprisal",
-}
 # Knobs added after runs existed (hashed only when set): a run without the column, or
 # with NaN there, used the default.
 LATER_KNOBS = {"holdout": 0}
