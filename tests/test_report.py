@@ -622,3 +622,9 @@ def test_summary_counts_verdicts_once_per_set_of_runs(shared_runs_report):
     _, text, _ = shared_runs_report
     line = next(l for l in text.splitlines() if "counted once per set of runs" in l)
     assert line.endswith(": 3 inconclusive.")
+
+
+def test_an_unbounded_interval_is_printed_not_a_crash():
+    """One seed of a row gives an interval without bounds: the report says so."""
+    from tpo_bench.analysis.paper.report import number_text
+    assert (number_text(float("-inf")), number_text(float("inf")), number_text(12345.4), number_text(0.012345)) == ("-∞", "∞", "12345", "0.0123")

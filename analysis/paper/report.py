@@ -91,7 +91,7 @@ class Ours:
     per_seed: tuple = ()  # final error: each seed's value
 
 
-HEADLINE = ("tpo", "grpo", "dg", "grpo_no_kl", "ppo")  # what reproduction/headline.sh runs,
+HEADLINE = ("tpo", "grpo", "dg", "grpo_no_kl", "ppo")  # what the study queue runs (reproduction/study.yaml),
 HEADLINE_ROWS = ("terminal_h_sweep", "ablations")  # for these experiments' rows
 SEEDS_TITLE = "Terminal reward, H = 10: per-seed final error, ours and the paper's"
 SEEDS_CAPTION = ("Per-seed final error, prompt-matched, where the paper's seeds are known "
@@ -182,10 +182,12 @@ def run_ids(rows: pd.DataFrame) -> frozenset:
     return frozenset((str(h), int(s)) for h, s in pairs)
 
 
-def _num(v, digits: int = 3) -> str:
+def number_text(v, digits: int = 3) -> str:
     """Steps as integers, everything else to a few significant digits."""
     if v is None:
         return "never"
+    if not np.isfinite(v):  # one seed: an interval without bounds
+        return "nan" if np.isnan(v) else ("∞" if v > 0 else "-∞")
     if isinstance(v, (int, np.integer)) or abs(v) >= 10 ** digits:
         return f"{int(round(v))}"
     return f"{v:.{digits}g}"
@@ -259,13 +261,13 @@ def number_line(row, sel, paper_seeds: dict | None = None, provenance: dict | No
     if ours.source:
         notes.append(ours.source)
     if 0 < len(ours.per_seed) <= PER_SEED_SHOWN:
-        notes.append("per seed: " + ", ".join(_num(v, 2) for v in sorted(ours.per_seed)))
+        notes.append("per seed: " + ", ".join(number_text(v, 2) for v in sorted(ours.per_seed)))
     if row["metric"].startswith("steps_to_") and row["seeds"] and ours.n_seeds > int(row["seeds"]):
         notes.append(f"the paper's statistic at its {row['seeds']} seeds: median and central 95 % "
                      f"over {row['seeds']}-seed subsets of our {ours.n_seeds} (the crossing of all "
-                     f"{ours.n_seeds}: {_num(ours.all_seeds)})")
+                     f"{ours.n_seeds}: {number_text(ours.all_seeds)})")
     if len(ours.by_seeds) >= 3 and row["seeds"] and ours.n_seeds < int(row["seeds"]):
-        trend = "/".join(_num(v) for v in ours.by_seeds)
+        trend = "/".join(number_text(v) for v in ours.by_seeds)
         notes.append(f"seed-mean crossing on 1..{ours.n_seeds} of our seeds (median over "
                      f"subsets): {trend}; the paper used {row['seeds']}")
     tails = seed_tails(row, ours, paper_seeds or {})
@@ -287,7 +289,7 @@ def number_line(row, sel, paper_seeds: dict | None = None, provenance: dict | No
         ids = rows["seed"]
         notes.append(f"below the paper's {row['seeds']} seeds: ours are seeds "
                      f"{', '.join(str(int(i)) for i in sorted(ids.unique()))}"
-                     + ("; the rest: `bash reproduction/headline.sh`" if row["experiment"] in HEADLINE_ROWS
+                     + ("; the rest: the study queue (`python -m tools.study status`)" if row["experiment"] in HEADLINE_ROWS
                         and row["algo"] in HEADLINE else ""))
     if row["episodes"] and ours.last_step is not None and ours.last_step < int(row["episodes"]) - 1:
         notes.append(f"our runs stop at step {ours.last_step} (the paper ran {row['episodes']})")
@@ -298,9 +300,9 @@ def number_line(row, sel, paper_seeds: dict | None = None, provenance: dict | No
             and (ours.lo > printed.value + printed.r or ours.hi < printed.value - printed.r)):
         notes.append("inside the margin, but our interval excludes the paper's value: a "
                      "difference is shown, smaller than the margin")
-    se = f" ± {_num(ours.se, 2)}" if ours.se is not None and ours.value is not None and not ours.source else ""
-    interval = "" if ours.source else f"[{_num(ours.lo)}, {_num(ours.hi)}]"
-    return {**out, "ours": _num(ours.value) + se, "90 % interval": interval,
+    se = f" ± {number_text(ours.se, 2)}" if ours.se is not None and ours.value is not None and not ours.source else ""
+    interval = "" if ours.source else f"[{number_text(ours.lo)}, {number_text(ours.hi)}]"
+    return {**out, "ours": number_text(ours.value) + se, "90 % interval": interval,
             "seeds": (f"{ours.n_seeds} (< {row['seeds']})" if hidden["_below"]
                       else str(ours.n_seeds or "formula")), "verdict": verdict,
             "notes": "; ".join(notes), **prov, **hidden}
@@ -312,7 +314,7 @@ def _claim_once(sel, row, left, op, right, cond_extra=None):
         return [ours_for(sel, row, algo, {**(cond_extra or {}), **quals}) for algo, quals in items]
     a, b = get(left), get(right)
     name = lambda it: it[0] + "".join(f"[{k}={v}]" for k, v in it[1].items())  # noqa: E731
-    text = ", ".join(f"{name(it)} {_num(o.value)} ({o.n_seeds} seeds)"
+    text = ", ".join(f"{name(it)} {number_text(o.value)} ({o.n_seeds} seeds)"
                      for it, o in zip(left + right, a + b) if o is not None)
     ran_a, ran_b = [o for o in a if o is not None], [o for o in b if o is not None]
     complete = len(ran_a) == len(a) and len(ran_b) == len(b)
@@ -413,8 +415,8 @@ def paired_lines(row, sel: pd.DataFrame) -> list[dict]:
             if c is None:
                 continue
             out.append({"comparison": f"tpo < {algo}", "match": row["match"], "H": str(int(h)),
-                        "paired seeds": str(c["n"]), "TPO final error %": _num(c["a"]),
-                        "other's %": _num(c["b"]), "p (one-sided)": f"{c['p']:.2g}",
+                        "paired seeds": str(c["n"]), "TPO final error %": number_text(c["a"]),
+                        "other's %": number_text(c["b"]), "p (one-sided)": f"{c['p']:.2g}",
                         "reading": paired_reading(c)})
     return out
 
