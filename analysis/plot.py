@@ -6,17 +6,11 @@
     python analysis/plot.py --list
 
 Without --figure: one figure per task, a line per method (its configuration with the most
-seeds; lines of one method that differ in a setting are named by it), in percent, with a
-title of the task's parameters; PNG at 300 dpi beside a PDF. --where KEY=VALUE keeps the
-rows whose column KEY names (H, V, K, B, D, reward, target, epochs, eta, match, or a full
-column name) has that value; H names the terminal-reward horizon, so H without reward
-keeps the terminal-reward tasks and says which tasks of that length it left out. Plotting
-the committed table (reproduction/results.parquet) without --add-runs also reads the
-committed runs beside it (reproduction/runs/: terminal, dense, mechanism, llm). With it: the paper's
-figures in the paper's form (analysis/paper/paper_figures.py) with their companions, our
-other figures (analysis/paper/figures.py), or `leaderboard`; `all` draws every one;
---page also writes the comparison page (analysis/paper/page.py).
-
+seeds), in percent; --where filters on a column by its short key (H, V, K, B, D, reward,
+target, epochs, eta, match; H without reward: the terminal-reward tasks). The committed
+table is read with the committed runs beside it (reproduction/runs/). With --figure: the
+paper's figures in its form (analysis/paper/paper_figures.py), ours (figures.py), or
+`leaderboard`; `all` draws every one; --page writes the comparison page (page.py).
 A line is the seed mean +-1 SE band, SE = std(ddof=0) / sqrt(n_seeds) as in the paper.
 """
 import argparse

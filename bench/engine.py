@@ -1,21 +1,11 @@
-"""The engine: the one epoch loop, `train_episodes`, for a single run (S = 1 seed;
-`train_episode`) and a seed-batched job (`batch_seeds=true`: the job's `seeds_per_job`
-seeds trained as one computation) alike, and the bookkeeping of its rows. The job loop
-that calls it, and each seed's duties (lock, checkpoint, resume, summary, metrics), are
-bench.runner's; this and bench.runner are the only modules that run tasks and
-algorithms together (bench.build joins them).
-
-Per seed, whatever S: random streams, policy module, optimizer state and metrics row
-(EpisodeRow). With S > 1, batched: the model arithmetic (the task's
-`rollout_seeds`/`logprobs_seeds` run the S policies stacked, each seed sampling from its
-own generators in a single run's order), the loss (`algo.loss` vmapped over the seed
-axis, `seed_losses`; shape-changing dynamic-sampling top-ups run per seed), one optimizer
-update for all seeds (bench.optim.step_seeds), and reading the metrics (once per episode).
-`compile=true` captures each epoch's forward and loss (`captured`). A task without
-`rollout_seeds` (the LLM task) is refused batching at build time. On the CPU at one
-thread each seed of a batch equals its single run bit for bit (tests/test_batched.py;
-MNIST where B x width is a multiple of 4 floats); more threads or a GPU differ in the
-last bits.
+"""The engine: the one epoch loop, `train_episodes`, for a single run (S = 1;
+`train_episode`) and a seed-batched job (`batch_seeds=true`) alike, and the bookkeeping of
+its rows; bench.runner holds the job loop and each seed's duties. Per seed, whatever S:
+random streams, policy, optimizer state, metrics row (EpisodeRow). With S > 1 the model
+arithmetic (`rollout_seeds`/`logprobs_seeds`), the loss (vmapped, `seed_losses`) and one
+optimizer update (bench.optim.step_seeds) run stacked; `compile=true` captures each
+epoch's forward and loss (`captured`). On the CPU at one thread each seed of a batch
+equals its single run bit for bit (tests/test_batched.py); a GPU differs in the last bits.
 
     train_episodes  one episode of S seeds: rows, one per seed
     train_episode   one seed's episode (train_episodes at S = 1; tools and tests)

@@ -1,18 +1,14 @@
 """One run, or a job's seeds trained together: claim, open, start, train, close. The job
-loop (`run_seeds`, `_train`) takes each seed's seat through its duties (lock, checkpoint,
-resume, summary, metrics) and its episodes through bench.engine.train_episodes, the one
-epoch loop; a single run is the job at S = 1.
+loop (`run_seeds`) takes each seed's seat through its duties and its episodes through
+bench.engine.train_episodes; a single run is the job at S = 1.
 
     run(spec)        one (config, seed): run_seeds([spec])
     run_seeds(specs) a job's seeds (batch_seeds=true), trained as one batch
-
-A run's state in the process is a Seat; each step of the story takes one, so the job loop
-runs one or several seeds' seats through the same steps:
-    claim_run    the run directory's lock, or the answer for a run not to train
-    open_seat    the checkpoint read and checked, config.json and a `running` summary
-    start_seat   the seat's policy, optimizer and streams, fresh or resumed
-    record_step  an episode's row into the record: progress line, checkpoint when due
-    close_seat   the metrics table and the verdict
+    claim_run        the run directory's lock, or the answer for a run not to train
+    open_seat        the checkpoint read and checked, config.json and a `running` summary
+    start_seat       the seat's policy, optimizer and streams, fresh or resumed
+    record_step      an episode's row into the record: progress line, checkpoint when due
+    close_seat       the metrics table and the verdict
 A seed that fails fails alone; a stop request is read once per step, so every seed
 checkpoints at that boundary or none.
 """

@@ -91,8 +91,13 @@ def test_old_checkpoint_without_identity_resumes_only_in_its_own_directory(tmp_p
     moved = tmp_path / "b" / d.relative_to(tmp_path / "a").parent / "seed=1"
     shutil.copytree(d, moved)
     refused = run_bench(*SLOW, "seed=1", f"output_root={tmp_path / 'b'}", check=False)
+    assert refused.returncode == 1 and "its path says 1" in refused.stderr
+    # the checkpoint alone, under another seed: it cannot say whose it is
+    alone = moved.parent / "seed=2"
+    alone.mkdir()
+    shutil.copy(d / "checkpoint.pt", alone / "checkpoint.pt")
+    refused = run_bench(*SLOW, "seed=2", f"output_root={tmp_path / 'b'}", check=False)
     assert refused.returncode == 1 and "records no identity" in refused.stderr
-    assert "config.json has seed 0, this run's is 1" in refused.stderr
     resumed = run_bench(*SLOW, f"output_root={tmp_path / 'a'}")
     assert "predates identity records" in resumed.stdout
     pd.testing.assert_frame_equal(metrics(d), reference, check_exact=True)

@@ -128,7 +128,7 @@ def test_gpu_study_stops_at_its_budget_and_the_runs_resume(tmp_path):
         "seeds: [0, 2], cost_s: 100", "seeds: [0, 0], cost_s: 100").replace("[0, 3]", "[0, 2]"))
     out = tmp_path / "study.tar"
     proc = subprocess.run([sys.executable, "-m", "tools.study", "gpu", "--queue", str(q), "--repo", str(repo),
-                           "--device", "cpu", "--parallel", "1", "--budget-s", "90", "--pack", str(out)],
+                           "--device", "cpu", "--parallel", "1", "--budget-s", "40", "--pack", str(out)],
                           cwd=REPO, capture_output=True, text=True, timeout=600)
     assert proc.returncode == 0, proc.stdout + proc.stderr
     assert "1 jobs not started" in proc.stdout  # grpo's job never began

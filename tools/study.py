@@ -1,32 +1,18 @@
-"""The reproduction's study queue: `python -m tools.study {status,run,list}`.
+"""The reproduction's study queue: `python -m tools.study {status,run,list,gpu}`.
 
-The queue is a committed list (reproduction/study.yaml): stages in the order the
-reproduction needs them, each a few sweeps (Hydra-style overrides with comma lists and a
-seed range). `run` trains what is not completed, in that order, one run per job, JOBS jobs
-at once, one torch thread each, checkpointing every 100 episodes; stop it any time and run
-it again: completed runs are skipped, unfinished ones resume. `--commit` commits each run
-as it completes (its summary and metrics, never a checkpoint). `status` says what is done,
-what runs, what is left and its cost, from the run directories alone.
+The queue is reproduction/study.yaml: stages in the order the reproduction needs them,
+each a few sweeps (overrides with comma lists, a seed range, a cost per run) and the
+commit its runs train at. `run` trains what is not completed, in order, JOBS at once, one
+thread each, checkpointing every 100 episodes (stop and rerun at will); `--commit` commits
+each completed run (summary, config, metrics; no checkpoint). `status` gives what is done,
+started and left with its cost (`--page`: the reproducing page's block). `gpu` runs every
+config's unfinished seeds seed-batched on one device, the mechanism stage first, PARALLEL
+jobs at once, stops at BUDGET_S with every seed checkpointed, and packs the touched runs
+into a tar (`tar -xf` at the repository root); its estimate is in docs/performance.md.
 
     python -m tools.study status [--markdown] [--page docs/reproducing.md [--check]]
-    python -m tools.study run [--jobs 2] [--stage NAME] [--commit] [--max-runs N] [--dry-run]
-    python -m tools.study list [--stage NAME]          # the runs, in queue order
+    python -m tools.study run --repo CHECKOUT_AT_CODE [--jobs 2] [--stage NAME] [--commit]
     python -m tools.study gpu [--parallel 12] [--budget-s 540] [--pack OUT.tar]
-
-`gpu` is the study for one lent GPU: every config's unfinished seeds as seed-batched
-jobs (`batch_seeds=true`, consecutive seeds per job), the mechanism stage first, then
-the queue's order, PARALLEL jobs at once on the one device (each job is bound by its
-kernel launches, not the GPU's arithmetic). At BUDGET_S seconds it stops the jobs still
-running (SIGTERM: each seed checkpoints and resumes later, here or on the CPU) and packs
-every run directory it touched into OUT.tar (summaries, metrics and checkpoints), which
-`tar -xf OUT.tar` unpacks at the repository root for collect.
-
-Its size, from the op counts (reproduction/perf/ops.csv: ~2,300-2,600 ops per batched
-episode at S = 1-32 for reverse_h10 TPO/GRPO; ~2,500 ops x ~20 us per eager launch with
-Python's overhead = ~50 ms an episode, whatever S): a 2,000-episode job ~100 s, a
-1,000-episode one ~50 s, the 16-epoch mechanism jobs ~3x that. The remaining queue is
-~70 configs, so ~2-3 hours in one process and ~10-15 minutes with 12 at once on a
-16-core host; unmeasured until a GPU is lent (docs/reproducing.md).
 """
 from __future__ import annotations
 
