@@ -176,6 +176,12 @@ def test_run_trains_only_at_the_queues_commit(tmp_path):
     first = git("rev-parse", "HEAD").stdout.strip()
     assert study.check_code(repo, first[:7]) is None
     assert study.check_code(repo, None) is None
+    run = repo / study.RUNS_PREFIX / "t" / "seed=0"
+    run.mkdir(parents=True)
+    (run / "summary.json").write_text("{}")
+    git("add", ".")
+    git("commit", "-qm", "a run record")
+    assert study.check_code(repo, first[:7]) is None  # past the pin by run records only
     (repo / "algorithms" / "x.py").write_text("A = 2\n")
     assert "with edits" in study.check_code(repo, first[:7])
     git("commit", "-qam", "two")

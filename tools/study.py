@@ -63,14 +63,21 @@ def pinned(path: Path = QUEUE) -> str | None:
     return None if code is None else str(code)
 
 
+RUNS_PREFIX = "reproduction/runs/"
+
+
 def check_code(repo: Path, code: str | None) -> str | None:
-    """None if the checkout that will train (repo) is at the queue's commit; else why not."""
+    """None if the checkout that will train (repo) is at the queue's commit, or past it by run
+    records only (what `run --commit` adds); else why not."""
     if code is None:
         return None
     head = _git(repo, "rev-parse", "HEAD").stdout.strip()
     dirty = _git(repo, "status", "--porcelain", "--untracked-files=no", "--", "algorithms", "tasks",
                  "contract", "bench").stdout.strip()
-    if not head.startswith(code) or dirty:
+    # the queue's own commits on top of `code` add run records only; anything else is other code
+    base = _git(repo, "merge-base", "--is-ancestor", code, "HEAD").returncode == 0 if head else False
+    since = _git(repo, "diff", "--name-only", code, "HEAD").stdout.split() if base else ["?"]
+    if not all(f.startswith(RUNS_PREFIX) for f in since) or dirty:
         return (f"{repo} is at {head[:12] or 'no commit'}{' with edits' if dirty else ''}; the queue's runs "
                 f"train at {code} (study.yaml's `code`): `git worktree add -b study ../tpo-study {code}` "
                 f"and pass --repo ../tpo-study (or --any-code)")
