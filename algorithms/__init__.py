@@ -10,6 +10,11 @@ An algorithm is a frozen dataclass registered under a name; its fields are its c
 Losses weigh each candidate's term in a group's sums by `batch.candidate_weights()`
 (the sampled action's indicator, or the population probability, where the task set one).
 """
+if __name__ == "algorithms":  # the top-level name: this module is tpo_bench.algorithms
+    import tpo_bench
+
+    tpo_bench.alias(__name__)
+
 from tpo_bench.contract.registry import ALGORITHMS
 
 register = ALGORITHMS.register

@@ -9,6 +9,11 @@ A task is a frozen dataclass registered under a name; its fields are its config
 keeps what it needs to re-score its candidates in a frozen dataclass of its own
 (`batch.obs`), read only by its `logprobs`.
 """
+if __name__ == "tasks":  # the top-level name: this module is tpo_bench.tasks
+    import tpo_bench
+
+    tpo_bench.alias(__name__)
+
 from tpo_bench.contract.registry import TASKS
 
 register = TASKS.register

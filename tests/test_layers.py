@@ -5,7 +5,9 @@ import each other nor the runner; analysis reads the records through the contrac
 the tools may import anything and nothing but the tests imports them; no import cycle.
 Inside analysis/: no cycle, the generic modules stay out of the paper's and the tuning's
 rooms. Nowhere (tests and tools included) does a module use another's underscore names. The runner reads no task
-or algorithm member that contract.batch does not declare."""
+or algorithm member that contract.batch does not declare. Each file is one module object
+(a top-level name is its tpo_bench module), and a static tool reading the imports file by
+file finds every arrow between the rooms."""
 import ast
 import re
 from pathlib import Path
@@ -125,8 +127,7 @@ def test_no_import_cycle():
 
 def test_the_harness_imports_itself_only_under_its_namespace():
     """No module of the harness, its tests or the docs' build imports `tasks`, `bench`, ...
-    by the top-level name: from a project that has its own, that would be the project's
-    (and in a checkout, a second copy of ours with its own registries)."""
+    by the top-level name: from a project that has its own, that would be the project's."""
     files = [*modules().values(), *sorted((REPO / "tests").glob("*.py")),
              *sorted((REPO / "docs").rglob("*.py")), *sorted((REPO / "tpo_bench").rglob("*.py"))]
     found = [hit for path in files for hit in bare_imports(path)]
@@ -330,3 +331,85 @@ def test_a_plugin_without_the_options_base_gets_their_defaults():
     from tpo_bench.algorithms.grpo import GRPO
     assert "dynamic_sampling" not in {f.name for f in dataclasses.fields(GRPO)}
     assert GRPO().dynamic_sampling == 0 and isinstance(GRPO(), AlgorithmOptions)
+
+
+# ---------------------------------------------------------------- one module per file
+
+ROOMS_WITH_CODE = ("bench", "tasks", "algorithms", "contract", "analysis", "tools", "integrations")
+
+
+def resolve_to_file(module: str) -> Path | None:
+    """The file a static tool finds for `module` from the repository root alone (no import
+    run, links followed): `a/b.py` or `a/b/__init__.py`."""
+    base = REPO.joinpath(*module.split("."))
+    for candidate in (base.with_suffix(".py"), base / "__init__.py"):
+        if candidate.is_file():
+            return candidate.resolve()
+    return None
+
+
+def static_room_arrows(packages=PACKAGES) -> set[tuple[str, str]]:
+    """(room, room) for every import in the packages' files that resolves to a file of
+    another room, each import resolved by the file system only."""
+    arrows = set()
+    for path in modules(packages).values():
+        room = path.relative_to(REPO).parts[0]
+        for node in ast.walk(ast.parse(path.read_text())):
+            names = [a.name for a in node.names] if isinstance(node, ast.Import) else \
+                [f"{node.module}.{a.name}" for a in node.names] + [node.module] \
+                if isinstance(node, ast.ImportFrom) and node.module and node.level == 0 else []
+            for name in names:
+                if (target := resolve_to_file(name)) is not None and target.is_relative_to(REPO):
+                    arrows.add((room, target.relative_to(REPO).parts[0]))
+                    break  # `from a.b import c`: the module c, else a.b
+    return {(a, b) for a, b in arrows if a != b and b in PACKAGES}  # not tpo_bench's alias
+
+
+def test_static_resolution_finds_every_arrow_between_rooms():
+    """`tpo_bench.contract.batch` is a file a static tool finds (tpo_bench/contract links to
+    contract/): the arrows read that way are the layering rule's arrows, all of them."""
+    by_name = {(m.split(".")[0], t.split(".")[0]) for m, ts in graph().items() for t in ts}
+    by_name = {(a, b) for a, b in by_name if a != b}
+    static = static_room_arrows()
+    assert {("analysis", "contract"), ("bench", "tasks"), ("bench", "algorithms"),
+            ("tasks", "contract"), ("integrations", "algorithms")} <= static, sorted(static)
+    assert static == by_name, (sorted(by_name - static), sorted(static - by_name))
+
+
+@pytest.mark.parametrize("room", ROOMS_WITH_CODE)
+def test_a_top_level_name_is_its_tpo_bench_module(room, monkeypatch):
+    """`import bench` from a checkout's root (python -m bench) gives the module
+    tpo_bench.bench itself, its submodules too: one object per file, one registry."""
+    import importlib
+    import sys
+
+    monkeypatch.syspath_prepend(str(REPO))
+    both = [importlib.import_module(name) for name in (room, f"tpo_bench.{room}")]
+    assert both[0] is both[1]
+    for name in ("contract.registry", "bench.runner", "tasks.tabular", "analysis.collect"):
+        assert importlib.import_module(name) is importlib.import_module(f"tpo_bench.{name}")
+    registry = importlib.import_module("contract.registry")
+    assert registry.TASKS is importlib.import_module("tpo_bench.contract.registry").TASKS
+    files: dict[Path, set[int]] = {}
+    for mod in list(sys.modules.values()):
+        where = getattr(mod, "__file__", None)
+        if where and Path(where).resolve().is_relative_to(REPO):
+            files.setdefault(Path(where).resolve(), set()).add(id(mod))
+    twice = sorted(str(f.relative_to(REPO)) for f, ids in files.items() if len(ids) > 1)
+    assert not twice, f"loaded as two module objects: {twice}"
+
+
+def test_a_projects_own_package_of_a_rooms_name_is_left_alone(monkeypatch):
+    """The alias covers only a name already handed over: a project's own `tasks` package
+    keeps its own submodules."""
+    import sys
+    import types
+
+    from tpo_bench import Alias
+
+    monkeypatch.setitem(sys.modules, "tasks", types.ModuleType("tasks"))
+    assert Alias().find_spec("tasks.tabular") is None
+    import tpo_bench.tasks
+    monkeypatch.setitem(sys.modules, "tasks", tpo_bench.tasks)
+    assert Alias().find_spec("tasks.tabular").origin == \
+        str(Path(tpo_bench.tasks.__file__).parent / "tabular.py")
