@@ -121,6 +121,56 @@ def test_each_floor_imports_only_the_floors_below(pkg):
     assert not wrong, f"{pkg} reaches up: {wrong}"
 
 
+ROOM_STRING = re.compile(rf"{NAMESPACE}\.(\w+)[\w.]*")
+
+
+def string_reaches(packages=PACKAGES) -> list[str]:
+    """Where a module names, in a string (importlib.import_module, a registry, an f-string's
+    fixed part), a module of a room its floor may not import."""
+    found = []
+    for module, path in modules(packages).items():
+        pkg = module.split(".")[0]
+        for node in ast.walk(ast.parse(path.read_text())):
+            if isinstance(node, ast.Constant) and isinstance(node.value, str) \
+                    and (m := ROOM_STRING.fullmatch(node.value)) and m.group(1) in PACKAGES \
+                    and m.group(1) not in MAY_IMPORT[pkg] | {pkg}:
+                found.append(f"{path.relative_to(REPO)}:{node.lineno} {node.value!r}")
+    return found
+
+
+def test_no_floor_reaches_up_by_a_string():
+    """The contract names no task or algorithm package (its tables are filled from below,
+    through the tpo_bench.plugins entry points), analysis no task, and so on."""
+    assert not string_reaches(), string_reaches()
+
+
+def test_the_tables_are_filled_from_below():
+    """The harness's tasks and algorithms are advertised as tpo_bench.plugins (pyproject.toml),
+    and each package imports its own modules: a lookup finds every one."""
+    import sys
+
+    from tpo_bench.contract.registry import ALGORITHMS, TASKS, advertised
+
+    assert {"tpo_bench.tasks", "tpo_bench.algorithms"} <= set(advertised())
+    assert {"tabular_multi", "mnist"} <= set(TASKS.names())
+    assert {"tpo", "grpo", "dg"} <= set(ALGORITHMS.names())
+    own = [m for m in modules(("tasks", "algorithms")) if "." in m and not m.split(".")[-1].startswith("_")]
+    assert len(own) >= 10 and not [m for m in own if f"{NAMESPACE}.{m}" not in sys.modules]
+
+
+def test_the_string_rule_sees_an_import_by_name(tmp_path, monkeypatch):
+    for pkg in ("contract", "analysis"):
+        (tmp_path / pkg).mkdir()
+    (tmp_path / "contract" / "r.py").write_text(
+        "import importlib\nimportlib.import_module('tpo_bench.tasks')\n")
+    (tmp_path / "analysis" / "a.py").write_text(
+        "import importlib\ndef f(n):\n    return importlib.import_module(f'tpo_bench.algorithms.{n}')\n"
+        "OK = 'tpo_bench.contract.registry'\n")
+    monkeypatch.setattr(__import__(__name__), "REPO", tmp_path)
+    assert sorted(hit.split(" ")[1] for hit in string_reaches(("contract", "analysis"))) == \
+        ["'tpo_bench.algorithms.'", "'tpo_bench.tasks'"]
+
+
 def test_no_import_cycle():
     assert cycle(graph()) is None, cycle(graph())
 
@@ -316,7 +366,7 @@ def test_a_plugin_without_the_options_base_gets_their_defaults():
     from tpo_bench.contract.batch import AlgorithmOptions, TaskOptions
     from tpo_bench.contract.registry import Registry
 
-    reg = Registry("task", "tpo_bench.tasks", TaskOptions)
+    reg = Registry("task", TaskOptions)
 
     @reg.register("plain")
     @dataclasses.dataclass(frozen=True)
