@@ -2,4 +2,4 @@
 `python -m bench` runs its `__main__` from any directory, as from a checkout's root."""
 import tpo_bench
 
-tpo_bench.alias(__name__)
+tpo_bench.alias("bench")
