@@ -10,6 +10,14 @@ An algorithm is a frozen dataclass registered under a name; its fields are its c
 Losses weigh each candidate's term in a group's sums by `batch.candidate_weights()`
 (the sampled action's indicator, or the population probability, where the task set one).
 """
+if __name__ == "algorithms":  # the top-level name: this module is tpo_bench.algorithms
+    import tpo_bench
+
+    tpo_bench.alias(__name__)
+
+import importlib
+import pkgutil
+
 from tpo_bench.contract.registry import ALGORITHMS
 
 register = ALGORITHMS.register
@@ -19,3 +27,8 @@ register = ALGORITHMS.register
 # no KL), so a first-epoch value would say nothing. Loss and gradient norm stay the
 # first epoch's, the gradient at the behaviour policy.
 OVER_EPOCHS = ("clip_frac", "kl")
+
+# Each module registers itself on import: importing the package fills ALGORITHMS.
+for _module in pkgutil.iter_modules(__path__):
+    if not _module.name.startswith("_"):
+        importlib.import_module(f"{__name__}.{_module.name}")

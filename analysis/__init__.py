@@ -14,3 +14,7 @@ Imports go one way: paper and tuning use the generic modules (paper also tuning.
 nothing generic imports them, except plot's --figure, which draws analysis.paper.figures.
 Run directories' facts and the atomic writer come from contract/.
 """
+if __name__ == "analysis":  # the top-level name: this module is tpo_bench.analysis
+    import tpo_bench
+
+    tpo_bench.alias(__name__)

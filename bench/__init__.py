@@ -2,6 +2,10 @@
 scored candidates) with an algorithm (a loss) and records it. Nothing below imports it:
 tasks and algorithms meet through `contract`.
 """
+if __name__ == "bench":  # the top-level name: this module is tpo_bench.bench
+    import tpo_bench
+
+    tpo_bench.alias(__name__)
 
 from importlib.metadata import PackageNotFoundError, version as _version
 

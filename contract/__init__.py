@@ -8,3 +8,7 @@ nothing else. It imports none of them.
     schema    what a run leaves on disk: layout, file names, status words, metric columns
     io        the one atomic writer, and the provenance a record carries
 """
+if __name__ == "contract":  # the top-level name: this module is tpo_bench.contract
+    import tpo_bench
+
+    tpo_bench.alias(__name__)

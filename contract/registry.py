@@ -1,20 +1,25 @@
-"""Name -> implementation tables for algorithms and tasks.
+"""Name -> implementation tables for algorithms and tasks, filled from below.
 
-Every module inside the `algorithms` / `tasks` packages is imported on first lookup, so
-adding one is a new module plus a yaml in conf/: no list to edit. Modules outside the
-repo are named in the `plugins` config list (or advertised under the
-`tpo_bench.plugins` entry-point group) and imported before lookup.
+A module registers its class when it is imported (`tasks.register`, `algorithms.register`);
+each package imports its own modules, so adding one is a new module plus a yaml in conf/.
+This module names no package: the first lookup imports what is advertised under the
+`tpo_bench.plugins` entry-point group (the harness's own tasks and algorithms, and any
+installed plug-in; in a checkout, pyproject.toml's table as well, which the installed
+metadata may predate). Other modules are named in the `plugins` config list.
 """
 from __future__ import annotations
 
 import importlib
-import pkgutil
+import re
 from importlib.metadata import entry_points
+from pathlib import Path
 from typing import Callable, TypeVar
 
 from tpo_bench.contract.batch import AlgorithmOptions, TaskOptions
 
 T = TypeVar("T")
+PLUGIN_GROUP = "tpo_bench.plugins"
+PYPROJECT = Path(__file__).resolve().parents[1] / "pyproject.toml"  # a checkout's, if any
 
 
 class UnknownName(KeyError):
@@ -23,12 +28,11 @@ class UnknownName(KeyError):
 
 
 class Registry:
-    def __init__(self, kind: str, package: str, options: type | None = None):
+    def __init__(self, kind: str, options: type | None = None):
         """`options`: the class declaring the optional members of this kind (contract.batch);
         a registered class that does not subclass it is given the defaults it lacks."""
-        self.kind, self.package, self.options = kind, package, options
+        self.kind, self.options = kind, options
         self._table: dict[str, type] = {}
-        self._discovered = False
 
     def register(self, name: str) -> Callable[[type[T]], type[T]]:
         def deco(cls: type[T]) -> type[T]:
@@ -44,31 +48,34 @@ class Registry:
             return cls
         return deco
 
-    def discover(self) -> None:
-        if self._discovered:
-            return
-        pkg = importlib.import_module(self.package)
-        for info in pkgutil.iter_modules(pkg.__path__):
-            if not info.name.startswith("_"):
-                importlib.import_module(f"{self.package}.{info.name}")
-        self._discovered = True
-
     def get(self, name: str) -> type:
-        self.discover()
+        load_plugins()
         if name not in self._table:
             raise UnknownName(f"unknown {self.kind} {name!r}; registered {self.kind}s: "
                               f"{', '.join(self.names())}")
         return self._table[name]
 
     def names(self) -> list[str]:
-        self.discover()
+        load_plugins()
         return sorted(self._table)
 
 
+def advertised() -> list[str]:
+    """The modules advertised under PLUGIN_GROUP: installed entry points, then a checkout's
+    pyproject.toml table (`name = "module"` lines), each once."""
+    names = [ep.value.partition(":")[0] for ep in entry_points(group=PLUGIN_GROUP)]
+    if PYPROJECT.is_file():
+        table = re.search(rf'^\[project\.entry-points\."{re.escape(PLUGIN_GROUP)}"\]\n(.*?)(?=^\[|\Z)',
+                          PYPROJECT.read_text(), re.M | re.S)
+        names += re.findall(r'^[\w.-]+\s*=\s*"([\w.]+)', table.group(1), re.M) if table else []
+    return list(dict.fromkeys(names))
+
+
 def load_plugins(modules: list[str] | tuple[str, ...] = ()) -> None:
-    """Import user modules so their @register decorators run."""
-    for ep in entry_points(group="tpo_bench.plugins"):
-        ep.load()
+    """Import the advertised modules and the user's `modules` so their @register
+    decorators run (a module already imported is not run again)."""
+    for mod in advertised():
+        importlib.import_module(mod)
     for mod in modules:
         try:
             importlib.import_module(mod)
@@ -80,5 +87,5 @@ def load_plugins(modules: list[str] | tuple[str, ...] = ()) -> None:
 # The two tables: a task module registers with `tasks.register`, an algorithm with
 # `algorithms.register` (each package's __init__ hands out these). Held here so that a
 # reader of records (analysis) can look a class up without importing either package.
-TASKS = Registry("task", "tpo_bench.tasks", TaskOptions)
-ALGORITHMS = Registry("algorithm", "tpo_bench.algorithms", AlgorithmOptions)
+TASKS = Registry("task", TaskOptions)
+ALGORITHMS = Registry("algorithm", AlgorithmOptions)

@@ -6,3 +6,7 @@ hands it to a registered algorithm's own `loss`: no loss is written twice. The t
 modules (`integrations.trl_trainer`, `integrations.trl_record`, `integrations.verl_plugin`)
 import their trainer lazily; the adapter needs torch alone.
 """
+if __name__ == "integrations":  # the top-level name: this module is tpo_bench.integrations
+    import tpo_bench
+
+    tpo_bench.alias(__name__)

@@ -55,6 +55,19 @@ def test_every_script_module_and_launcher_the_docs_name_exists():
     assert not missing, missing
 
 
+def test_the_docs_spell_a_tool_one_way():
+    """A tool is `python -m tools.<name>` in the README and the docs, never its installed
+    command (`tpo-bench speed`) nor `python -m tpo_bench.tools.<name>`."""
+    from tpo_bench.cli import COMMANDS
+
+    tools = {name for name, (module, _) in COMMANDS.items() if ".tools." in module}
+    docs = [README, *DOCS.glob("*.md"), *(REPO / "reproduction").glob("*.md")]
+    found = [(doc.name, m) for doc in docs
+             for m in re.findall(r"tpo-bench [\w-]+|tpo_bench\.tools\.\w+", doc.read_text())
+             if m.startswith("tpo_bench") or m.split()[1] in tools]
+    assert len(tools) >= 10 and not found, found
+
+
 def test_the_committed_report_links_figures_that_exist():
     report = REPO / "reproduction" / "REPRODUCTION.md"
     links = re.findall(r"!\[[^\]]*\]\(([^)]+)\)", report.read_text())

@@ -63,10 +63,14 @@ def test_non_editable_install_runs_from_anywhere(tmp_path: Path) -> None:
                     "print(bench.__file__); print(r.__file__); print(a.__file__)", cwd=tmp_path, env=env)
     assert len(where.stdout.split()) == 3, where.stdout + where.stderr
     assert all(line.startswith(str(site)) for line in where.stdout.split()), where.stdout
-    # one import name: nothing of the harness at the top level but the `bench` entry
+    # one import name: nothing of the harness at the top level but the `bench` alias
     assert not any((site / name).exists() for name in ("tasks", "analysis", "algorithms", "contract",
                                                         "conf", "tools")), sorted(os.listdir(site))
-    assert sorted(p.name for p in (site / "bench").glob("*.py")) == ["__init__.py", "__main__.py"]
+    assert sorted(p.name for p in (site / "bench").glob("*.py")) == ["__init__.py"]
+    same = _python("-c", "import bench, bench.runner, tpo_bench.bench, tpo_bench.bench.runner; "
+                   "print(bench is tpo_bench.bench, bench.runner is tpo_bench.bench.runner)",
+                   cwd=tmp_path, env=env)
+    assert same.stdout.split() == ["True", "True"], same.stdout + same.stderr
     sweep = _python("-m", "bench", "-m", "algo=tpo,dg", "seed=0", *TINY, cwd=tmp_path, env=env)
     assert sweep.returncode == 0, sweep.stdout + sweep.stderr
     runs = _completed(tmp_path / "outputs")

@@ -5,7 +5,9 @@ import each other nor the runner; analysis reads the records through the contrac
 the tools may import anything and nothing but the tests imports them; no import cycle.
 Inside analysis/: no cycle, the generic modules stay out of the paper's and the tuning's
 rooms. Nowhere (tests and tools included) does a module use another's underscore names. The runner reads no task
-or algorithm member that contract.batch does not declare."""
+or algorithm member that contract.batch does not declare. Each file is one module object
+(a top-level name is its tpo_bench module), and a static tool reading the imports file by
+file finds every arrow between the rooms."""
 import ast
 import re
 from pathlib import Path
@@ -119,14 +121,63 @@ def test_each_floor_imports_only_the_floors_below(pkg):
     assert not wrong, f"{pkg} reaches up: {wrong}"
 
 
+ROOM_STRING = re.compile(rf"{NAMESPACE}\.(\w+)[\w.]*")
+
+
+def string_reaches(packages=PACKAGES) -> list[str]:
+    """Where a module names, in a string (importlib.import_module, a registry, an f-string's
+    fixed part), a module of a room its floor may not import."""
+    found = []
+    for module, path in modules(packages).items():
+        pkg = module.split(".")[0]
+        for node in ast.walk(ast.parse(path.read_text())):
+            if isinstance(node, ast.Constant) and isinstance(node.value, str) \
+                    and (m := ROOM_STRING.fullmatch(node.value)) and m.group(1) in PACKAGES \
+                    and m.group(1) not in MAY_IMPORT[pkg] | {pkg}:
+                found.append(f"{path.relative_to(REPO)}:{node.lineno} {node.value!r}")
+    return found
+
+
+def test_no_floor_reaches_up_by_a_string():
+    """The contract names no task or algorithm package (its tables are filled from below,
+    through the tpo_bench.plugins entry points), analysis no task, and so on."""
+    assert not string_reaches(), string_reaches()
+
+
+def test_the_tables_are_filled_from_below():
+    """The harness's tasks and algorithms are advertised as tpo_bench.plugins (pyproject.toml),
+    and each package imports its own modules: a lookup finds every one."""
+    import sys
+
+    from tpo_bench.contract.registry import ALGORITHMS, TASKS, advertised
+
+    assert {"tpo_bench.tasks", "tpo_bench.algorithms"} <= set(advertised())
+    assert {"tabular_multi", "mnist"} <= set(TASKS.names())
+    assert {"tpo", "grpo", "dg"} <= set(ALGORITHMS.names())
+    own = [m for m in modules(("tasks", "algorithms")) if "." in m and not m.split(".")[-1].startswith("_")]
+    assert len(own) >= 10 and not [m for m in own if f"{NAMESPACE}.{m}" not in sys.modules]
+
+
+def test_the_string_rule_sees_an_import_by_name(tmp_path, monkeypatch):
+    for pkg in ("contract", "analysis"):
+        (tmp_path / pkg).mkdir()
+    (tmp_path / "contract" / "r.py").write_text(
+        "import importlib\nimportlib.import_module('tpo_bench.tasks')\n")
+    (tmp_path / "analysis" / "a.py").write_text(
+        "import importlib\ndef f(n):\n    return importlib.import_module(f'tpo_bench.algorithms.{n}')\n"
+        "OK = 'tpo_bench.contract.registry'\n")
+    monkeypatch.setattr(__import__(__name__), "REPO", tmp_path)
+    assert sorted(hit.split(" ")[1] for hit in string_reaches(("contract", "analysis"))) == \
+        ["'tpo_bench.algorithms.'", "'tpo_bench.tasks'"]
+
+
 def test_no_import_cycle():
     assert cycle(graph()) is None, cycle(graph())
 
 
 def test_the_harness_imports_itself_only_under_its_namespace():
     """No module of the harness, its tests or the docs' build imports `tasks`, `bench`, ...
-    by the top-level name: from a project that has its own, that would be the project's
-    (and in a checkout, a second copy of ours with its own registries)."""
+    by the top-level name: from a project that has its own, that would be the project's."""
     files = [*modules().values(), *sorted((REPO / "tests").glob("*.py")),
              *sorted((REPO / "docs").rglob("*.py")), *sorted((REPO / "tpo_bench").rglob("*.py"))]
     found = [hit for path in files for hit in bare_imports(path)]
@@ -315,7 +366,7 @@ def test_a_plugin_without_the_options_base_gets_their_defaults():
     from tpo_bench.contract.batch import AlgorithmOptions, TaskOptions
     from tpo_bench.contract.registry import Registry
 
-    reg = Registry("task", "tpo_bench.tasks", TaskOptions)
+    reg = Registry("task", TaskOptions)
 
     @reg.register("plain")
     @dataclasses.dataclass(frozen=True)
@@ -330,3 +381,87 @@ def test_a_plugin_without_the_options_base_gets_their_defaults():
     from tpo_bench.algorithms.grpo import GRPO
     assert "dynamic_sampling" not in {f.name for f in dataclasses.fields(GRPO)}
     assert GRPO().dynamic_sampling == 0 and isinstance(GRPO(), AlgorithmOptions)
+
+
+# ---------------------------------------------------------------- one module per file
+
+ROOMS_WITH_CODE = ("bench", "tasks", "algorithms", "contract", "analysis", "tools", "integrations")
+
+
+def resolve_to_file(module: str) -> Path | None:
+    """The file a static tool finds for `module` from the repository root alone (no import
+    run, links followed): `a/b.py` or `a/b/__init__.py`."""
+    base = REPO.joinpath(*module.split("."))
+    for candidate in (base.with_suffix(".py"), base / "__init__.py"):
+        if candidate.is_file():
+            return candidate.resolve()
+    return None
+
+
+def static_room_arrows(packages=PACKAGES) -> set[tuple[str, str]]:
+    """(room, room) for every import in the packages' files that resolves to a file of
+    another room, each import resolved by the file system only."""
+    arrows = set()
+    for path in modules(packages).values():
+        room = path.relative_to(REPO).parts[0]
+        for node in ast.walk(ast.parse(path.read_text())):
+            names = [a.name for a in node.names] if isinstance(node, ast.Import) else \
+                [f"{node.module}.{a.name}" for a in node.names] + [node.module] \
+                if isinstance(node, ast.ImportFrom) and node.module and node.level == 0 else []
+            for name in names:
+                if (target := resolve_to_file(name)) is not None and target.is_relative_to(REPO):
+                    arrows.add((room, target.relative_to(REPO).parts[0]))
+                    break  # `from a.b import c`: the module c, else a.b
+    return {(a, b) for a, b in arrows if a != b and b in PACKAGES}  # not tpo_bench's alias
+
+
+def test_static_resolution_finds_every_arrow_between_rooms():
+    """`tpo_bench.contract.batch` is a file a static tool finds (tpo_bench/contract links to
+    contract/): the arrows read that way are the layering rule's arrows, all of them."""
+    by_name = {(m.split(".")[0], t.split(".")[0]) for m, ts in graph().items() for t in ts}
+    by_name = {(a, b) for a, b in by_name if a != b}
+    static = static_room_arrows()
+    assert {("analysis", "contract"), ("bench", "tasks"), ("bench", "algorithms"),
+            ("tasks", "contract"), ("integrations", "algorithms")} <= static, sorted(static)
+    assert static == by_name, (sorted(by_name - static), sorted(static - by_name))
+
+
+@pytest.mark.parametrize("room", ROOMS_WITH_CODE)
+def test_a_top_level_name_is_its_tpo_bench_module(room, monkeypatch):
+    """`import bench` from a checkout's root (python -m bench) gives the module
+    tpo_bench.bench itself, its submodules too: one object per file, one registry."""
+    import importlib
+    import sys
+
+    monkeypatch.syspath_prepend(str(REPO))
+    both = [importlib.import_module(name) for name in (room, f"tpo_bench.{room}")]
+    assert both[0] is both[1]
+    for name in ("contract.registry", "bench.runner", "tasks.tabular", "analysis.collect"):
+        assert importlib.import_module(name) is importlib.import_module(f"tpo_bench.{name}")
+    registry = importlib.import_module("contract.registry")
+    assert registry.TASKS is importlib.import_module("tpo_bench.contract.registry").TASKS
+    files: dict[Path, set[int]] = {}
+    for name, mod in list(sys.modules.items()):
+        if name.split(".")[0] not in (NAMESPACE, *HARNESS):
+            continue  # a module a test loaded from its path under a name of its own
+        where = getattr(mod, "__file__", None)
+        if where and Path(where).resolve().is_relative_to(REPO):
+            files.setdefault(Path(where).resolve(), set()).add(id(mod))
+    twice = sorted(str(f.relative_to(REPO)) for f, ids in files.items() if len(ids) > 1)
+    assert not twice, f"loaded as two module objects: {twice}"
+
+
+def test_a_projects_own_package_of_a_rooms_name_is_left_alone(monkeypatch):
+    """The alias covers only a name already handed over: a project's own `tasks` package
+    keeps its own submodules."""
+    import sys
+    import types
+
+    from tpo_bench import Alias
+
+    monkeypatch.setitem(sys.modules, "tasks", types.ModuleType("tasks"))
+    assert Alias().find_spec("tasks.tabular") is None
+    import tpo_bench.tasks
+    monkeypatch.setitem(sys.modules, "tasks", tpo_bench.tasks)
+    assert Alias().find_spec("tasks.tabular").origin == \
+        str(Path(tpo_bench.tasks.__file__).parent / "tabular.py")

@@ -113,11 +113,10 @@ def test_every_paper_figure_has_a_preset_and_an_unrun_panel_says_so(table):
     P.plt.close(fig)
 
 
-@pytest.mark.parametrize("folder", ["reproduction/figures", "docs/figures"])
-def test_committed_pngs_are_at_least_1500_px_wide(folder):
-    pngs = sorted((REPO / folder).glob("*.png"))
+def test_committed_pngs_are_at_least_1500_px_wide():
+    pngs = sorted((REPO / "reproduction" / "figures").glob("*.png"))
     if not pngs:
-        pytest.skip(f"no PNGs under {folder}")
+        pytest.skip("no PNGs under reproduction/figures")
     for png in pngs:
         with Image.open(png) as im:
             assert im.width >= 1500, png.name
@@ -195,6 +194,10 @@ def test_comparison_page_shows_every_figure_and_its_images_resolve():
         assert f"## Figure {spec.number}: `{spec.name}`" in text
     links = re.findall(r"!\[[^\]]*\]\(([^)]+)\)", text)
     assert links and all((page.parent / link).is_file() for link in links), links
+    # one copy of each figure: the page links reproduction/figures/, docs/ holds no image
+    figures = (REPO / "reproduction" / "figures").resolve()
+    assert all((page.parent / link).resolve().parent == figures for link in links), links
+    assert not [p.name for p in (REPO / "docs").rglob("*") if p.suffix in (".png", ".pdf")]
 
 
 # ---- every line the paper draws: drawn, or named in its panel ----

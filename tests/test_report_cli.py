@@ -115,6 +115,17 @@ def test_the_committed_report_is_still_written_when_named(cwd):
     assert (cwd / "reproduction" / "figures" / "tabular_single.png").is_file()
     assert "Written by hand." in text
     assert not (cwd / "outputs").exists() and not (cwd / "figures").exists()
+    # a regeneration commits only what moved: the table is read, never rewritten, and the
+    # same runs give the same report and figures byte for byte
+    table = cwd / "reproduction" / "results.parquet"
+    drawn = {p: p.read_bytes() for p in [table, *(cwd / "reproduction").rglob("*.*")] if p.is_file()}
+    stamp = table.stat().st_mtime_ns
+    again = report(cwd, "--results", "reproduction/results.parquet", "--out",
+                   "reproduction/REPRODUCTION.md", "--hardware", "test VM", "--quiet")
+    assert again.returncode == 0, again.stderr
+    assert table.stat().st_mtime_ns == stamp
+    changed = sorted(p.name for p, b in drawn.items() if p.read_bytes() != b)
+    assert len(drawn) >= 4 and not changed, changed
 
 
 def test_nothing_is_drawn_before_the_refusal(tmp_path):

@@ -1,6 +1,6 @@
 """Tools around the harness, not on a run's path: benchmarks, probes, the migration, the
-data stager and the cross-checks. Each is `python -m tools.<name>` from a checkout's root,
-`python -m tpo_bench.tools.<name>` anywhere. Nothing imports this package but the tests; it
+data stager and the cross-checks. Each is `python -m tools.<name>` from a checkout's root
+(`tpo-bench <name>` where installed). Nothing imports this package but the tests; it
 may import every other one.
 
     speed            runs' speed (episodes/s, op counts, seed batching against the loop)
@@ -14,3 +14,7 @@ may import every other one.
                      stack against the paper's JAX artifact
     slurm-local.sh   a one-node SLURM cluster on this machine (start, status, stop)
 """
+if __name__ == "tools":  # the top-level name: this module is tpo_bench.tools
+    import tpo_bench
+
+    tpo_bench.alias(__name__)

@@ -6,7 +6,8 @@ paper's numbers read off that figure (the report's rules: analysis/paper/report.
         --add-runs reproduction/runs/llm --results reproduction/results.parquet \
         --out reproduction/figures --page docs/figures.md
 
-The page's images are copies of the PNGs, scaled to PREVIEW_PX wide, in figures/ beside it.
+The page links the PNGs where they are drawn (one copy of each figure; the docs site's hook,
+docs/hooks/generated.py, serves reproduction/figures/ beside the page).
 """
 from __future__ import annotations
 
@@ -20,7 +21,6 @@ from tpo_bench.analysis.paper import report as R
 from tpo_bench.analysis.style import DPI
 from tpo_bench.contract import io
 
-PREVIEW_PX = 1500
 SHOWN = ["algorithm", "setting", "metric", "paper", "ours", "seeds", "verdict"]
 # The paper numbers each figure shows: (experiment of paper_numbers.csv, filter on its rows).
 NUMBERS = {
@@ -46,18 +46,6 @@ def numbers(name: str, df: pd.DataFrame, paper: pd.DataFrame, seeds: dict) -> li
     return lines
 
 
-def preview(png: Path, dest: Path) -> Path:
-    """A copy of png at most PREVIEW_PX wide (the page's image, kept small)."""
-    from PIL import Image
-    dest.parent.mkdir(parents=True, exist_ok=True)
-    with Image.open(png) as im:
-        if im.width > PREVIEW_PX:
-            im = im.resize((PREVIEW_PX, round(im.height * PREVIEW_PX / im.width)), Image.LANCZOS)
-        im = im.convert("P", palette=Image.ADAPTIVE, colors=256)
-        with io.atomic_path(dest) as tmp:
-            im.save(tmp, format="PNG", optimize=True)
-    return dest
-
 
 def section(name: str, df, out_page: Path, fig_dir: Path, paper, seeds) -> str:
     spec = paper_figures.PAPER[name]
@@ -66,13 +54,11 @@ def section(name: str, df, out_page: Path, fig_dir: Path, paper, seeds) -> str:
     drawn = info["drawn"]
     for path in paths:
         print(f"wrote {path}")
-    img_dir = out_page.parent / "figures"
     pngs = [p for p in paths if p.suffix == ".png"]
     text = [f"## Figure {spec.number}: `{name}`", "",
             f"**The paper's figure.** {spec.paper}", ""]
     for png in pngs:
-        shown = preview(png, img_dir / png.name)
-        rel = Path(os.path.relpath(shown, out_page.parent)).as_posix()
+        rel = Path(os.path.relpath(png, out_page.parent)).as_posix()
         what = "Ours, in the paper's form" if png.stem == name else "Companion: our runs not in the paper's figure"
         text += [f"**{what}** (`{png.as_posix()}`):", "", f"![{png.stem}]({rel})", ""]
     lines = numbers(name, df, paper, seeds)
@@ -80,7 +66,7 @@ def section(name: str, df, out_page: Path, fig_dir: Path, paper, seeds) -> str:
               for l in lines if l["_group"] in seeds and l["_per_seed"]}
     if groups:  # the paper's per-seed values are known: ours beside them
         png = figures.draw_seed_distributions(list(groups.values()), R.SEEDS_TITLE, fig_dir, dpi=DPI)[0]
-        rel = Path(os.path.relpath(preview(png, img_dir / png.name), out_page.parent)).as_posix()
+        rel = Path(os.path.relpath(png, out_page.parent)).as_posix()
         text += [f"**Per seed, ours beside the paper's** (`{png.as_posix()}`):", "", f"![{png.stem}]({rel})", ""]
     text += [f"**Seeds per line.** {paper_figures.seed_note(drawn)}.", ""]
     if lines:
@@ -93,7 +79,7 @@ def section(name: str, df, out_page: Path, fig_dir: Path, paper, seeds) -> str:
 
 
 def write(df: pd.DataFrame, out_page: Path, fig_dir: Path) -> Path:
-    """Draw every paper figure into fig_dir, their previews beside out_page, and the page."""
+    """Draw every paper figure into fig_dir and the page that links them."""
     paper, seeds = R.load_paper(), R.load_paper_seeds()
     head = ["# The paper's figures, redrawn", "",
             "Each of the paper's 17 figures drawn from our committed runs in the paper's form: "

@@ -1,2 +1,5 @@
-"""An installed package's top-level `bench`: `python -m bench` from any directory runs
-`tpo_bench.bench`'s command line (in a checkout the repository's own bench/ is that)."""
+"""An installed package's top-level `bench`: the module `tpo_bench.bench` itself, so
+`python -m bench` runs its `__main__` from any directory, as from a checkout's root."""
+import tpo_bench
+
+tpo_bench.alias("bench")
