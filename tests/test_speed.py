@@ -165,13 +165,14 @@ def test_an_added_seed_costs_only_its_draws(algo):
     assert per_seed <= 2, (four, eight)
 
 
-@pytest.mark.parametrize("csv", ["ops.csv", "vs_loop.csv"])
+@pytest.mark.parametrize("csv", ["ops.csv", "vs_loop.csv", "profile.csv", "candidates.csv"])
 def test_the_performance_page_shows_the_committed_measurements(csv):
     """docs/performance.md carries each table as `python -m tools.speed --table` prints it
     from the committed CSV."""
-    from tpo_bench.tools.speed import ops_table, vs_loop_table
+    from tpo_bench.tools.speed import candidates_table, ops_table, profile_table, vs_loop_table
     df = pd.read_csv(REPO / "reproduction" / "perf" / csv)
-    table = ops_table(df) if csv == "ops.csv" else vs_loop_table(df)
+    table = {"ops.csv": ops_table, "vs_loop.csv": vs_loop_table, "profile.csv": profile_table,
+             "candidates.csv": candidates_table}[csv](df)
     assert table in (REPO / "docs" / "performance.md").read_text()
 
 
@@ -203,3 +204,46 @@ def test_vs_artifact_refuses_bad_input_in_one_line(args, key):
     assert proc.returncode != 0
     lines = proc.stderr.strip().splitlines()
     assert len(lines) == 1 and lines[0].startswith(f"vs_artifact: {key}"), proc.stderr
+
+
+@pytest.mark.slow  # torch.profiler's trace processing: 10-20 s
+def test_the_profile_splits_an_episode_by_phase_and_kind_of_op():
+    """`--profile`'s rows: the phases' shares and the kinds of op's shares each sum to 1,
+    matmul and gelu are found in a transformer's episode, and the table prints them."""
+    from tpo_bench.tools.speed import op_kind, profile_config, profile_table
+
+    assert [op_kind(n) for n in ("aten::mm", "aten::gelu_backward", "aten::cat", "aten::view")] == \
+        ["matmul", "gelu", "copies", "other"]
+    df = pd.DataFrame(profile_config((*TINY, "algo=tpo"), episodes=1, warmup=1))
+    for part in ("phase", "op"):
+        assert df.loc[df["part"] == part, "share"].sum() == pytest.approx(1.0)
+    assert set(df.loc[df["part"] == "phase", "name"]) == {"generation", "training", "bookkeeping"}
+    ops = df[df["part"] == "op"].set_index("name")["share"]
+    assert ops["matmul"] > 0 and ops["gelu"] > 0 and ops["attention"] > 0
+    assert (df["cpu_s_per_episode"] > 0).all()
+    assert f"| phase | training | {100 * df['share'][1]:.1f}% |" in profile_table(df)
+
+
+def test_the_candidates_compute_what_the_model_computes():
+    """`--candidates`' pieces: the sigmoid-form GELU and the matmul attention agree with
+    F.gelu (tanh) and SDPA to float32 rounding, and a candidate policy with neither
+    replaced gives the policy's log-probs bit for bit (its module is a fresh copy)."""
+    import torch.nn.functional as F
+
+    from tpo_bench.tools.speed import candidate_policy, matmul_attention, seed_policies, sigmoid_gelu
+
+    x = torch.linspace(-6, 6, 1001)
+    assert torch.allclose(sigmoid_gelu(x), F.gelu(x, approximate="tanh"), atol=1e-6, rtol=0)
+    q, k, v = torch.randn(3, 4, 2, 5, 8).unbind()
+    mask = torch.rand(5, 5) > 0.3
+    mask[:, 0] = True
+    for kw in ({"is_causal": True}, {"attn_mask": mask}):
+        assert torch.allclose(matmul_attention(q, k, v, **kw), F.scaled_dot_product_attention(q, k, v, **kw),
+                              atol=1e-6)
+    spec = build(compose("task=reverse_h10", "algo=tpo", "task.batch_size=4"))
+    (policy,), _, (streams,) = seed_policies(spec, 1)
+    batch = spec.task.rollout(policy, spec.request, streams).batch
+    same, other = candidate_policy(policy), candidate_policy(policy, sigmoid_gelu, matmul_attention)
+    assert type(same) is not type(policy)
+    assert torch.equal(spec.task.logprobs(same, batch), spec.task.logprobs(policy, batch))
+    assert torch.allclose(spec.task.logprobs(other, batch), spec.task.logprobs(policy, batch), atol=1e-5)

@@ -9,7 +9,9 @@ episode as the yardstick. `--cli` adds the marginal seconds of `python -m bench`
 job for reverse_h10 TPO and GRPO and the mechanism study's shared config, peak memory,
 and the study's cost on this device (see `estimate`). `--ops --seeds 1 8 32` counts the
 ops each batched episode dispatches (OpCount) instead of timing. `--vs-loop --seeds 8`
-times the batched path against the per-seed loop, in paired rounds.
+times the batched path against the per-seed loop, in paired rounds. `--profile` splits one
+thread's episode by phase and by kind of op (`profile`; `--config` for other configs);
+`--candidates` times what a lower floor would take against the eager training step.
 """
 from __future__ import annotations
 
@@ -572,6 +574,180 @@ def seeds_mode(args) -> int:
 
 
 
+# ---------------------------------------------------------------- where an episode's time goes
+
+# Kinds of aten op, first match wins (torch.profiler's names, forward and backward alike).
+OP_KINDS = (("matmul", ("aten::mm", "aten::bmm", "aten::addmm", "aten::baddbmm")),
+            ("gelu", ("aten::gelu", "aten::gelu_backward")),
+            ("attention", ("aten::_scaled_dot_product",)),
+            ("layer norm", ("aten::native_layer_norm", "aten::addcmul")),
+            ("copies", ("aten::cat", "aten::copy_", "aten::repeat_interleave", "aten::index",
+                        "aten::stack", "aten::clone", "aten::fill_", "aten::zero_")),
+            ("elementwise", ("aten::add", "aten::mul", "aten::sub", "aten::div", "aten::sum",
+                             "aten::where", "aten::_log_softmax", "aten::exp", "aten::mean",
+                             "aten::norm", "aten::linalg_vector_norm", "aten::_foreach")))
+
+
+def op_kind(name: str) -> str:
+    return next((kind for kind, prefixes in OP_KINDS if name.startswith(prefixes)), "other")
+
+
+def profile_config(overrides: tuple[str, ...], episodes: int, warmup: int) -> list[dict]:
+    """Where one thread's episode of this config goes: CPU-s per episode (process time,
+    profiler off), the phases' shares (the engine's clock: generation, training,
+    bookkeeping) and each kind of op's share of the profiled self time (torch.profiler;
+    `other` is what no kind names: autograd's own work, views, Python between ops)."""
+    from torch.profiler import ProfilerActivity, profile
+
+    torch.set_num_threads(1)
+    spec = build(compose(*overrides), explicit_keys(overrides))
+    (policy,), (opt,), (streams,) = seed_policies(spec, 1)
+    run = lambda clock=None: train_episode(spec.task, spec.algo, spec.request, policy, opt, streams, clock)
+    for _ in range(warmup):
+        run()
+    clock: dict[str, float] = {}
+    c0 = time.process_time()
+    for _ in range(episodes):
+        run(clock)
+    cpu = (time.process_time() - c0) / episodes
+    with profile(activities=[ProfilerActivity.CPU]) as prof:
+        for _ in range(episodes):
+            run()
+    averages = prof.key_averages()
+    events = [e for e in averages if e.key.startswith("aten::")]
+    total = sum(e.self_cpu_time_total for e in averages)
+    kinds: dict[str, float] = {}
+    for e in events:
+        kinds[op_kind(e.key)] = kinds.get(op_kind(e.key), 0.0) + e.self_cpu_time_total
+    kinds["other"] = total - sum(v for k, v in kinds.items() if k != "other")
+    base = {"config": " ".join(overrides), "cpu_s_per_episode": cpu, "episodes": episodes}
+    rows = [{**base, "part": "phase", "name": k, "share": v / sum(clock.values())} for k, v in clock.items()]
+    rows += [{**base, "part": "op", "name": k, "share": v / total}
+             for k, v in sorted(kinds.items(), key=lambda kv: -kv[1])]
+    return rows
+
+
+def profile_table(df: pd.DataFrame) -> str:
+    """The profile as Markdown: per config, CPU-s per episode, then each phase's and kind
+    of op's share and its CPU-ms per episode (share x CPU-s)."""
+    lines = ["| config | CPU-s / episode | part | name | share | CPU-ms / episode |",
+             "|---|---|---|---|---|---|"]
+    for config, g in df.groupby("config", sort=False):
+        for _, r in g.iterrows():
+            lines.append(f"| {config} | {r['cpu_s_per_episode']:.3f} | {r['part']} | {r['name']} | "
+                         f"{100 * r['share']:.1f}% | {1e3 * r['share'] * r['cpu_s_per_episode']:.0f} |")
+    return "\n".join(lines)
+
+
+def profile_mode(args) -> int:
+    """`--profile`: reverse_h10 TPO (and each --config) at one thread, a CSV."""
+    configs = [("algo=tpo", "task=reverse_h10")] + [tuple(c.split()) for c in args.config or []]
+    df = pd.DataFrame([r for c in configs for r in profile_config(c, args.episodes, args.warmup)])
+    df["torch"] = torch.__version__
+    print(profile_table(df))
+    return write_table(df, args.out or "outputs/speed/profile.csv")
+
+
+# ---------------------------------------------------------------- what the floor would take
+
+def sigmoid_gelu(x: torch.Tensor, approximate: str = "tanh") -> torch.Tensor:
+    """GELU's tanh form as x * sigmoid(2u), u = sqrt(2/pi) (x + 0.044715 x^3): the same
+    function (0.5 (1 + tanh u) = sigmoid(2u)), other rounding, exp in place of tanh."""
+    return x * torch.sigmoid(2 * math.sqrt(2 / math.pi) * (x + 0.044715 * x * x * x))
+
+
+def matmul_attention(q, k, v, attn_mask=None, is_causal=False):
+    """Attention as two matmuls and a softmax (what SDPA computes; other rounding)."""
+    scores = (q @ k.transpose(-1, -2)) * (1 / math.sqrt(q.shape[-1]))
+    if is_causal:
+        attn_mask = torch.ones(q.shape[-2], k.shape[-2], dtype=torch.bool, device=q.device).tril()
+    if attn_mask is not None:
+        scores = scores.masked_fill(~attn_mask, float("-inf"))
+    return torch.softmax(scores, -1) @ v
+
+
+# name -> (torch.compile backend or "eager", gelu, attention), each tried against the eager step
+CANDIDATES = {"eager, sigmoid-form gelu": ("eager", sigmoid_gelu, None),
+              "inductor": ("inductor", None, None),
+              "inductor, sigmoid-form gelu": ("inductor", sigmoid_gelu, None),
+              "inductor, sigmoid-form gelu, matmul attention": ("inductor", sigmoid_gelu, matmul_attention)}
+
+
+def candidate_policy(policy, gelu=None, attention=None):
+    """A copy of the policy whose module (a fresh import of tasks/transformer.py under its
+    own name) computes GELU and attention with the functions given (None: the module's)."""
+    import importlib.util
+    import types
+
+    from tpo_bench.tasks import transformer
+
+    name = f"candidate_transformer_{len(sys.modules)}"
+    found = importlib.util.spec_from_file_location(name, transformer.__file__)
+    module = importlib.util.module_from_spec(found)
+    sys.modules[name] = module  # dynamo looks its globals up by module name
+    found.loader.exec_module(module)
+    F = module.F
+    module.F = types.SimpleNamespace(gelu=gelu or F.gelu,
+                                     scaled_dot_product_attention=attention or F.scaled_dot_product_attention)
+    copy = module.Transformer(policy.tok_emb.shape[0], policy.pos_emb.shape[0])
+    copy.load_state_dict(policy.state_dict())
+    return copy
+
+
+def candidates(rounds: int, steps: int = 4) -> list[dict]:
+    """Each CANDIDATES entry against the eager training step of reverse_h10 TPO (log-probs,
+    loss and backward of one epoch, S = 1, one thread, the same batch), in paired rounds of
+    `steps` steps each, alternating which goes first, after compiling and a warm-up."""
+    torch.set_num_threads(1)
+    spec = build(compose("algo=tpo", "task=reverse_h10"))
+    t, a = spec.task, spec.algo
+    (policy,), _, (streams,) = seed_policies(spec, 1)
+    batch = t.rollout(policy, spec.request, streams).batch
+
+    def step_of(pol):
+        return lambda b: a.loss(b, t.logprobs(pol, b)).loss
+
+    def timed(f, pol) -> float:
+        c0 = time.process_time()
+        for _ in range(steps):
+            pol.zero_grad(set_to_none=True)
+            f(batch).backward()
+        return (time.process_time() - c0) / steps
+    rows, eager = [], step_of(policy)
+    for name, (backend, gelu, attention) in CANDIDATES.items():
+        copy = candidate_policy(policy, gelu, attention)
+        f = step_of(copy) if backend == "eager" else torch.compile(step_of(copy), backend=backend, dynamic=False)
+        c0 = time.process_time()
+        diff = (f(batch) - eager(batch)).abs().item()
+        compile_s = time.process_time() - c0
+        timed(f, copy), timed(eager, policy)
+        pairs = [(timed(eager, policy), timed(f, copy)) if r % 2 == 0 else
+                 tuple(reversed((timed(f, copy), timed(eager, policy)))) for r in range(rounds)]
+        for r, (e, c) in enumerate(pairs):
+            rows.append({"candidate": name, "round": r, "eager_s": e, "candidate_s": c, "speedup": e / c,
+                         "loss_abs_diff": diff, "first_call_cpu_s": compile_s})
+    return rows
+
+
+def candidates_table(df: pd.DataFrame) -> str:
+    """Per candidate: rounds, median seconds per training step each way, the speed-up's
+    median (min-max) and the first call's CPU seconds (compiling)."""
+    lines = ["| candidate | rounds | eager s / step | candidate s / step | speed-up: median (min-max) | first call CPU-s |",
+             "|---|---|---|---|---|---|"]
+    for name, g in df.groupby("candidate", sort=False):
+        s = g["speedup"]
+        lines.append(f"| {name} | {len(g)} | {g['eager_s'].median():.3f} | {g['candidate_s'].median():.3f} | "
+                     f"{s.median():.2f}x ({s.min():.2f}-{s.max():.2f}) | {g['first_call_cpu_s'].iloc[0]:.1f} |")
+    return "\n".join(lines)
+
+
+def candidates_mode(args) -> int:
+    df = pd.DataFrame(candidates(args.episodes))
+    df["torch"] = torch.__version__
+    print(candidates_table(df))
+    return write_table(df, args.out or "outputs/speed/candidates.csv")
+
+
 def write_table(df: pd.DataFrame, out: str | Path) -> int:
     """Write a benchmark's rows as CSV (folders made), say where; the command's exit code."""
     out = Path(out)
@@ -603,12 +779,26 @@ def main(argv=None) -> int:
                    help="with --seeds: the batched path against the per-seed loop, paired "
                         "(--episodes rounds)")
     p.add_argument("--table", metavar="CSV", default=None,
-                   help="print the Markdown table of a CSV that --ops or --vs-loop wrote")
+                   help="print the Markdown table of a CSV that --ops, --vs-loop or --profile wrote")
+    p.add_argument("--profile", action="store_true",
+                   help="one thread's episode by phase and kind of op (reverse_h10 TPO, each --config)")
+    p.add_argument("--candidates", action="store_true",
+                   help="the training step's candidate speed-ups against eager, paired (--episodes rounds)")
+    p.add_argument("--config", action="append", default=None,
+                   help="with --profile: another config, its overrides in one string (repeatable)")
     args = p.parse_args(argv)
     if args.table:
         df = pd.read_csv(args.table)
-        print(ops_table(df) if "ops_per_episode" in df else vs_loop_table(df))
+        print(ops_table(df) if "ops_per_episode" in df else
+              profile_table(df) if "share" in df else
+              candidates_table(df) if "speedup" in df else vs_loop_table(df))
         return 0
+    if args.config and not args.profile:
+        p.error("--config goes with --profile")
+    if args.profile:
+        return profile_mode(args)
+    if args.candidates:
+        return candidates_mode(args)
     if args.vs_loop:
         if not args.seeds:
             p.error("--vs-loop goes with --seeds (e.g. --vs-loop --seeds 8 --episodes 6)")
