@@ -196,3 +196,25 @@ def test_an_algorithm_named_on_the_command_line_is_the_one_that_runs():
 def test_a_composed_optim_key_gets_a_did_you_mean():
     with pytest.raises(ConfigError, match=r"optim=muon_nadam takes the keys lr; got llr; did you mean optim.lr\?"):
         build({**compose(), "optim": {"name": "muon_nadam", "llr": 1e-3}})
+
+
+# Presets' hashes as they were before the schema was typed: what run directories and the
+# study queue are keyed by. A change to the schema's defaults, types or rewrites moves them.
+PINNED = [
+    ([], "340108885f"),
+    (["algo=grpo"], "de4de3e77a"),
+    (["task=reverse_h7", "algo=ppo"], "f48ed8ed16"),
+    (["algo=pg", "match=interactions"], "9dab6ba6a2"),
+    (["task=mnist", "algo=tpo"], "579fdec93b"),
+    (["task=tabular_single", "algo=grpo"], "52c104fb9f"),
+    (["task=tabular_multi", "algo=dapo"], "4765d45f76"),
+    (["task=seq", "algo=dapo"], "807e4c3a15"),
+    (["task=reverse_h9", "algo=dg", "optim=adam"], "95c5c5b9f8"),
+    (["+experiment=leaderboard/terminal_h7", "algo=rloo"], "b8849de7bb"),
+    (["algo.eta=0.5", "seed=3"], "d29776c018"),
+]
+
+
+@pytest.mark.parametrize("overrides,pinned", PINNED, ids=[" ".join(o) or "default" for o, _ in PINNED])
+def test_preset_hashes_are_pinned(overrides, pinned, tmp_path):
+    assert build(compose(*overrides, f"output_root={tmp_path}")).config_hash == pinned
