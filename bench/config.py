@@ -255,6 +255,8 @@ def register() -> None:
     if cs.repo.get("run_schema.yaml") is not None:
         return  # stored once per process
     cs.store(name="run_schema", node=defaults(RunConfig))
+    for name, cls in LOGGERS.items():  # typed: Hydra refuses a value of the wrong type
+        cs.store(group="schema/logger", name=name, node=cls)
     load_plugins()
     for group, registry in (("algo", ALGORITHMS), ("task", TASKS)):
         for name in registry.names():
@@ -373,6 +375,7 @@ def _check_section_keys(sectioned: list[tuple[str, str]], choices: list[str]) ->
     from tpo_bench.contract.registry import load_plugins
 
     first = [c.split(",")[0] if "=" in c and "[" not in c else c for c in choices]
+    register()
     try:
         GlobalHydra.instance().clear()
         with initialize_config_dir(config_dir=str(CONF), version_base="1.3"):
