@@ -229,7 +229,10 @@ def composed(*overrides: str, hydra: bool = False):
     with `hydra`, Hydra's own node too), without a subprocess."""
     from hydra import compose as hydra_compose, initialize_config_dir
 
-    register()  # the schema nodes conf/ composes
+    try:
+        register(listed_plugins(list(overrides)))  # the schema nodes conf/ composes
+    except ImportError:  # a plug-in that fails to import: build names it
+        register()
     with initialize_config_dir(config_dir=str(CONF), version_base="1.3"):
         return hydra_compose(config_name="config", overrides=list(overrides), return_hydra_config=hydra)
 
@@ -241,10 +244,28 @@ def compose(*overrides: str) -> dict:
     return OmegaConf.to_container(composed(*overrides), resolve=True)
 
 
-def register() -> None:
+def listed_plugins(overrides: list[str]) -> list[str]:
+    """The modules a command line's `plugins=[...]` names (its first value in a sweep)."""
+    from hydra.core.override_parser.overrides_parser import OverridesParser
+
+    try:
+        parsed = OverridesParser.create().parse_overrides(overrides)
+    except Exception:  # an override Hydra cannot parse: Hydra says why
+        return []
+    for o in parsed:
+        if o.key_or_group == "plugins" and not o.is_delete():
+            value = next(iter(o.sweep_iterator()), None) if o.is_sweep_override() else o.value()
+            return [str(v) for v in value] if isinstance(value, list) else []
+    return []
+
+
+def register(plugins: list[str] | tuple[str, ...] = ()) -> None:
     """Store the defaults where conf/ composes them: `run_schema` (config.yaml's first
-    default) and each registered algorithm and task under schema/algo, schema/task (a
-    preset's first default); plug-ins advertised as entry points included."""
+    default), the loggers' under schema/logger, and each registered algorithm and task
+    (plug-ins advertised as entry points or listed in `plugins` included) twice: under
+    schema/algo, schema/task (a preset's first default) and under by_name/algo,
+    by_name/task, which config.yaml composes under a preset of the same name, so a
+    preset holding only `name: arms` comes with its implementation's defaults."""
     from hydra.core.config_store import ConfigStore
 
     from tpo_bench.algorithms import ALGORITHMS
@@ -252,16 +273,21 @@ def register() -> None:
     from tpo_bench.tasks import TASKS
 
     cs = ConfigStore.instance()
-    if cs.repo.get("run_schema.yaml") is not None:
-        return  # stored once per process
-    cs.store(name="run_schema", node=defaults(RunConfig))
-    for name, cls in LOGGERS.items():  # typed: Hydra refuses a value of the wrong type
-        cs.store(group="schema/logger", name=name, node=cls)
-    load_plugins()
+    if cs.repo.get("run_schema.yaml") is None:
+        cs.store(name="run_schema", node=defaults(RunConfig))
+        for name, cls in LOGGERS.items():  # typed: Hydra refuses a value of the wrong type
+            cs.store(group="schema/logger", name=name, node=cls)
+    load_plugins(list(plugins))
     for group, registry in (("algo", ALGORITHMS), ("task", TASKS)):
         for name in registry.names():
-            cs.store(group=f"schema/{group}", name=name,
-                     node={"impl": name, **defaults(registry.get(name))})
+            if name not in _STORED[group]:
+                node = {"impl": name, **defaults(registry.get(name))}
+                cs.store(group=f"schema/{group}", name=name, node=node)
+                cs.store(group=f"by_name/{group}", name=name, node=node)
+                _STORED[group].add(name)
+
+
+_STORED: dict[str, set[str]] = {"algo": set(), "task": set()}
 
 
 def section_keys(section: str, node: dict[str, Any]) -> tuple[list[str], str] | None:
@@ -312,14 +338,19 @@ def check_overrides(overrides: list[str]) -> None:
         parsed = OverridesParser.create().parse_overrides(overrides)
     except Exception:  # an override Hydra cannot parse: Hydra says why
         return
+    try:
+        register(listed_plugins(overrides))  # a plug-in's schema nodes, before Hydra composes
+    except ImportError as e:
+        raise ConfigError(str(e)) from None
     top = {f.name for f in dataclasses.fields(RunConfig)}
     groups = {p.name for p in CONF.iterdir() if p.is_dir()} | set(SECTIONS)
-    searchpath = []
+    searchpath: list[str] = []
+    sectioned: list[tuple[str, str]] = []
+    choices: list[str] = []
     for o in parsed:
         if o.key_or_group == "hydra.searchpath":
             searchpath = list(o.value()) if isinstance(o.value(), list) else []
-    sectioned: list[tuple[str, str]] = []
-    choices: list[str] = []
+            choices.append(o.input_line)  # the user's presets compose with the choices
     for o in parsed:
         k = o.key_or_group
         if k.startswith("hydra") or o.is_delete() or o.package is not None:
