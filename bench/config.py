@@ -318,15 +318,40 @@ def section_keys(section: str, node: dict[str, Any]) -> tuple[list[str], str] | 
         f"{registry.kind} {impl!r}"
 
 
-def _options(group: str, searchpath: list[str]) -> list[str]:
-    """The options of a config group: conf/<group> and the user's search path folders."""
+def _options(group: str, searchpath: list[str]) -> list[str] | None:
+    """The options of a config group: conf/<group> and the user's search path folders (an
+    experiment's subfolders too); None where a search path entry is not a folder
+    (`pkg://`): Hydra's to judge."""
+    if any("://" in p.replace("file://", "", 1) for p in searchpath):
+        return None
     names = set()
-    for root in [CONF, *(Path(p.removeprefix("file://")) for p in searchpath if "://" not in
-                         p.replace("file://", "", 1))]:
+    for root in [CONF, *(Path(p.removeprefix("file://")) for p in searchpath)]:
         folder = root / group
         if folder.is_dir():
-            names.update(str(p.relative_to(folder))[: -len(".yaml")] for p in folder.rglob("*.yaml"))
+            found = folder.rglob("*.yaml") if group == "experiment" else folder.glob("*.yaml")
+            names.update(str(p.relative_to(folder))[: -len(".yaml")] for p in found)
     return sorted(names)
+
+
+# The groups whose options check_overrides checks, and what an option of each is.
+CHOICES = {"algo": "algorithm", "task": "task", "experiment": "experiment"}
+
+
+def _check_choice(o, searchpath: list[str]) -> None:
+    """`algo=NAME`, `task=A,B`, `+experiment=NAME`: each name one of the group's options,
+    else the closest ones and every choice. A glob, a range or an interpolation is Hydra's."""
+    group = o.key_or_group
+    given = o.input_line.partition("=")[2]
+    valid = _options(group, searchpath)
+    if valid is None or any(c in given for c in "()[]{}$*'\"") or ":" in given:
+        return
+    for name in _values(o):
+        if name not in valid:
+            close = difflib.get_close_matches(name, valid, n=3, cutoff=0.6)
+            hint = f"did you mean {' or '.join(close)}? " if close else ""
+            plus = "+" if group == "experiment" else ""
+            raise ConfigError(f"{plus}{group}={name}: no such {CHOICES[group]}; {hint}"
+                              f"valid choices: {', '.join(valid)}")
 
 
 def check_overrides(overrides: list[str]) -> None:
@@ -358,12 +383,8 @@ def check_overrides(overrides: list[str]) -> None:
         head, _, rest = k.partition(".")
         if "/" in head:
             continue  # a nested group (task/arch=...): Hydra knows its options
-        if head == "experiment" and not rest:
-            valid = _options("experiment", searchpath)
-            for value in _values(o):
-                if value not in valid:
-                    raise ConfigError(f"+experiment={value}: no such experiment; valid choices: "
-                                      f"{', '.join(valid)}{did_you_mean(value, valid)}")
+        if head in CHOICES and not rest:
+            _check_choice(o, searchpath)
             choices.append(o.input_line)
         elif head in groups and not rest:
             choices.append(o.input_line)
