@@ -1,14 +1,16 @@
 """The config's schema, in one place. The top-level keys are `RunConfig`'s fields (one
 default each; adding a key is one line there); `algo.*` and `task.*` are the fields of
-the registered dataclass the preset names, `optim.*` the optimizer's arguments.
+the registered dataclass the preset names, `optim.*` the optimizer's arguments,
+`logger.*` the chosen logger's dataclass.
 
-    register()          the defaults as Hydra ConfigStore nodes: `run_schema` under
-                        conf/config.yaml, `schema/algo/<impl>` and `schema/task/<impl>`
-                        under the presets (which then hold only what differs)
+    register()          the defaults as Hydra ConfigStore nodes: `run_schema` (typed:
+                        RunConfig, so Hydra refuses a wrong type) under conf/config.yaml,
+                        typed `schema/logger/<name>`, and `schema/algo/<impl>`,
+                        `schema/task/<impl>` under the presets (which hold only what differs)
     run_config(cfg)     a composed config's top level checked against RunConfig
     check_fields(...)   values checked against a dataclass's type hints
-    check_overrides()   the command line's keys checked before Hydra composes, so a typo
-                        gets the valid keys and a "did you mean" (bench/__main__.py)
+    check_overrides()   the command line checked before Hydra composes: group options,
+                        keys (the valid ones and a "did you mean") and top-level values
 """
 from __future__ import annotations
 
@@ -84,7 +86,8 @@ class RunConfig:
                               "(its old result); an unfinished one: refuse, rerun from the start, or "
                               "keep (resume under today's code)",
                               choices=("refuse", "rerun", "keep"))
-    plugins: list = key([], "extra modules to import (your own algorithms and tasks)")
+    plugins: list = key([], "extra modules to import (your own algorithms and tasks)",
+                        hint=" of module names")
     experiment: Optional[str] = key(None, "set by `+experiment=<name>` (conf/experiment/): a "
                                     "label, not identity")
     seeds: Optional[int] = key(None, "an experiment's seed count (the range its sweep runs)")
@@ -182,6 +185,8 @@ def check_value(full: str, want, value: Any, meta: dict | None = None) -> Any:
             raise ConfigError(f"{full} must be {rule} {'integer' if want is int else 'number'}"
                               f"{meta.get('hint', '')}, got {value!r}")
         return float(value) if want is float else value
+    if want is list and not isinstance(value, (list, tuple)):
+        raise ConfigError(f"{full} must be a list{meta.get('hint', '')}, got {value!r}")
     if want is str and not isinstance(value, str):
         raise ConfigError(f"{full}={value!r} should be of type str")
     if meta.get("choices") and value not in meta["choices"]:
@@ -217,8 +222,6 @@ def run_config(cfg: dict[str, Any]) -> RunConfig:
         if not isinstance(debug, dict):
             raise ConfigError(f"debug must be a mapping of {', '.join(defaults(DebugConfig))}")
         values["debug"] = DebugConfig(**check_fields("debug.", DebugConfig, debug, "debug"))
-    if not isinstance(values.get("plugins", []), (list, tuple)):
-        raise ConfigError(f"plugins must be a list of module names, got {values['plugins']!r}")
     return RunConfig(**values)
 
 
@@ -242,6 +245,13 @@ def compose(*overrides: str) -> dict:
     from omegaconf import OmegaConf
 
     return OmegaConf.to_container(composed(*overrides), resolve=True)
+
+
+def run_schema() -> type:
+    """RunConfig with the sections as untyped nodes (their presets hold the schema): the
+    node config.yaml composes first."""
+    return dataclasses.make_dataclass("RunSchema", [
+        (section, Any, field(default_factory=dict)) for section in SECTIONS], bases=(RunConfig,))
 
 
 def listed_plugins(overrides: list[str]) -> list[str]:
@@ -274,7 +284,7 @@ def register(plugins: list[str] | tuple[str, ...] = ()) -> None:
 
     cs = ConfigStore.instance()
     if cs.repo.get("run_schema.yaml") is None:
-        cs.store(name="run_schema", node=defaults(RunConfig))
+        cs.store(name="run_schema", node=run_schema())  # typed: Hydra refuses a wrong type
         for name, cls in LOGGERS.items():  # typed: Hydra refuses a value of the wrong type
             cs.store(group="schema/logger", name=name, node=cls)
     load_plugins(list(plugins))
@@ -396,10 +406,27 @@ def check_overrides(overrides: list[str]) -> None:
         elif head not in top:
             error = unknown_key(head, sorted(top | set(SECTIONS)), "the run config (top level)")
             raise error if "did you mean" in str(error) else ConfigError(f"{error}{_in_section(head)}")
-        elif head == "plugins":
-            choices.append(o.input_line)
+        elif not rest:
+            _check_top_value(o)
+            if head == "plugins":
+                choices.append(o.input_line)
     if sectioned:
         _check_section_keys(sectioned, choices)
+
+
+def _check_top_value(o) -> None:
+    """A top-level `key=value`'s value checked against its RunConfig field (Hydra's own
+    check of the typed node names the type only); each value of a plain sweep list too.
+    An interpolation, a glob or a range is Hydra's."""
+    f = next(f for f in dataclasses.fields(RunConfig) if f.name == o.key_or_group)
+    if "$" in o.input_line:
+        return
+    try:
+        values = list(o.sweep_iterator()) if o.is_sweep_override() else [o.value()]
+    except Exception:  # a sweep Hydra expands itself
+        return
+    for value in values:
+        check_value(f.name, typing.get_type_hints(RunConfig)[f.name], value, dict(f.metadata))
 
 
 def _in_section(name: str) -> str:

@@ -218,3 +218,27 @@ PINNED = [
 @pytest.mark.parametrize("overrides,pinned", PINNED, ids=[" ".join(o) or "default" for o, _ in PINNED])
 def test_preset_hashes_are_pinned(overrides, pinned, tmp_path):
     assert build(compose(*overrides, f"output_root={tmp_path}")).config_hash == pinned
+
+
+@pytest.mark.parametrize("override,message", [
+    ("seed=abc", "seed must be a non-negative integer, got 'abc'"),
+    ("seed=0,1,-2", "seed must be a non-negative integer, got -2"),
+    ("batch_seeds=sometimes", "batch_seeds must be true or false, got 'sometimes'"),
+    ("plugins=my_pkg", "plugins must be a list of module names, got 'my_pkg'"),
+    ("match=interaction", "match='interaction' is not one of prompts, interactions; did you mean interactions?"),
+])
+def test_top_level_values_are_checked_before_hydra_composes(override, message):
+    with pytest.raises(ConfigError) as e:
+        check_overrides([override])
+    assert message in str(e.value)
+
+
+@pytest.mark.parametrize("override,key", [("seed=abc", "seed"), ("plugins=x", "plugins"),
+                                          ("debug.nan_at=soon", "debug.nan_at")])
+def test_hydra_composes_a_typed_run_config(override, key):
+    """What reaches Hydra without the command-line check (a sweeper's job, a preset) meets
+    RunConfig's types in the node Hydra composes."""
+    with pytest.raises(Exception) as e:
+        compose(override)
+    chain = [e.value, e.value.__cause__]
+    assert any(f"full_key: {key}" in str(x) for x in chain if x is not None)
