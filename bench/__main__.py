@@ -1,8 +1,7 @@
 """`python -m bench [overrides] [-m]`: each Hydra job trains one run (or `seeds_per_job`
 consecutive seeds, one after the other or, with batch_seeds=true, as one computation), failures recorded in the run's summary.json instead of raised."""
-import difflib
+import argparse
 import sys
-from pathlib import Path
 
 import hydra
 from omegaconf import DictConfig, OmegaConf
@@ -110,34 +109,38 @@ def multirun_first(argv: list[str]) -> list[str]:
     return flags + [a for a in argv if a not in ("-m", "--multirun")]
 
 
-GROUPS = {"algo": "algorithm", "task": "task"}
+class _Refused(Exception):
+    pass
 
 
-def unknown_names(argv: list[str], conf: Path) -> str | None:
-    """The error line for a mistyped algorithm or task name (`algo=tpoo`, `task=a,b`),
-    with the closest names and the valid choices; None if every name is a preset. Names
-    from a user's own config folder (`hydra.searchpath=`) are Hydra's to check."""
-    if any(a.startswith(("hydra.searchpath", "+hydra.searchpath")) for a in argv):
-        return None
-    for arg in argv:
-        key, eq, value = arg.lstrip("+").partition("=")
-        if key not in GROUPS or not eq or any(c in value for c in "()[]{}$*'\"") or ":" in value:
-            continue
-        choices = sorted(p.stem for p in (conf / key).glob("*.yaml"))
-        for name in filter(None, value.split(",")):
-            if name not in choices:
-                close = difflib.get_close_matches(name, choices, n=3, cutoff=0.6)
-                hint = f"did you mean {' or '.join(close)}? " if close else ""
-                return (f"error: {key}={name}: no such {GROUPS[key]}; {hint}"
-                        f"valid choices: {', '.join(choices)}")
-    return None
+class _Parser(argparse.ArgumentParser):
+    def error(self, message):  # a line Hydra's own parser refuses: Hydra says why
+        raise _Refused(message)
 
 
-def command_line_overrides() -> list[str]:
-    """The overrides on this command line, as Hydra's own parser reads them."""
-    from hydra._internal.utils import get_args_parser
+# Hydra's command-line flags (`python -m bench --help` lists them), those taking a value.
+FLAGS = ("--help", "-h", "--hydra-help", "--version", "--resolve", "--run", "-r", "--multirun",
+         "-m", "--shell-completion", "-sc")
+VALUED = (("--package", "-p"), ("--config-path", "-cp"),
+          ("--config-name", "-cn"), ("--config-dir", "-cd"), ("--experimental-rerun",))
+INFO = ("all", "config", "defaults", "defaults-tree", "plugins", "searchpath")
 
-    args, _ = get_args_parser().parse_known_args(sys.argv[1:])
+
+def command_line_overrides(argv: list[str]) -> list[str]:
+    """The overrides on a command line: its words that are not Hydra's flags or their
+    values; none where Hydra's parser would refuse the line (Hydra then says why)."""
+    parser = _Parser(add_help=False)
+    parser.add_argument("overrides", nargs="*")
+    for flag in FLAGS:
+        parser.add_argument(flag, action="store_true", dest=flag.lstrip("-"))
+    for flags in VALUED:
+        parser.add_argument(*flags)
+    parser.add_argument("--cfg", "-c", choices=("job", "hydra", "all"))
+    parser.add_argument("--info", "-i", nargs="?", const="all", choices=INFO)
+    try:
+        args, _ = parser.parse_known_args(argv)
+    except _Refused:
+        return []
     return list(args.overrides or [])
 
 
@@ -145,15 +148,12 @@ def cli() -> None:
     """Exit codes, one convention whoever catches the problem: 0 done; 1 a run failed or
     a file it met was refused; 2 bad input (nothing was created); 128 + N a signal N."""
     sys.argv[1:] = multirun_first(sys.argv[1:])
-    if message := unknown_names(sys.argv[1:], Path(__file__).resolve().parent.parent / "conf"):
-        print(message, file=sys.stderr, flush=True)
-        sys.exit(2)
-    register_sweepers()
     try:
-        config.check_overrides(command_line_overrides())
+        config.check_overrides(command_line_overrides(sys.argv[1:]))
     except config.ConfigError as e:
         print(f"error: {e}", file=sys.stderr, flush=True)
         sys.exit(2)
+    register_sweepers()
     try:
         main()
     except SystemExit as e:

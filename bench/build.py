@@ -48,7 +48,10 @@ class RunSpec:
     effective: dict[str, Any] = dataclasses.field(default_factory=dict)
     """what the run really uses after matching: batch size, learning rate"""
     notes: tuple[str, ...] = ()
-    """lines printed when the run starts (matching arithmetic)"""
+    """lines printed when the run starts: each rewrite, said in words"""
+    rewrites: tuple[dict[str, Any], ...] = ()
+    """each value build() used in place of the one given: {key, given, used, why};
+    summary.json keeps them"""
     labels: dict[str, Any] = dataclasses.field(default_factory=dict)
     """columns that describe but do not identify the run (the experiment preset)"""
     resume_across_commits: bool = True
@@ -184,11 +187,14 @@ def build(cfg: dict[str, Any], explicit: frozenset[str] = frozenset(), here: boo
     algo_impl, algo = instantiate(ALGORITHMS, algo_section, "algo")
     _check_plain_name("task.name", task.name)  # a plug-in task may name itself
     _check_algorithm(algo, cfg["algo"]["name"])
+    rewrites: list[dict[str, Any]] = []
     steps = task.steps_per_batch
     if steps is not None and algo.epochs != steps:
         if "algo.epochs" in explicit:
             raise ConfigError(f"algo.epochs={algo.epochs}: task {task.name!r} takes {steps} "
                               "optimizer step(s) per batch for every method; do not set algo.epochs")
+        rewrites.append(rewrite("algo.epochs", algo.epochs, steps, f"task {task.name!r} takes "
+                                f"{steps} optimizer step(s) per batch for every method"))
         algo = dataclasses.replace(algo, epochs=steps)  # recorded as what really runs
     if algo.dynamic_sampling and not (task.splits_groups and algo.level == "sequence"):
         # Like epochs above: a preset's dynamic sampling is dropped (and recorded as 0) where
@@ -199,6 +205,9 @@ def build(cfg: dict[str, Any], explicit: frozenset[str] = frozenset(), here: boo
                               f"{algo.level}) does not give groups that can "
                               "be replaced one by one (the sequence tasks at level=sequence do); "
                               "set algo.dynamic_sampling=0")
+        rewrites.append(rewrite("algo.dynamic_sampling", algo.dynamic_sampling, 0,
+                                f"task {task.name!r} (algo.level={algo.level}) gives no groups "
+                                "that can be replaced one by one"))
         algo = dataclasses.replace(algo, dynamic_sampling=0)
     request = Request(name=cfg["algo"]["name"], k=algo.k, level=algo.level,
                       needs=needs(algo), k_explicit="algo.k" in explicit)
@@ -222,14 +231,17 @@ def build(cfg: dict[str, Any], explicit: frozenset[str] = frozenset(), here: boo
     fingerprint, files = code_fingerprint(type(task), type(algo))
     narrow, _ = code_fingerprint(type(task), type(algo), harness=False)
 
-    run_task, hparams, notes, match = _match(rc, cfg, task, algo, hparams)
+    run_task, hparams, match, matched = _match(rc, cfg, task, algo, hparams)
+    rewrites += matched
     config = _science(rc, cfg, task_impl, task, algo_impl, algo, optim, match)
     h = config_hash(config)
     effective = {"batch_size_effective": run_task.batch_size,
                  "lr_effective": hparams.get("lr")}
     return RunSpec(
         task=run_task, algo=algo, algo_name=cfg["algo"]["name"], optim_name=optim["name"],
-        optim_hparams=hparams, seed=rc.seed, request=request, effective=effective, notes=notes,
+        optim_hparams=hparams, seed=rc.seed, request=request, effective=effective,
+        rewrites=tuple(rewrites), notes=tuple(f"{r['key']}={r['given']} runs as {r['key']}="
+                                              f"{r['used']}: {r['why']}" for r in rewrites),
         labels={"experiment": rc.experiment}, resume_across_commits=rc.resume_across_commits,
         device=rc.device, threads=rc.threads, log_every=rc.log_every,
         progress_every_s=rc.progress_every_s, force=rc.force, checkpoint_every=rc.checkpoint_every,
@@ -301,20 +313,28 @@ def _match(rc: RunConfig, cfg: dict[str, Any], task, algo, hparams: dict[str, fl
     """science §Token sequences matching modes. Interaction matching gives single-sample methods B*K
     prompts and lr * sqrt(K) on both optimizer branches; grouped and token-level
     methods run unchanged (they already see K candidates per prompt), so for them the
-    effective mode is "prompts". Returns (task, hparams, notes, effective mode)."""
+    effective mode is "prompts". Returns (task, hparams, effective mode, rewrites)."""
     mode, K = rc.match, rc.match_k
     name = cfg["algo"]["name"]
     if mode == "prompts":
-        return task, hparams, (), mode
+        return task, hparams, mode, []
     if is_grouped(algo) or algo.level == "token":
-        return task, hparams, (f"match=interactions: {name} is grouped or token-level; batch "
-                               f"size and learning rate unchanged ({hparams}): this is the "
-                               f"prompt-matched run, recorded as match=prompts",), "prompts"
+        return task, hparams, "prompts", [rewrite(
+            "match", mode, "prompts", f"{name} is grouped or token-level: batch size and "
+            f"learning rate unchanged ({hparams}), this is the prompt-matched run")]
     if task.batch_size is None or "lr" not in hparams:
         raise ConfigError(f"match=interactions scales task.batch_size and optim.lr; task "
                           f"{task.name!r} with optim={cfg['optim']['name']} lacks one of them")
     B, lr = task.batch_size, hparams["lr"]
     matched = dataclasses.replace(task, batch_size=B * K)
-    return matched, {**hparams, "lr": lr * math.sqrt(K)}, (
-        f"match=interactions: {name} gets B*K = {B}*{K} = {B * K} prompts per episode and "
-        f"lr {lr:g} * sqrt({K}) = {lr * math.sqrt(K):g} on both optimizer branches",), mode
+    return matched, {**hparams, "lr": lr * math.sqrt(K)}, mode, [
+        rewrite("task.batch_size", B, B * K, f"match=interactions: {name} gets B*K = {B}*{K} = "
+                f"{B * K} prompts per episode"),
+        rewrite("optim.lr", lr, lr * math.sqrt(K), f"match=interactions: lr {lr:g} * sqrt({K}) "
+                f"= {lr * math.sqrt(K):g} on both optimizer branches")]
+
+
+def rewrite(key: str, given: Any, used: Any, why: str) -> dict[str, Any]:
+    """One value build() uses in place of the one given, and why (summary.json's
+    `rewrites`, a line when the run starts)."""
+    return {"key": key, "given": given, "used": used, "why": why}

@@ -1,14 +1,16 @@
 """The config's schema, in one place. The top-level keys are `RunConfig`'s fields (one
 default each; adding a key is one line there); `algo.*` and `task.*` are the fields of
-the registered dataclass the preset names, `optim.*` the optimizer's arguments.
+the registered dataclass the preset names, `optim.*` the optimizer's arguments,
+`logger.*` the chosen logger's dataclass.
 
-    register()          the defaults as Hydra ConfigStore nodes: `run_schema` under
-                        conf/config.yaml, `schema/algo/<impl>` and `schema/task/<impl>`
-                        under the presets (which then hold only what differs)
+    register()          the defaults as Hydra ConfigStore nodes: `run_schema` (typed:
+                        RunConfig, so Hydra refuses a wrong type) under conf/config.yaml,
+                        typed `schema/logger/<name>`, and `schema/algo/<impl>`,
+                        `schema/task/<impl>` under the presets (which hold only what differs)
     run_config(cfg)     a composed config's top level checked against RunConfig
     check_fields(...)   values checked against a dataclass's type hints
-    check_overrides()   the command line's keys checked before Hydra composes, so a typo
-                        gets the valid keys and a "did you mean" (bench/__main__.py)
+    check_overrides()   the command line checked before Hydra composes: group options,
+                        keys (the valid ones and a "did you mean") and top-level values
 """
 from __future__ import annotations
 
@@ -84,7 +86,8 @@ class RunConfig:
                               "(its old result); an unfinished one: refuse, rerun from the start, or "
                               "keep (resume under today's code)",
                               choices=("refuse", "rerun", "keep"))
-    plugins: list = key([], "extra modules to import (your own algorithms and tasks)")
+    plugins: list = key([], "extra modules to import (your own algorithms and tasks)",
+                        hint=" of module names")
     experiment: Optional[str] = key(None, "set by `+experiment=<name>` (conf/experiment/): a "
                                     "label, not identity")
     seeds: Optional[int] = key(None, "an experiment's seed count (the range its sweep runs)")
@@ -182,6 +185,8 @@ def check_value(full: str, want, value: Any, meta: dict | None = None) -> Any:
             raise ConfigError(f"{full} must be {rule} {'integer' if want is int else 'number'}"
                               f"{meta.get('hint', '')}, got {value!r}")
         return float(value) if want is float else value
+    if want is list and not isinstance(value, (list, tuple)):
+        raise ConfigError(f"{full} must be a list{meta.get('hint', '')}, got {value!r}")
     if want is str and not isinstance(value, str):
         raise ConfigError(f"{full}={value!r} should be of type str")
     if meta.get("choices") and value not in meta["choices"]:
@@ -217,8 +222,6 @@ def run_config(cfg: dict[str, Any]) -> RunConfig:
         if not isinstance(debug, dict):
             raise ConfigError(f"debug must be a mapping of {', '.join(defaults(DebugConfig))}")
         values["debug"] = DebugConfig(**check_fields("debug.", DebugConfig, debug, "debug"))
-    if not isinstance(values.get("plugins", []), (list, tuple)):
-        raise ConfigError(f"plugins must be a list of module names, got {values['plugins']!r}")
     return RunConfig(**values)
 
 
@@ -229,7 +232,10 @@ def composed(*overrides: str, hydra: bool = False):
     with `hydra`, Hydra's own node too), without a subprocess."""
     from hydra import compose as hydra_compose, initialize_config_dir
 
-    register()  # the schema nodes conf/ composes
+    try:
+        register(listed_plugins(list(overrides)))  # the schema nodes conf/ composes
+    except ImportError:  # a plug-in that fails to import: build names it
+        register()
     with initialize_config_dir(config_dir=str(CONF), version_base="1.3"):
         return hydra_compose(config_name="config", overrides=list(overrides), return_hydra_config=hydra)
 
@@ -241,10 +247,35 @@ def compose(*overrides: str) -> dict:
     return OmegaConf.to_container(composed(*overrides), resolve=True)
 
 
-def register() -> None:
+def run_schema() -> type:
+    """RunConfig with the sections as untyped nodes (their presets hold the schema): the
+    node config.yaml composes first."""
+    return dataclasses.make_dataclass("RunSchema", [
+        (section, Any, field(default_factory=dict)) for section in SECTIONS], bases=(RunConfig,))
+
+
+def listed_plugins(overrides: list[str]) -> list[str]:
+    """The modules a command line's `plugins=[...]` names (its first value in a sweep)."""
+    from hydra.core.override_parser.overrides_parser import OverridesParser
+
+    try:
+        parsed = OverridesParser.create().parse_overrides(overrides)
+    except Exception:  # an override Hydra cannot parse: Hydra says why
+        return []
+    for o in parsed:
+        if o.key_or_group == "plugins" and not o.is_delete():
+            value = next(iter(o.sweep_iterator()), None) if o.is_sweep_override() else o.value()
+            return [str(v) for v in value] if isinstance(value, list) else []
+    return []
+
+
+def register(plugins: list[str] | tuple[str, ...] = ()) -> None:
     """Store the defaults where conf/ composes them: `run_schema` (config.yaml's first
-    default) and each registered algorithm and task under schema/algo, schema/task (a
-    preset's first default); plug-ins advertised as entry points included."""
+    default), the loggers' under schema/logger, and each registered algorithm and task
+    (plug-ins advertised as entry points or listed in `plugins` included) twice: under
+    schema/algo, schema/task (a preset's first default) and under by_name/algo,
+    by_name/task, which config.yaml composes under a preset of the same name, so a
+    preset holding only `name: arms` comes with its implementation's defaults."""
     from hydra.core.config_store import ConfigStore
 
     from tpo_bench.algorithms import ALGORITHMS
@@ -252,14 +283,21 @@ def register() -> None:
     from tpo_bench.tasks import TASKS
 
     cs = ConfigStore.instance()
-    if cs.repo.get("run_schema.yaml") is not None:
-        return  # stored once per process
-    cs.store(name="run_schema", node=defaults(RunConfig))
-    load_plugins()
+    if cs.repo.get("run_schema.yaml") is None:
+        cs.store(name="run_schema", node=run_schema())  # typed: Hydra refuses a wrong type
+        for name, cls in LOGGERS.items():  # typed: Hydra refuses a value of the wrong type
+            cs.store(group="schema/logger", name=name, node=cls)
+    load_plugins(list(plugins))
     for group, registry in (("algo", ALGORITHMS), ("task", TASKS)):
         for name in registry.names():
-            cs.store(group=f"schema/{group}", name=name,
-                     node={"impl": name, **defaults(registry.get(name))})
+            if name not in _STORED[group]:
+                node = {"impl": name, **defaults(registry.get(name))}
+                cs.store(group=f"schema/{group}", name=name, node=node)
+                cs.store(group=f"by_name/{group}", name=name, node=node)
+                _STORED[group].add(name)
+
+
+_STORED: dict[str, set[str]] = {"algo": set(), "task": set()}
 
 
 def section_keys(section: str, node: dict[str, Any]) -> tuple[list[str], str] | None:
@@ -290,15 +328,40 @@ def section_keys(section: str, node: dict[str, Any]) -> tuple[list[str], str] | 
         f"{registry.kind} {impl!r}"
 
 
-def _options(group: str, searchpath: list[str]) -> list[str]:
-    """The options of a config group: conf/<group> and the user's search path folders."""
+def _options(group: str, searchpath: list[str]) -> list[str] | None:
+    """The options of a config group: conf/<group> and the user's search path folders (an
+    experiment's subfolders too); None where a search path entry is not a folder
+    (`pkg://`): Hydra's to judge."""
+    if any("://" in p.replace("file://", "", 1) for p in searchpath):
+        return None
     names = set()
-    for root in [CONF, *(Path(p.removeprefix("file://")) for p in searchpath if "://" not in
-                         p.replace("file://", "", 1))]:
+    for root in [CONF, *(Path(p.removeprefix("file://")) for p in searchpath)]:
         folder = root / group
         if folder.is_dir():
-            names.update(str(p.relative_to(folder))[: -len(".yaml")] for p in folder.rglob("*.yaml"))
+            found = folder.rglob("*.yaml") if group == "experiment" else folder.glob("*.yaml")
+            names.update(str(p.relative_to(folder))[: -len(".yaml")] for p in found)
     return sorted(names)
+
+
+# The groups whose options check_overrides checks, and what an option of each is.
+CHOICES = {"algo": "algorithm", "task": "task", "experiment": "experiment"}
+
+
+def _check_choice(o, searchpath: list[str]) -> None:
+    """`algo=NAME`, `task=A,B`, `+experiment=NAME`: each name one of the group's options,
+    else the closest ones and every choice. A glob, a range or an interpolation is Hydra's."""
+    group = o.key_or_group
+    given = o.input_line.partition("=")[2]
+    valid = _options(group, searchpath)
+    if valid is None or any(c in given for c in "()[]{}$*'\"") or ":" in given:
+        return
+    for name in _values(o):
+        if name not in valid:
+            close = difflib.get_close_matches(name, valid, n=3, cutoff=0.6)
+            hint = f"did you mean {' or '.join(close)}? " if close else ""
+            plus = "+" if group == "experiment" else ""
+            raise ConfigError(f"{plus}{group}={name}: no such {CHOICES[group]}; {hint}"
+                              f"valid choices: {', '.join(valid)}")
 
 
 def check_overrides(overrides: list[str]) -> None:
@@ -310,14 +373,19 @@ def check_overrides(overrides: list[str]) -> None:
         parsed = OverridesParser.create().parse_overrides(overrides)
     except Exception:  # an override Hydra cannot parse: Hydra says why
         return
+    try:
+        register(listed_plugins(overrides))  # a plug-in's schema nodes, before Hydra composes
+    except ImportError as e:
+        raise ConfigError(str(e)) from None
     top = {f.name for f in dataclasses.fields(RunConfig)}
     groups = {p.name for p in CONF.iterdir() if p.is_dir()} | set(SECTIONS)
-    searchpath = []
+    searchpath: list[str] = []
+    sectioned: list[tuple[str, str]] = []
+    choices: list[str] = []
     for o in parsed:
         if o.key_or_group == "hydra.searchpath":
             searchpath = list(o.value()) if isinstance(o.value(), list) else []
-    sectioned: list[tuple[str, str]] = []
-    choices: list[str] = []
+            choices.append(o.input_line)  # the user's presets compose with the choices
     for o in parsed:
         k = o.key_or_group
         if k.startswith("hydra") or o.is_delete() or o.package is not None:
@@ -325,12 +393,8 @@ def check_overrides(overrides: list[str]) -> None:
         head, _, rest = k.partition(".")
         if "/" in head:
             continue  # a nested group (task/arch=...): Hydra knows its options
-        if head == "experiment" and not rest:
-            valid = _options("experiment", searchpath)
-            for value in _values(o):
-                if value not in valid:
-                    raise ConfigError(f"+experiment={value}: no such experiment; valid choices: "
-                                      f"{', '.join(valid)}{did_you_mean(value, valid)}")
+        if head in CHOICES and not rest:
+            _check_choice(o, searchpath)
             choices.append(o.input_line)
         elif head in groups and not rest:
             choices.append(o.input_line)
@@ -342,10 +406,27 @@ def check_overrides(overrides: list[str]) -> None:
         elif head not in top:
             error = unknown_key(head, sorted(top | set(SECTIONS)), "the run config (top level)")
             raise error if "did you mean" in str(error) else ConfigError(f"{error}{_in_section(head)}")
-        elif head == "plugins":
-            choices.append(o.input_line)
+        elif not rest:
+            _check_top_value(o)
+            if head == "plugins":
+                choices.append(o.input_line)
     if sectioned:
         _check_section_keys(sectioned, choices)
+
+
+def _check_top_value(o) -> None:
+    """A top-level `key=value`'s value checked against its RunConfig field (Hydra's own
+    check of the typed node names the type only); each value of a plain sweep list too.
+    An interpolation, a glob or a range is Hydra's."""
+    f = next(f for f in dataclasses.fields(RunConfig) if f.name == o.key_or_group)
+    if "$" in o.input_line:
+        return
+    try:
+        values = list(o.sweep_iterator()) if o.is_sweep_override() else [o.value()]
+    except Exception:  # a sweep Hydra expands itself
+        return
+    for value in values:
+        check_value(f.name, typing.get_type_hints(RunConfig)[f.name], value, dict(f.metadata))
 
 
 def _in_section(name: str) -> str:
@@ -373,6 +454,7 @@ def _check_section_keys(sectioned: list[tuple[str, str]], choices: list[str]) ->
     from tpo_bench.contract.registry import load_plugins
 
     first = [c.split(",")[0] if "=" in c and "[" not in c else c for c in choices]
+    register()
     try:
         GlobalHydra.instance().clear()
         with initialize_config_dir(config_dir=str(CONF), version_base="1.3"):

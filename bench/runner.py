@@ -454,7 +454,7 @@ def _provenance(spec: RunSpec, rd: rundir.RunDir, prev: dict, record: dict) -> d
             "slurm_array_job_id": os.environ.get("SLURM_ARRAY_JOB_ID"),
             "slurm_array_task_id": os.environ.get("SLURM_ARRAY_TASK_ID"),
             "code_fingerprint": spec.code_fingerprint, "code_files": list(spec.code_files),
-            "code_scope": fingerprint.SCOPE,
+            "code_scope": fingerprint.SCOPE, "rewrites": list(spec.rewrites),
             **record, **spec.effective}
 
 

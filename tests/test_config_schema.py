@@ -196,3 +196,49 @@ def test_an_algorithm_named_on_the_command_line_is_the_one_that_runs():
 def test_a_composed_optim_key_gets_a_did_you_mean():
     with pytest.raises(ConfigError, match=r"optim=muon_nadam takes the keys lr; got llr; did you mean optim.lr\?"):
         build({**compose(), "optim": {"name": "muon_nadam", "llr": 1e-3}})
+
+
+# Presets' hashes as they were before the schema was typed: what run directories and the
+# study queue are keyed by. A change to the schema's defaults, types or rewrites moves them.
+PINNED = [
+    ([], "340108885f"),
+    (["algo=grpo"], "de4de3e77a"),
+    (["task=reverse_h7", "algo=ppo"], "f48ed8ed16"),
+    (["algo=pg", "match=interactions"], "9dab6ba6a2"),
+    (["task=mnist", "algo=tpo"], "579fdec93b"),
+    (["task=tabular_single", "algo=grpo"], "52c104fb9f"),
+    (["task=tabular_multi", "algo=dapo"], "4765d45f76"),
+    (["task=seq", "algo=dapo"], "807e4c3a15"),
+    (["task=reverse_h9", "algo=dg", "optim=adam"], "95c5c5b9f8"),
+    (["+experiment=leaderboard/terminal_h7", "algo=rloo"], "b8849de7bb"),
+    (["algo.eta=0.5", "seed=3"], "d29776c018"),
+]
+
+
+@pytest.mark.parametrize("overrides,pinned", PINNED, ids=[" ".join(o) or "default" for o, _ in PINNED])
+def test_preset_hashes_are_pinned(overrides, pinned, tmp_path):
+    assert build(compose(*overrides, f"output_root={tmp_path}")).config_hash == pinned
+
+
+@pytest.mark.parametrize("override,message", [
+    ("seed=abc", "seed must be a non-negative integer, got 'abc'"),
+    ("seed=0,1,-2", "seed must be a non-negative integer, got -2"),
+    ("batch_seeds=sometimes", "batch_seeds must be true or false, got 'sometimes'"),
+    ("plugins=my_pkg", "plugins must be a list of module names, got 'my_pkg'"),
+    ("match=interaction", "match='interaction' is not one of prompts, interactions; did you mean interactions?"),
+])
+def test_top_level_values_are_checked_before_hydra_composes(override, message):
+    with pytest.raises(ConfigError) as e:
+        check_overrides([override])
+    assert message in str(e.value)
+
+
+@pytest.mark.parametrize("override,key", [("seed=abc", "seed"), ("plugins=x", "plugins"),
+                                          ("debug.nan_at=soon", "debug.nan_at")])
+def test_hydra_composes_a_typed_run_config(override, key):
+    """What reaches Hydra without the command-line check (a sweeper's job, a preset) meets
+    RunConfig's types in the node Hydra composes."""
+    with pytest.raises(Exception) as e:
+        compose(override)
+    chain = [e.value, e.value.__cause__]
+    assert any(f"full_key: {key}" in str(x) for x in chain if x is not None)

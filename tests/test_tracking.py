@@ -13,7 +13,8 @@ import pytest
 from tpo_bench.bench import tracking
 from tpo_bench.bench.build import ConfigError, build
 from tpo_bench.bench.runner import run
-from conftest import TINY, compose, wait_for
+from tpo_bench.bench.config import check_overrides
+from conftest import REPO, TINY, compose, wait_for
 
 TRACKED = ("error", "loss", "reward_mean", "grad_norm")
 
@@ -195,3 +196,39 @@ def test_numbers_drop_the_step_and_what_is_not_a_finite_number():
     row = {"step": 3, "error": 0.5, "rollouts": 12, "nan": float("nan"), "flag": True, "name": "x"}
     assert tracking.numbers(row) == {"error": 0.5, "rollouts": 12.0}
     assert np.isfinite(list(tracking.numbers(row).values())).all()
+
+
+def _page_commands() -> list[list[str]]:
+    """The `python -m bench` lines of docs/tracking.md's examples, as override lists."""
+    import re
+    import shlex
+
+    page = (REPO / "docs" / "tracking.md").read_text()
+    lines = [line for block in re.findall(r"```bash\n(.*?)```", page, re.S)
+             for line in block.splitlines() if line.startswith("python -m bench")]
+    assert len(lines) >= 3
+    return [shlex.split(line)[3:] for line in lines]
+
+
+@pytest.mark.parametrize("line", _page_commands(), ids=" ".join)
+def test_the_tracking_pages_examples_compose(line, tmp_path):
+    """Each example's command line passes the key check and composes (a sweep: its first
+    job) to a run whose logger holds the values the line gives."""
+    overrides = [o for o in line if o != "-m"]
+    check_overrides(overrides)
+    first = [o if "[" in o else o.split(",")[0] for o in overrides]
+    spec = build(compose(*first, f"output_root={tmp_path}"))
+    given = dict(o.split("=", 1) for o in overrides)
+    assert spec.logger["name"] == given["logger"]
+    assert {k: spec.logger[k.removeprefix("logger.")] for k in given if k.startswith("logger.")} \
+        == {k: v for k, v in given.items() if k.startswith("logger.")}
+
+
+def test_every_logger_key_the_page_names_is_a_key():
+    import re
+
+    from tpo_bench.bench.config import LOGGERS, defaults
+
+    page = (REPO / "docs" / "tracking.md").read_text()
+    named = set(re.findall(r"logger\.(\w+)", page))
+    assert named and named <= {k for cls in LOGGERS.values() for k in defaults(cls)}

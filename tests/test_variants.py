@@ -1,4 +1,5 @@
 """Ablations, token-level grouping and matching modes (science §Update rules, §Token sequences)."""
+import json
 import math
 from pathlib import Path
 
@@ -204,7 +205,7 @@ def test_interaction_matching_scales_single_sample_methods(algo):
     assert inter.effective == {"batch_size_effective": 800, "lr_effective": pytest.approx(1e-3 * math.sqrt(8))}
     # the configured B stays in the config (and the hash keeps the two modes apart)
     assert inter.config["task"]["batch_size"] == 100 and inter.config_hash != prompts.config_hash
-    assert "800 prompts" in inter.notes[0] and "both optimizer branches" in inter.notes[0]
+    assert "800 prompts" in inter.notes[0] and "both optimizer branches" in inter.notes[1]
 
 
 @pytest.mark.parametrize("algo", ["tpo", "grpo", "group_pg", "tpo_token"])
@@ -243,3 +244,33 @@ def test_dg_defaults_to_one_epoch_and_warns_above():
 @pytest.mark.parametrize("algo", ["tpo", "tpo_no_anchor", "group_pg", "dg"])
 def test_eta_is_a_knob(algo):
     assert build(compose(f"algo={algo}", "algo.eta=0.25")).algo.eta == 0.25
+
+
+@pytest.mark.parametrize("overrides,rewrites", [
+    (["algo=pg", "match=interactions"], [("task.batch_size", 64, 512), ("optim.lr", 1e-3, pytest.approx(1e-3 * math.sqrt(8)))]),
+    (["algo=grpo", "match=interactions"], [("match", "interactions", "prompts")]),
+    (["task=tabular_multi", "algo=dapo"], [("algo.epochs", 4, 1), ("algo.dynamic_sampling", 4, 0)]),
+    (["algo=dapo"], []),  # the sequence tasks replace groups one by one
+    (["algo=pg"], []),
+])
+def test_every_value_build_rewrites_is_stated(overrides, rewrites):
+    """Each value that runs in place of the one the config gives: key, given, used, why,
+    and a line said when the run starts."""
+    spec = build(compose(*overrides))
+    assert [(r["key"], r["given"], r["used"]) for r in spec.rewrites] == rewrites
+    assert all(r["why"] for r in spec.rewrites) and len(spec.notes) == len(rewrites)
+    for r, note in zip(spec.rewrites, spec.notes):
+        assert note.startswith(f"{r['key']}={r['given']} runs as {r['key']}={r['used']}: ")
+
+
+@pytest.mark.slow  # a run asks git for its commit
+def test_the_rewrites_are_in_the_runs_summary_and_printed(tmp_path, capsys):
+    from tpo_bench.bench.runner import run
+
+    spec = build(compose("task=tabular_single", "task.episodes=2", f"output_root={tmp_path}"))
+    assert run(spec)["status"] == "completed"
+    summary = json.loads((spec.run_dir / "summary.json").read_text())
+    assert summary["rewrites"] == [{"key": "algo.epochs", "given": 4, "used": 1, "why":
+                                    "task 'tabular_single' takes 1 optimizer step(s) per batch "
+                                    "for every method"}]
+    assert "algo.epochs=4 runs as algo.epochs=1: task 'tabular_single'" in capsys.readouterr().out
