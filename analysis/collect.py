@@ -126,6 +126,8 @@ def read_summary(path: Path) -> dict:
     says what is wrong (a torn write, an edit by hand, a disk error)."""
     try:
         text = path.read_text()
+    except PermissionError:
+        raise  # another user's file, not damage: the caller names it unreadable
     except (OSError, UnicodeDecodeError) as e:
         raise DamagedSummary(f"unreadable ({e})") from None
     if not text.strip():
