@@ -4,14 +4,13 @@ every run directory checked against an uninterrupted reference of its config.
 
     python -m tools.faults --trials 100 --root outputs/faults
 
-Faults: SIGKILL, SIGTERM, SIGINT at a random moment; a duplicate launch; ENOSPC (a 512 KiB
-tmpfs; needs root, else left out and said so); a symlinked `.lock` (refused, target
-untouched); a NaN metric (`failed`, `diverged`); a code edit between two launches (comment
-edit skipped, statement edit refused, `on_code_change=rerun` retrains); a plot of a table
-collected before the run finished, under a symlinked output_root (warned; silent once
-re-collected). Right after the fault the record must be truthful; after re-running until
-completed every row must equal the reference's. Runs are found as collect finds them
-(symlinks followed). Prints trials, faults, rows lost and mislabelled; exits 1 if any.
+Faults: SIGKILL, SIGTERM, SIGINT; a duplicate launch; ENOSPC (a tmpfs; needs root); a
+symlinked `.lock`; a NaN metric; an edit of a plugin's loss or of a helper module it
+imports; a plot of a stale table; a teammate's links (Hydra's sweep files, summary, config)
+and planted completed runs; two merges into one table at once; a teammate's unreadable run.
+Right after the fault the record must be truthful; after re-running every row must equal
+the reference's; no file outside the trial's run directory (bar the tables and sweep files
+the trial owns) may change. Prints rows lost, mislabelled and files touched; exits 1 if any.
 """
 from __future__ import annotations
 
