@@ -2,12 +2,32 @@
 consecutive seeds, one after the other or, with batch_seeds=true, as one computation), failures recorded in the run's summary.json instead of raised."""
 import difflib
 import sys
+from importlib.machinery import PathFinder
 from pathlib import Path
 
-import hydra
-from omegaconf import DictConfig, OmegaConf
 
-from tpo_bench.bench import config
+def shadowed() -> str | None:
+    """The error line when the `tpo_bench` this command would import is not tpo-bench's
+    (a user's own package or module of that name in the working directory or on
+    PYTHONPATH, found first); None when it is. Looked up without importing it."""
+    spec = PathFinder.find_spec("tpo_bench")
+    where = list(spec.submodule_search_locations or []) if spec else []
+    if spec and where and (Path(where[0]) / "entry" / "__main__.py").is_file():
+        return None
+    found = (where[0] if where else spec.origin) if spec else "nothing"
+    return (f"error: the tpo_bench this command imports is {found}, not tpo-bench's package: "
+            f"a folder or module of that name in the working directory or on PYTHONPATH "
+            f"shadows the harness; rename it, or run from another directory")
+
+
+if __name__ == "__main__" and (message := shadowed()):
+    print(message, file=sys.stderr, flush=True)
+    sys.exit(2)
+
+import hydra  # noqa: E402
+from omegaconf import DictConfig, OmegaConf  # noqa: E402
+
+from tpo_bench.bench import config  # noqa: E402
 
 
 def groups_help() -> str:
@@ -144,6 +164,11 @@ def command_line_overrides() -> list[str]:
 def cli() -> None:
     """Exit codes, one convention whoever catches the problem: 0 done; 1 a run failed or
     a file it met was refused; 2 bad input (nothing was created); 128 + N a signal N."""
+    if sys.argv[1:] == ["--version"]:  # tpo-bench's, not Hydra's
+        from tpo_bench import __version__
+
+        print(f"tpo-bench {__version__}")
+        sys.exit(0)
     sys.argv[1:] = multirun_first(sys.argv[1:])
     if message := unknown_names(sys.argv[1:], Path(__file__).resolve().parent.parent / "conf"):
         print(message, file=sys.stderr, flush=True)

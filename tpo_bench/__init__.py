@@ -9,7 +9,13 @@ top-level folders here). In a checkout they stay at the repository's top level, 
 users know: this package's path then also covers the repository root, so each module is
 loaded once, under its tpo_bench name.
 """
+from importlib.metadata import PackageNotFoundError, version
 from pathlib import Path
+
+try:  # pyproject.toml's `version` is the one source
+    __version__ = version("tpo-bench")
+except PackageNotFoundError:  # a source tree on PYTHONPATH without an install
+    __version__ = "0+unknown"
 
 _HERE = Path(__file__).resolve().parent
 if not (_HERE / "contract").is_dir() and (_HERE.parent / "contract" / "__init__.py").is_file():
