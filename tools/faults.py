@@ -199,7 +199,7 @@ def enospc_trial(args: list[str], root: Path) -> str | None:
     return "failed"
 
 
-def symlink_trial(args: list[str], root: Path, where: Path) -> str | None:
+def symlink_trial(args: list[str], root: Path, where: Path, watch: Watch) -> str | None:
     """The run's .lock (`where` under root) a link to a file outside the run: the run
     must refuse (exit 1) and write nothing; the operator then removes the link. Returns
     what was wrong, or None."""
@@ -208,6 +208,7 @@ def symlink_trial(args: list[str], root: Path, where: Path) -> str | None:
     victim.write_text("not the harness's")
     (root / where).mkdir(parents=True)
     (root / where / LOCK).symlink_to(victim)
+    watch.start(watch.trial)  # the victim planted: protected from here on
     code = bench(args, root).wait()
     wrong = [f"exit {code}, not 1"] if code != 1 else []
     if not victim.is_file() or victim.read_text() != "not the harness's":
@@ -618,7 +619,7 @@ def main(argv: list[str] | None = None) -> int:
             expected = duplicate_trial(config, root, rng)
         elif fault == "symlink_lock":
             watch.own(root / where[key] / LOCK)
-            expected, problem_now = None, symlink_trial(config, root, where[key])
+            expected, problem_now = None, symlink_trial(config, root, where[key], watch)
         elif fault == "stale_plot":
             watch.own(root / "sweep")
             runs.append(root / "sweep" / where[key])
