@@ -89,6 +89,11 @@ def test_a_users_tpo_bench_package_in_the_working_directory_is_named(tmp_path):
     assert "Traceback" not in proc.stderr and not (tmp_path / "out").exists()
 
 
+def test_the_built_documentation_site_is_ignored():
+    lines = {ln.strip() for ln in (REPO / ".gitignore").read_text().splitlines()}
+    assert "site/" in lines  # mkdocs build writes the site there
+
+
 # ------------------------------------------------------------------ a sweep's progress line
 
 def test_refused_runs_that_were_complete_are_not_also_counted_done(tmp_path):
