@@ -221,7 +221,7 @@ def build(cfg: dict[str, Any], explicit: frozenset[str] = frozenset(), here: boo
     if rc.seed > schema.MAX_SEED:
         raise ConfigError(f"seed must be an integer from 0 to {schema.MAX_SEED} (2**63 - 1: "
                           f"metrics.parquet stores it as a 64-bit integer), got {rc.seed}")
-    episodes = getattr(task, "episodes", None)
+    episodes = task.episodes
     if isinstance(episodes, int) and not 1 <= episodes <= MAX_EPISODES:
         raise ConfigError(f"task.episodes must be an integer from 1 to {MAX_EPISODES:,} (a run "
                           f"records a row per episode), got {episodes:,}")
