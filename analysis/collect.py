@@ -51,6 +51,8 @@ REQUIRED = GROUP + ["seed", "step", "error"]
 # summary.json's and the table's fingerprint of the source a run's algorithm and task (and
 # plugins) came from; None for a run recorded without one (unknown, so it conflicts with none).
 CODE = "code_fingerprint"
+# The table's own record (df.attrs, kept in the parquet file) of the runs it was collected from.
+COLLECTED = "collected"
 # The columns that say whose rows a run's table holds: without one its rows would join
 # no line (or the wrong one), so a run's table lacking any is not that run's result.
 IDENTITY = GROUP + ["seed"]
@@ -126,6 +128,8 @@ def read_summary(path: Path) -> dict:
     says what is wrong (a torn write, an edit by hand, a disk error)."""
     try:
         text = path.read_text()
+    except PermissionError:
+        raise  # another user's file, not damage: the caller names it unreadable
     except (OSError, UnicodeDecodeError) as e:
         raise DamagedSummary(f"unreadable ({e})") from None
     if not text.strip():
@@ -183,6 +187,11 @@ def _classify_readable(run_dir: Path, stale_after: float) -> RunInfo:
         return RunInfo(run_dir, "failed", f"failed: {info.get('reason')}", info)
     if status == schema.RUNNING:
         age = time.time() - float(info.get("heartbeat") or info.get("started_at") or 0)
+        if age < -stale_after:  # a beat from the future proves nothing: another node's clock
+            return RunInfo(run_dir, "incomplete", f"incomplete (heartbeat {-age:.0f} s in the future: "
+                                                  "its node's clock is ahead of this one's; if it "
+                                                  "is not running, re-run to resume: a live run "
+                                                  "keeps its lock)")
         if age > stale_after:
             return RunInfo(run_dir, "incomplete", f"incomplete (heartbeat stale for {age:.0f} s: "
                                                   "killed from outside? re-run to resume)")
@@ -512,17 +521,59 @@ def check_code(df: pd.DataFrame, split: bool = False) -> pd.DataFrame | None:
     return None
 
 
+def stamp(summary: dict | None) -> str:
+    """What a run's record says of it, in one string (status, end, attempts, error kind):
+    a table remembers each run's stamp as collected, and a new stamp means a new result."""
+    s = summary if isinstance(summary, dict) else {}
+    return "|".join(str(s.get(k)) for k in ("status", "finished_at", "attempts", "error_kind"))
+
+
+def record_collected(df: pd.DataFrame, root, runs: list[RunInfo], before: dict | None = None) -> None:
+    """Into df.attrs[COLLECTED] (kept in the parquet file): {root: {run folder: stamp}} of
+    every run folder seen under root, completed or left out, beside `before`'s other roots."""
+    given, root = Path(root).absolute(), Path(root).resolve()
+    seen = {str(r.path.absolute().relative_to(given) if r.path.absolute().is_relative_to(given)
+                else r.path): stamp(r.summary) for r in runs}
+    df.attrs[COLLECTED] = {**{k: v for k, v in (before or {}).items() if k != str(root)}, str(root): seen}
+
+
+def table_record(table) -> dict:
+    """The table's {root: {run folder: stamp}}; {} for a table collected without one."""
+    try:
+        meta = pq.read_schema(table).metadata or {}
+        record = json.loads(meta.get(b"PANDAS_ATTRS", b"{}")).get(COLLECTED)
+    except (OSError, ValueError, pa.ArrowException):
+        return {}
+    return record if isinstance(record, dict) else {}
+
+
 def newer_runs(table, root=None) -> list[Path]:
-    """Completed run directories under root (default: the table's folder) that finished
-    after the table was written: results it cannot hold. Judged by summary.json's
-    finished_at where it has one (a checkout or a copy gives every file a new mtime)."""
+    """Completed run directories the table cannot hold: under each root it was collected
+    from, every one whose record differs from the one collected (content, whatever the
+    clocks); under root (default: the table's folder) if it is not one of those, every
+    one finished after the table was written, by summary.json's finished_at where it has
+    one (a checkout or a copy gives every file a new mtime)."""
     table = Path(table)
+    out, known = [], {}
+    for where, seen in table_record(table).items():
+        if not (Path(where).is_dir() and isinstance(seen, dict)):
+            continue
+        for d in schema.run_dirs(where):
+            key = str(d.relative_to(where))
+            known[str(d.resolve())] = True
+            try:
+                info = read_summary(d / schema.SUMMARY)
+            except (OSError, DamagedSummary):
+                continue
+            if info.get("status") == schema.COMPLETED and seen.get(key) != stamp(info):
+                out.append(d)
     try:
         made = table.stat().st_mtime
     except OSError:
-        return []
-    out = []
+        return out
     for d in schema.run_dirs(table.parent if root is None else root):
+        if str(d.resolve()) in known:
+            continue
         try:
             changed = (d / schema.SUMMARY).stat().st_mtime
             if changed <= made:
@@ -543,10 +594,26 @@ def warn_if_stale(table, root=None) -> int:
     newer = newer_runs(table, root)
     if newer:
         many = len(newer) > 1
+        where = sorted(set(table_record(table)) | {str(root)})
+        root = next((w for w in where if Path(newer[0]).resolve().is_relative_to(Path(w).resolve())),
+                    root)
         print(f"warning: {len(newer)} completed run{'s' * many} under {root} finished after {table} "
               f"was written and {'are' if many else 'is'} not in it; re-collect first: "
               f"python analysis/collect.py {root} --out {table}", file=sys.stderr)
     return len(newer)
+
+
+def diverged_seeds(table) -> dict[str, list[int]]:
+    """{config hash: seeds} of the runs collect left out of the table as diverged (their
+    folder's config hash and seed), from the table's record."""
+    out: dict[str, list[int]] = {}
+    for seen in table_record(table).values():
+        for key, st in (seen.items() if isinstance(seen, dict) else ()):
+            parts = Path(key).parts
+            if len(parts) >= 2 and str(st).startswith(f"{schema.FAILED}|") \
+                    and str(st).endswith(f"|{schema.DIVERGED}") and parts[-1].startswith("seed="):
+                out.setdefault(parts[-2], []).append(int(parts[-1].split("=", 1)[1]))
+    return {h: sorted(s) for h, s in out.items()}
 
 
 def os_errors_in_one_line(main):
@@ -715,6 +782,7 @@ def main(argv=None) -> int:
         if df is None:
             print(f"error: nothing written to {args.out}", file=sys.stderr)
             return 1
+        record_collected(df, root, runs, table_record(args.merge_into) if args.merge_into else None)
         try:
             write_atomic(df, args.out)
         except OSError as e:

@@ -76,7 +76,8 @@ def legend_labels(df: pd.DataFrame) -> dict:
         task_labels = {}
         for key, row in t.iterrows():
             parts = [f"{c}={row[c]}" for c in differing if pd.notna(row[c])]
-            parts.append(f"n={n_seeds[key]}")
+            gone = (df.attrs.get("diverged") or {}).get(key[2])  # seeds collect left out as diverged
+            parts.append(f"n={n_seeds[key]}" + (f", {gone} diverged" if gone else ""))
             task_labels[key] = f"{key[1]} ({', '.join(parts)})"
         # Same algo and same visible config but different hashes: tell them apart.
         counts = Counter(task_labels.values())

@@ -451,6 +451,14 @@ def main(argv=None) -> int:
     if df.empty:
         print("error: no rows match --methods/--where; nothing drawn", file=sys.stderr)
         return 2
+    diverged = collect.diverged_seeds(args.results)
+    for (task, algo, h), g in df.groupby(GROUP, sort=True):
+        if h in diverged:
+            gone = diverged[h]
+            print(f"note: {algo} on {task} (config {h}): {len(gone)} seed{'s' * (len(gone) > 1)} "
+                  f"diverged ({', '.join(map(str, gone))}) and {'are' if len(gone) > 1 else 'is'} not "
+                  f"in the table: its line is the {g['seed'].nunique()} that completed", file=sys.stderr)
+    df.attrs["diverged"] = {h: len(s) for h, s in diverged.items()}
     refused = incomplete_groups(df)
     for why in refused.values():
         print(f"error: refused {why}", file=sys.stderr)

@@ -5,6 +5,14 @@ tasks and algorithms meet through `contract`.
 if __name__ == "bench":  # the top-level name: this module is tpo_bench.bench
     import tpo_bench
 
+    if not hasattr(tpo_bench, "alias"):  # a user's own tpo_bench, found first on the path
+        import sys
+
+        where = next(iter(getattr(tpo_bench, "__path__", None) or [tpo_bench.__file__]))
+        print(f"error: the tpo_bench this command imports is {where}, not tpo-bench's package: a "
+              f"folder or module of that name in the working directory or on PYTHONPATH shadows "
+              f"the harness; rename it, or run from another directory", file=sys.stderr)
+        raise SystemExit(2)
     tpo_bench.alias(__name__)
 
 from importlib.metadata import PackageNotFoundError, version as _version

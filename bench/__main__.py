@@ -147,6 +147,11 @@ def command_line_overrides(argv: list[str]) -> list[str]:
 def cli() -> None:
     """Exit codes, one convention whoever catches the problem: 0 done; 1 a run failed or
     a file it met was refused; 2 bad input (nothing was created); 128 + N a signal N."""
+    if sys.argv[1:] == ["--version"]:  # tpo-bench's, not Hydra's
+        from tpo_bench import __version__
+
+        print(f"tpo-bench {__version__}")
+        sys.exit(0)
     sys.argv[1:] = multirun_first(sys.argv[1:])
     try:
         config.check_overrides(command_line_overrides(sys.argv[1:]))

@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import dataclasses
 import math
+import os
 import re
 import tempfile
 from dataclasses import dataclass
@@ -142,6 +143,11 @@ def _check_algorithm(algo, name: str) -> None:
 # A name becomes one directory level under output_root: no separators, no "." or "..",
 # nothing hidden (collect skips nothing hidden, and Hydra's logs live in .hydra/), no "="
 # (collect finds runs by their "seed=<n>" level).
+# A run records a row per episode: more than this would not fit a table in memory.
+MAX_EPISODES = 10**8
+# What a run's files add below output_root at most: task, algorithm, hash and seed
+# folders (plain names) and the longest file name (a temp file, a tracker's event file).
+RUN_PATH_BYTES = 512
 PLAIN_NAME = re.compile(r"[A-Za-z0-9_+][A-Za-z0-9_.+-]*")
 
 
@@ -224,7 +230,12 @@ def build(cfg: dict[str, Any], explicit: frozenset[str] = frozenset(), here: boo
     if rc.seed > schema.MAX_SEED:
         raise ConfigError(f"seed must be an integer from 0 to {schema.MAX_SEED} (2**63 - 1: "
                           f"metrics.parquet stores it as a 64-bit integer), got {rc.seed}")
+    episodes = task.episodes
+    if isinstance(episodes, int) and not 1 <= episodes <= MAX_EPISODES:
+        raise ConfigError(f"task.episodes must be an integer from 1 to {MAX_EPISODES:,} (a run "
+                          f"records a row per episode), got {episodes:,}")
     _check_device(rc.device, here)
+    _check_path_length(rc.output_root)
     _check_writable(rc.output_root)
     _check_batch_seeds(rc, task)
     logger = logger_config(cfg.get("logger"))
@@ -292,6 +303,27 @@ def _check_batch_seeds(rc: RunConfig, task) -> None:
                           f"rollout_seeds/logprobs_seeds (seq, mnist and tabular_* have them; "
                           f"the LLM task's model, micro-batches and reference KL are not stacked). "
                           f"Set batch_seeds=false to train its seeds one after the other")
+
+
+def _check_path_length(root: str) -> None:
+    """Refuse an output root whose run files' paths this file system cannot hold (the
+    task, algorithm, hash and seed folders and a temp file's name below it), before any
+    training: each name within NAME_MAX bytes, the whole within PATH_MAX."""
+    p = Path(root).absolute()
+    path_max, name_max = 4096, 255
+    try:
+        anchor = next(a for a in (p, *p.parents) if a.is_dir())
+        path_max, name_max = os.pathconf(anchor, "PC_PATH_MAX"), os.pathconf(anchor, "PC_NAME_MAX")
+    except (OSError, ValueError, StopIteration):
+        pass
+    if long := next((part for part in p.parts if len(os.fsencode(part)) > name_max), None):
+        raise ConfigError(f"output_root: the folder name {long[:40]}... is {len(os.fsencode(long))} "
+                          f"bytes; this file system allows {name_max}")
+    need = len(os.fsencode(str(p))) + RUN_PATH_BYTES
+    if need >= path_max:
+        raise ConfigError(f"output_root is {len(os.fsencode(str(p)))} bytes long: a run's files "
+                          f"below it need up to {RUN_PATH_BYTES} more and this system allows "
+                          f"{path_max}; choose a shorter output_root")
 
 
 def _check_writable(root: str) -> None:

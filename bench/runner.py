@@ -14,11 +14,13 @@ checkpoints at that boundary or none.
 """
 from __future__ import annotations
 
+import json
 import math
 import os
 import sys
 import time
 from dataclasses import dataclass, field
+from pathlib import Path
 from typing import Any
 
 import pandas as pd
@@ -290,16 +292,40 @@ def _claim_lock(spec: RunSpec, rd: rundir.RunDir) -> tuple[dict, dict | None]:
                 if answer is not None:
                     rd.release()
                     return prev, answer
+                if locked:
+                    keep_prior(rd.path, prev)
             else:
                 rd.release()
                 note = "" if prev.get("code_fingerprint") else \
                     "; it records no code fingerprint, so a code change since cannot be seen"
+                if (spec.logger or {}).get("name", "none") != "none":
+                    note += (f"; logger={spec.logger['name']} logs nothing for it: its rows were "
+                             f"recorded before, and force=true trains it again to log them")
                 print(f"[skip] {spec.run_dir} already completed (force=true re-runs it{note})", flush=True)
                 return prev, prev
         if not locked and (holder := rd.acquire()) is not None:
             return prev, _not_run(spec, schema.HELD, f"held by {rundir.describe(holder)}; skipped "
                                   f"(that process is training it)")
     return prev, None
+
+
+def keep_prior(path: Path, prev: dict) -> Path:
+    """A completed result about to be trained again (on_code_change=rerun) kept in the run
+    folder as `prior-attempt-<n>/` (its metrics.parquet and summary.json), not overwritten.
+    The folder is made anew (never an existing name or a link) and the table moved in."""
+    n = int(prev.get("attempts") or 1)
+    while True:
+        prior = Path(path) / f"prior-attempt-{n}"
+        try:
+            os.mkdir(prior)
+            break
+        except FileExistsError:
+            n += 1
+    if (Path(path) / schema.METRICS).is_file():
+        os.rename(Path(path) / schema.METRICS, prior / schema.METRICS)
+    io.write_under(path, prior / schema.SUMMARY, json.dumps(prev, indent=1))
+    print(f"[rerun] {path}: the old result kept in {prior.name}/", flush=True)
+    return prior
 
 
 def _same_code(spec: RunSpec, prev: dict) -> bool:

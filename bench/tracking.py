@@ -37,6 +37,11 @@ def logger_config(node: dict | None) -> dict[str, Any]:
     if name not in LOGGERS:
         raise ConfigError(f"logger={name!r} is not one of {', '.join(LOGGERS)}{did_you_mean(str(name), LOGGERS)}")
     cfg = LOGGERS[name](**check_fields("logger.", LOGGERS[name], node, f"logger {name!r}"))
+    sub = getattr(cfg, "subdir", None)
+    if sub is not None and (not isinstance(sub, str) or not sub.strip() or Path(sub).is_absolute()
+                            or ".." in Path(sub).parts):
+        raise ConfigError(f"logger.subdir={sub!r} must be a folder inside the run directory "
+                          "(a relative path without '..')")
     package = PACKAGES.get(name)
     if package and importlib.util.find_spec(package) is None:
         raise ConfigError(f"logger={name} needs the {package} package: pip install 'tpo-bench[track]'")

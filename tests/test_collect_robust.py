@@ -270,12 +270,12 @@ def test_plot_warns_when_runs_finished_after_its_table(tmp_path, capsys):
 
     assert "warning" not in stderr_of_plot()
     late = runs(root, seeds=(2,), finished_at=made + 60)[0]
-    early = runs(root, seeds=(3,), finished_at=made - 60)[0]  # a copy of an older run
+    early = runs(root, seeds=(3,), finished_at=made - 60)[0]  # an older run copied in: not in it either
     failed = write_run(root, demo_config(), 4, [0.9] * 3, status="failed", finished_at=made + 60)
     for d in (late, early, failed):
         os.utime(d / "summary.json", (made + 30, made + 30))
     [line] = [ln for ln in stderr_of_plot().splitlines() if "warning" in ln]
-    assert line.startswith(f"warning: 1 completed run under {root} finished after {table}"), line
+    assert line.startswith(f"warning: 2 completed runs under {root} finished after {table}"), line
     assert line.endswith(f"python analysis/collect.py {root} --out {table}")
     assert collect.main([str(root), "--out", str(table)]) == 0  # re-collected: quiet again
     os.utime(table, (made + 90, made + 90))  # (as written after the late run's finish)

@@ -105,7 +105,7 @@ def test_accumulated_gradient_is_the_whole_batch_gradient(rolled, base_dir):
         policy.zero_grad(set_to_none=True)
         loss, _ = backward(task, spec.algo, batch, policy, 0.0)
         grads[micro] = (loss, torch.cat([p.grad.reshape(-1) for p in policy.parameters()]))
-    assert grads[0][0] == pytest.approx(grads[4][0], rel=1e-5)
+    assert float(grads[0][0]) == pytest.approx(float(grads[4][0]), rel=1e-5)  # 0-d tensors: floats
     assert grads[0][1].norm() > 1e-2
     assert torch.allclose(grads[0][1], grads[4][1], atol=1e-7, rtol=1e-4)
 
@@ -120,7 +120,7 @@ def test_reference_penalty_is_added_to_the_algorithms_loss(rolled, base_dir):
         penalised, _ = backward(spec.task, spec.algo, ro.batch, policy, 0.5)
         kl = reference_kl(ro.batch, spec.task.logprobs(policy, ro.batch)).item()
         assert kl > 0
-        assert penalised - plain == pytest.approx(0.5 * kl, rel=1e-4)
+        assert float(penalised - plain) == pytest.approx(0.5 * kl, rel=1e-4)
     finally:
         with torch.no_grad():
             policy.model.load_state_dict(spec.task.make_policy(None).model.state_dict())

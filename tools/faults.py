@@ -4,14 +4,13 @@ every run directory checked against an uninterrupted reference of its config.
 
     python -m tools.faults --trials 100 --root outputs/faults
 
-Faults: SIGKILL, SIGTERM, SIGINT at a random moment; a duplicate launch; ENOSPC (a 512 KiB
-tmpfs; needs root, else left out and said so); a symlinked `.lock` (refused, target
-untouched); a NaN metric (`failed`, `diverged`); a code edit between two launches (comment
-edit skipped, statement edit refused, `on_code_change=rerun` retrains); a plot of a table
-collected before the run finished, under a symlinked output_root (warned; silent once
-re-collected). Right after the fault the record must be truthful; after re-running until
-completed every row must equal the reference's. Runs are found as collect finds them
-(symlinks followed). Prints trials, faults, rows lost and mislabelled; exits 1 if any.
+Faults: SIGKILL, SIGTERM, SIGINT; a duplicate launch; ENOSPC (a tmpfs; needs root); a
+symlinked `.lock`; a NaN metric; an edit of a plugin's loss or of a helper module it
+imports; a plot of a stale table; a teammate's links (Hydra's sweep files, summary, config)
+and planted completed runs; two merges into one table at once; a teammate's unreadable run.
+Right after the fault the record must be truthful; after re-running every row must equal
+the reference's; no file outside the trial's run directory (bar the tables and sweep files
+the trial owns) may change. Prints rows lost, mislabelled and files touched; exits 1 if any.
 """
 from __future__ import annotations
 
@@ -33,7 +32,8 @@ from tpo_bench.contract import io
 from tpo_bench.contract.schema import CHECKPOINT, LOCK, METRICS, SUMMARY, run_dirs
 
 SIGNALS = {"sigkill": signal.SIGKILL, "sigterm": signal.SIGTERM, "sigint": signal.SIGINT}
-FAULTS = (*SIGNALS, "duplicate", "enospc", "symlink_lock", "nan_metric", "code_edit", "stale_plot")
+FAULTS = (*SIGNALS, "duplicate", "enospc", "symlink_lock", "nan_metric", "code_edit", "stale_plot",
+          "planted_links", "planted_run", "concurrent_merge", "unreadable_run", "helper_edit")
 # A handful of configs, so that references are shared between trials.
 CONFIGS = [
     ["task=demo", "algo=tpo", "task.episodes=16", "checkpoint_every=4"],
@@ -60,11 +60,73 @@ class FaultTPO(TPO):
         out = super().loss(batch, logp)
         return out
 '''
+# The helper-edit fault's config: TPO through a plugin package whose loss imports a helper
+# module of the package; the trial edits the helper, never the loss.
+PACKAGE_CONFIG = ["task=demo", "algo=tpo", "algo.impl=tpo_fault_pkg", "plugins=[fault_pkg.loss]",
+                  "task.episodes=10", "checkpoint_every=5"]
+PACKAGE = {"__init__.py": "",
+           "loss.py": '''"""TPO scaled by a helper of its package (tools.faults edits the helper)."""
+from dataclasses import dataclass
+
+from tpo_bench.algorithms import register
+from tpo_bench.algorithms.tpo import TPO
+
+from fault_pkg.helper import scale
+
+
+@register("tpo_fault_pkg")
+@dataclass(frozen=True)
+class PackageTPO(TPO):
+    def loss(self, batch, logp):
+        out = super().loss(batch, logp)
+        return type(out)(out.loss * scale(), out.metrics)
+''',
+           "helper.py": "def scale():\n    return 1.0\n"}
+# A teammate's files on the shared tree (made once per campaign, mode 0600): planted links
+# aim at them; the touched-files check sees any write through a link.
+TEAMMATE = {"private.yaml": "their own file\n", "multirun/keep.txt": "their own folder\n"}
+# A slow shared file system: each merge sleeps between reading the table and writing it,
+# so two merges at once overlap (collect's own code otherwise).
+SLOW_MERGE = ("import sys, time\n"
+              "from tpo_bench.analysis import collect\n"
+              "merge = collect.merge\n"
+              "collect.merge = lambda *a: (time.sleep(0.5), merge(*a))[1]\n"
+              "sys.exit(collect.main(sys.argv[1:]))\n")
+# Another user than the one running the campaign (root cannot be refused a folder): an
+# audit hook answers EACCES to an open or a listing below a folder that others may not
+# read and search (a teammate's umask 077 or mode 000), as the OS would.
+AS_OTHER_USER = """import errno, os, sys
+top = os.path.abspath(os.environ["FAULTS_TOP"])
+
+
+def other(path):
+    p = os.path.abspath(os.fsdecode(path))
+    if os.path.isfile(p) and p.startswith(top) and not os.stat(p).st_mode & 0o004:
+        return True
+    while p.startswith(top):
+        if os.path.isdir(p) and os.stat(p).st_mode & 0o005 != 0o005:
+            return True
+        p = os.path.dirname(p)
+    return False
+
+
+def hook(event, args):
+    if event in ("open", "os.scandir", "os.listdir") and args \\
+            and isinstance(args[0], (str, bytes, os.PathLike)) and other(args[0]):
+        raise PermissionError(errno.EACCES, "Permission denied", os.fsdecode(args[0]))
+
+
+sys.addaudithook(hook)
+from tpo_bench.analysis import collect
+sys.exit(collect.main(sys.argv[1:]))
+"""
 # Edits that leave the numbers alone: a comment (the fingerprint ignores it: the run is
 # skipped) or a statement (the fingerprint changes: the run is refused until rerun).
 EDITS = {"comment": ("        return out\n", "        return out  # reviewed\n"),
          "statement": ("        return out\n", "        unused = 1.0\n        return out\n")}
 MAX_ATTEMPTS = 6
+PLANTED = "zz"  # the task and algorithm folder names of a planted copy
+REPO = Path(__file__).resolve().parent.parent
 
 
 def write_plugin(folder: Path, text: str = PLUGIN) -> None:
@@ -81,8 +143,10 @@ def bench(args: list[str], root: Path, plugin: Path | None = None) -> subprocess
 
 
 def run_dir(root: Path) -> Path | None:
-    """The one run directory under root with a summary, found by collect's walk."""
-    found = [d for d in run_dirs(root) if (d / SUMMARY).is_file()] if root.is_dir() else []
+    """The one run directory under root with a summary, found by collect's walk (a copy
+    the campaign planted under PLANTED aside)."""
+    found = [d for d in run_dirs(root) if (d / SUMMARY).is_file()
+             and d.relative_to(root).parts[0] != PLANTED] if root.is_dir() else []
     return found[0] if len(found) == 1 else None
 
 
@@ -135,7 +199,7 @@ def enospc_trial(args: list[str], root: Path) -> str | None:
     return "failed"
 
 
-def symlink_trial(args: list[str], root: Path, where: Path) -> str | None:
+def symlink_trial(args: list[str], root: Path, where: Path, watch: Watch) -> str | None:
     """The run's .lock (`where` under root) a link to a file outside the run: the run
     must refuse (exit 1) and write nothing; the operator then removes the link. Returns
     what was wrong, or None."""
@@ -144,6 +208,7 @@ def symlink_trial(args: list[str], root: Path, where: Path) -> str | None:
     victim.write_text("not the harness's")
     (root / where).mkdir(parents=True)
     (root / where / LOCK).symlink_to(victim)
+    watch.start(watch.trial)  # the victim planted: protected from here on
     code = bench(args, root).wait()
     wrong = [f"exit {code}, not 1"] if code != 1 else []
     if not victim.is_file() or victim.read_text() != "not the harness's":
@@ -154,16 +219,31 @@ def symlink_trial(args: list[str], root: Path, where: Path) -> str | None:
     return "; ".join(wrong) or None
 
 
-def code_edit_trial(args: list[str], root: Path, plugin: Path, rng: random.Random) -> tuple[str, str | None]:
-    """Run to completion with the plugin as written, edit it, launch again: a comment is
-    skipped (exit 0), a statement refused (exit 1), the record untouched either way.
-    Returns (the edit, what was wrong or None)."""
-    write_plugin(plugin)
+def write_package(folder: Path, helper: str = PACKAGE["helper.py"]) -> None:
+    pkg = folder / "fault_pkg"
+    pkg.mkdir(parents=True, exist_ok=True)
+    for name, text in PACKAGE.items():
+        (pkg / name).write_text(helper if name == "helper.py" else text)
+
+
+HELPER_EDITS = {"comment": ("    return 1.0\n", "    return 1.0  # reviewed\n"),
+                "statement": ("    return 1.0\n", "    unused = 1.0\n    return 1.0\n")}
+
+
+def code_edit_trial(args: list[str], root: Path, plugin: Path, rng: random.Random,
+                    helper: bool = False) -> tuple[str, str | None]:
+    """Run to completion with the plugin as written, edit it (`helper`: the helper module
+    its loss imports, not the loss), launch again: a comment is skipped (exit 0), a
+    statement refused (exit 1), the record untouched either way. Returns (the edit, what
+    was wrong or None)."""
+    write, text, edits = (write_package, PACKAGE["helper.py"], HELPER_EDITS) if helper else \
+        (write_plugin, PLUGIN, EDITS)
+    write(plugin)
     bench(args, root, plugin).wait()
     before = (run_dir(root) / SUMMARY).read_text() if run_dir(root) else None
-    edit = rng.choice(sorted(EDITS))
-    old, new = EDITS[edit]
-    write_plugin(plugin, PLUGIN.replace(old, new))
+    edit = rng.choice(sorted(edits))
+    old, new = edits[edit]
+    write(plugin, text.replace(old, new))
     code = bench(args, root, plugin).wait()
     want = 0 if edit == "comment" else 1
     wrong = [f"exit {code} after a {edit} edit, not {want}"] if code != want else []
@@ -172,9 +252,212 @@ def code_edit_trial(args: list[str], root: Path, plugin: Path, rng: random.Rando
     return edit, "; ".join(wrong) or None
 
 
+class Watch:
+    """Every file and link under the campaign's root, before and after a trial: a file
+    changed, added or removed outside the trial's run directories (each canonical run
+    folder, links resolved) and the paths the trial owns (its tables, Hydra's sweep files,
+    its plugin, what it planted and later removes) is touched. Directories alone do not
+    count, their files do."""
+
+    OWNED = {".hydra", "plots", "plugin", "__pycache__", "results.parquet", ".results.parquet.lock"}
+
+    def __init__(self, top: Path):
+        self.top = top
+        self.before: dict[str, tuple] = {}
+        self.runs: list[str] = []
+        self.owned: list[str] = []
+
+    def files(self) -> dict[str, tuple]:
+        out = {}
+        for folder, dirs, names in os.walk(self.top):
+            for name in names + [d for d in dirs if os.path.islink(os.path.join(folder, d))]:
+                path = os.path.join(folder, name)
+                try:
+                    st = os.lstat(path)
+                except OSError:
+                    continue
+                out[path] = (st.st_mtime_ns, st.st_size, st.st_ino, st.st_mode)
+        return out
+
+    def start(self, trial: Path) -> None:
+        """(Re)take the baseline: after planting, what was planted is protected too."""
+        self.trial, self.before = trial, self.files()
+
+    def run(self, folder: Path) -> None:
+        self.runs.append(os.path.realpath(folder) + os.sep)
+
+    def own(self, path: Path) -> None:
+        self.owned.append(os.path.abspath(path))
+
+    def touched(self) -> list[str]:
+        after = self.files()
+        changed = [p for p in set(self.before) | set(after) if self.before.get(p) != after.get(p)]
+        trial = os.path.abspath(self.trial) + os.sep
+
+        def allowed(p: str) -> bool:
+            real = os.path.join(os.path.realpath(os.path.dirname(p)), os.path.basename(p))
+            if any(real.startswith(r) for r in self.runs) or any(
+                    p == o or p.startswith(o + os.sep) for o in self.owned):
+                return True
+            return p.startswith(trial) and bool(self.OWNED & set(Path(p[len(trial):]).parts))
+        wrong = sorted(os.path.relpath(p, self.top) for p in changed if not allowed(p))
+        self.runs, self.owned = [], []
+        return wrong
+
+
+def make_teammate(top: Path) -> Path:
+    folder = top / "teammate"
+    for name, text in TEAMMATE.items():
+        (folder / name).parent.mkdir(parents=True, exist_ok=True)
+        (folder / name).write_text(text)
+        (folder / name).chmod(0o600)
+    return folder
+
+
+def planted_links_trial(args: list[str], root: Path, where: Path, teammate: Path,
+                        watch: Watch, rng: random.Random) -> tuple[str, str | None, str | None]:
+    """A second user's links under a shared output_root, aimed at their own files: at
+    multirun.yaml of the next sweeps' timestamped folders (a sweep runs, the link replaced),
+    at `.hydra/multirun` itself (the sweep refused, exit 2), or at the run's summary.json or
+    config.json (the run refused, exit 1). The operator then removes the link. Returns
+    (where the link was, the status the record must have or None, what was wrong)."""
+    kind = rng.choice(["multirun.yaml", "multirun folder", SUMMARY, "config.json"])
+    wrong = []
+    if kind == "multirun.yaml":
+        now = time.time()
+        for t in range(0, 120):
+            sweep = root / ".hydra" / "multirun" / time.strftime("%Y-%m-%d_%H-%M-%S", time.localtime(now + t))
+            sweep.mkdir(parents=True, exist_ok=True)
+            (sweep / "multirun.yaml").symlink_to(teammate / "private.yaml")
+        watch.start(watch.trial)
+        code = bench(["-m", *args], root).wait()
+        if code != 0:
+            wrong.append(f"sweep exited {code}, not 0")
+        return kind, (None if wrong else "completed"), "; ".join(wrong) or None
+    if kind == "multirun folder":
+        (root / ".hydra").mkdir(parents=True)
+        link = root / ".hydra" / "multirun"
+        link.symlink_to(teammate / "multirun", target_is_directory=True)
+        watch.start(watch.trial)
+        code = bench(["-m", *args], root).wait()
+        if code != 2:
+            wrong.append(f"sweep exited {code}, not 2")
+        if any(run_dirs(root)):
+            wrong.append("a run started though the sweep dir was refused")
+        watch.own(link)
+        link.unlink()
+        return kind, None, "; ".join(wrong) or None
+    (root / where).mkdir(parents=True)
+    link = root / where / kind
+    link.symlink_to(teammate / "private.yaml")
+    watch.start(watch.trial)
+    code = bench(args, root).wait()
+    if code != 1:
+        wrong.append(f"exit {code}, not 1")
+    if (root / where / SUMMARY).exists() and kind != SUMMARY:
+        wrong.append("a summary was written beside the link")
+    watch.own(link)
+    link.unlink()
+    return kind, None, "; ".join(wrong) or None
+
+
+def planted_run_trial(args: list[str], root: Path, where: Path, ref_run: Path, other_run: Path,
+                      watch: Watch, rng: random.Random) -> tuple[str, str | None]:
+    """A completed run planted where it does not belong: the reference's run under other
+    task and algorithm names (`zz/zz/<hash>/seed=N`), or another seed's completed run in
+    this run's own folder. The runner must train this run at its own path (not skip to the
+    copy) or refuse the folder (exit 1, files untouched; the operator removes it); collect
+    must not pool the copy. Returns (the plant, what was wrong or None)."""
+    kind = rng.choice(["other names", "other seed"])
+    wrong = []
+    if kind == "other names":
+        planted = root / PLANTED / PLANTED / where.parent.name / where.name
+        shutil.copytree(ref_run, planted, symlinks=True)
+        watch.start(watch.trial)
+        code = bench(args, root).wait()
+        if code != 0:
+            wrong.append(f"exit {code}, not 0")
+        return kind, "; ".join(wrong) or None
+    shutil.copytree(other_run, root / where, symlinks=True)
+    watch.start(watch.trial)
+    watch.runs.clear()  # the planted copy must stay as it was until the operator removes it
+    code = bench(args, root).wait()
+    if code != 1:
+        wrong.append(f"exit {code} on another seed's run in this run's folder, not 1")
+    touched = watch.touched()
+    if touched:
+        wrong.append(f"touched the planted run: {touched}")
+    watch.start(watch.trial)
+    shutil.rmtree(root / where)
+    return kind, "; ".join(wrong) or None
+
+
+def planted_run_collect(root: Path, reference: pd.DataFrame) -> str | None:
+    """collect of a tree holding a planted copy: exit 1 naming it; with --allow-skips
+    exactly this run's rows."""
+    table = root / "results.parquet"
+    wrong = []
+    if (r := analysis("collect", root, "--out", table)).returncode != 1 or "zz/zz" not in r.stdout + r.stderr:
+        wrong.append(f"collect of a planted copy exited {r.returncode} without naming it")
+    if (r := analysis("collect", root, "--out", table, "--allow-skips")).returncode != 0:
+        wrong.append(f"collect --allow-skips exited {r.returncode}: {r.stderr.strip()[-200:]}")
+    elif len(pd.read_parquet(table, columns=["step"])) != len(reference):
+        wrong.append(f"collect pooled {len(pd.read_parquet(table, columns=['step']))} rows, not "
+                     f"the run's {len(reference)}")
+    return "; ".join(wrong) or None
+
+
+def concurrent_merge_trial(root: Path, first: Path, other: Path, want: int) -> tuple[int, str | None]:
+    """Three runs' tables: `first` collected into a table, then this trial's run and
+    `other` merged into it at once (`collect --merge-into`, on a slow file system). Both
+    must exit 0 and the table hold all `want` rows. Returns (rows lost, what was wrong)."""
+    table = root / "results.parquet"
+    if (r := analysis("collect", first, "--out", table)).returncode != 0:
+        return 0, f"collect exited {r.returncode}: {r.stderr.strip()[-200:]}"
+    procs = [subprocess.Popen([sys.executable, "-c", SLOW_MERGE, str(r), "--merge-into", str(table)],
+                              cwd=REPO, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+             for r in (root, other)]
+    codes = [p.wait() for p in procs]
+    for p in procs:
+        p.communicate()
+    got = len(pd.read_parquet(table, columns=["step"]))
+    wrong = [f"merges exited {codes}"] if codes != [0, 0] else []
+    if got != want:
+        wrong.append(f"the table holds {got} rows of {want}")
+    return max(want - got, 0), "; ".join(wrong) or None
+
+
+def unreadable_trial(root: Path, where: Path, other_where: Path, other_run: Path, want: int,
+                     rng: random.Random) -> str | None:
+    """A teammate's completed run beside this run, made with umask 077 (folder 0700, files
+    0600), its folder mode 000, or its files alone 0600: collect as another user must name
+    it unreadable, leave it out and collect this run (exit 0). Returns what was wrong."""
+    theirs = root / other_where
+    shutil.copytree(other_run, theirs, symlinks=True)
+    kind = rng.choice(["umask 077", "mode 000", "files 0600"])
+    if kind != "mode 000":
+        for f in theirs.iterdir():
+            f.chmod(0o600)
+    theirs.chmod({"umask 077": 0o700, "mode 000": 0o000}.get(kind, 0o755))
+    table = root / "results.parquet"
+    r = subprocess.run([sys.executable, "-c", AS_OTHER_USER, str(root), "--out", str(table)],
+                       cwd=REPO, capture_output=True, text=True, env={**os.environ, "FAULTS_TOP": str(root)})
+    theirs.chmod(0o755)
+    for f in theirs.iterdir():
+        f.chmod(0o644)
+    wrong = []
+    if r.returncode != 0:
+        wrong.append(f"collect ({kind}) exited {r.returncode}: {(r.stdout + r.stderr).strip()[-300:]}")
+    elif len(pd.read_parquet(table, columns=["step"])) != want:
+        wrong.append("the table does not hold exactly this run's rows")
+    if not any(str(other_where) in ln and "unreadable" in ln for ln in (r.stdout + r.stderr).splitlines()):
+        wrong.append("the teammate's run is not named unreadable")
+    return "; ".join(wrong) or None
+
+
 def analysis(script: str, *args) -> subprocess.CompletedProcess:
-    return subprocess.run([sys.executable, f"analysis/{script}.py", *map(str, args)],
-                          capture_output=True, text=True, cwd=Path(__file__).resolve().parent.parent)
+    return subprocess.run([sys.executable, "-m", f"tpo_bench.analysis.{script}", *map(str, args)],
+                          capture_output=True, text=True, cwd=REPO)
 
 
 def stale_plot_trial(args: list[str], root: Path, ref_root: Path, reference: pd.DataFrame) -> str | None:
@@ -287,50 +570,94 @@ def main(argv: list[str] | None = None) -> int:
         return 2
     rng = random.Random(args.seed)
     shutil.rmtree(args.root, ignore_errors=True)
+    args.root = args.root.absolute()
+    teammate = make_teammate(args.root)
+    watch = Watch(args.root)
     references: dict[tuple, pd.DataFrame] = {}
     where: dict[tuple, Path] = {}  # each reference's run directory, relative to its root
-    injected, problems = Counter(), []
+
+    def config_for(c, seed: int) -> list[str]:
+        base = {"plugin": PLUGIN_CONFIG, "package": PACKAGE_CONFIG}.get(c) or CONFIGS[c]
+        return [*base, f"seed={seed}", "debug.sleep=0.05"]
+
+    def ref_root(key: tuple) -> Path:
+        return args.root / "reference" / f"config{key[0]}-seed{key[1]}"  # no "=": Hydra parses it
+
+    def reference(c, seed: int) -> tuple:
+        key = (c, seed)
+        if key not in references:
+            plugin = None
+            if c == "plugin":
+                write_plugin(plugin := args.root / "reference" / "plugin")
+            elif c == "package":
+                write_package(plugin := args.root / "reference" / "package")
+            bench(config_for(c, seed), ref_root(key), plugin).wait()
+            references[key] = pd.read_parquet(run_dir(ref_root(key)) / METRICS).drop(columns=["wall_s"])
+            where[key] = run_dir(ref_root(key)).relative_to(ref_root(key))
+        return key
+
+    injected, problems, touched_all = Counter(), [], []
     lost = mislabelled = compared = 0
     can_mount = True
     t0 = time.time()
     for trial in range(args.trials):
         fault = rng.choice([f for f in kinds if can_mount or f != "enospc"] or list(SIGNALS))
-        c = "plugin" if fault == "code_edit" else rng.randrange(len(CONFIGS))
+        c = {"code_edit": "plugin", "helper_edit": "package"}.get(fault) or rng.randrange(len(CONFIGS))
         seed = rng.randrange(3)
-        config = [*(PLUGIN_CONFIG if c == "plugin" else CONFIGS[c]), f"seed={seed}", "debug.sleep=0.05"]
-        key = (c, seed)
+        config = config_for(c, seed)
+        key = reference(c, seed)
+        others = [reference(c, (seed + i) % 3) for i in (1, 2)] \
+            if fault in ("planted_run", "concurrent_merge", "unreadable_run") else []
         plugin = None
-        ref_root = args.root / "reference" / f"config{c}-seed{seed}"  # no "=": Hydra parses it
-        if key not in references:
-            if c == "plugin":
-                plugin = args.root / "reference" / "plugin"
-                write_plugin(plugin)
-            bench(config, ref_root, plugin).wait()
-            references[key] = pd.read_parquet(run_dir(ref_root) / METRICS).drop(columns=["wall_s"])
-            where[key] = run_dir(ref_root).relative_to(ref_root)
         root = args.root / "trials" / f"{trial:03d}-{fault}"
-        repair, done, problem_now = config, (lambda: True), None
+        watch.start(root)
+        repair, done, problem_now, problem_after = config, (lambda: True), None, None
+        runs = [root / where[key]]
         if fault in SIGNALS:
             expected = signal_trial(config, root, SIGNALS[fault], rng)
         elif fault == "duplicate":
             expected = duplicate_trial(config, root, rng)
         elif fault == "symlink_lock":
-            expected, problem_now = None, symlink_trial(config, root, where[key])
+            watch.own(root / where[key] / LOCK)
+            expected, problem_now = None, symlink_trial(config, root, where[key], watch)
         elif fault == "stale_plot":
-            expected, problem_now = None, stale_plot_trial(config, root, ref_root, references[key])
+            watch.own(root / "sweep")
+            runs.append(root / "sweep" / where[key])
+            expected, problem_now = None, stale_plot_trial(config, root, ref_root(key), references[key])
         elif fault == "nan_metric":
             episodes = int(next(a for a in config if a.startswith("task.episodes=")).split("=")[1])
             expected = "diverged"
             bench([*config, f"debug.nan_error_at={rng.randrange(episodes)}"], root).wait()
-        elif fault == "code_edit":
+        elif fault in ("code_edit", "helper_edit"):
             plugin = root / "plugin"
             root = root / "out"
-            edit, problem_now = code_edit_trial(config, root, plugin, rng)
+            runs = [root / where[key]]
+            edit, problem_now = code_edit_trial(config, root, plugin, rng, helper=fault == "helper_edit")
             expected = None
             if edit == "statement":  # the remedy the refusal names
                 first = fingerprint(root)
                 repair = [*config, "on_code_change=rerun"]
                 done = lambda: fingerprint(root) != first  # noqa: E731
+        elif fault == "planted_links":
+            _, expected, problem_now = planted_links_trial(config, root, where[key], teammate, watch, rng)
+        elif fault == "planted_run":
+            kind, problem_now = planted_run_trial(config, root, where[key], ref_root(key) / where[key],
+                                                  ref_root(others[0]) / where[others[0]], watch, rng)
+            expected = "completed" if kind == "other names" else None
+            if kind == "other names":
+                problem_after = lambda: planted_run_collect(root, references[key])  # noqa: E731
+        elif fault == "concurrent_merge":
+            expected = "completed"
+            bench(config, root).wait()
+            problem_after = lambda: concurrent_merge_trial(  # noqa: E731
+                root, ref_root(others[0]), ref_root(others[1]), 3 * len(references[key]))
+        elif fault == "unreadable_run":
+            expected = "completed"
+            bench(config, root).wait()
+            watch.own(root / where[others[0]])
+            problem_after = lambda: unreadable_trial(  # noqa: E731
+                root, where[key], where[others[0]], ref_root(others[0]) / where[others[0]],
+                len(references[key]), rng)
         elif (expected := enospc_trial(config, root)) is None:
             can_mount = False
             print("[faults] cannot mount a tmpfs here (needs root): ENOSPC trials left out")
@@ -345,28 +672,42 @@ def main(argv: list[str] | None = None) -> int:
             subprocess.run(["mount", "-o", "remount,size=64m", str(root)], check=True)
         attempts = finish(repair, root, done, plugin)
         rows_lost, rows_bad, problem = compare(root, references[key])
+        if problem_after is not None:
+            later = problem_after()
+            if isinstance(later, tuple):
+                rows_lost, later = rows_lost + later[0], later[1]
+            elif later:
+                rows_bad += len(references[key])
+            problem = "; ".join(p for p in (problem, later) if p) or None
         rows_bad += bad_record
-        problem = "; ".join(p for p in (record_problem, problem) if p) or None
+        if fault == "enospc":
+            subprocess.run(["umount", "-l", str(root)], check=False)
+        for r in runs:
+            watch.run(r)
+        touched = watch.touched()
+        touched_all += touched
+        problem = "; ".join(p for p in (record_problem, problem, touched and
+                                        f"files outside the run touched: {touched}") if p) or None
         compared += 1
         lost += rows_lost
         mislabelled += rows_bad
         if rows_lost or rows_bad or problem:
             problems.append(f"trial {trial} ({fault}, {' '.join(config)}): lost {rows_lost}, "
                             f"mislabelled {rows_bad}{'; ' + problem if problem else ''}")
-        if fault == "enospc":
-            subprocess.run(["umount", "-l", str(root)], check=False)
         print(f"[faults] trial {trial + 1}/{args.trials}: {fault}, {attempts} more attempt(s), "
-              f"lost {rows_lost}, mislabelled {rows_bad}", flush=True)
+              f"lost {rows_lost}, mislabelled {rows_bad}, touched {len(touched)}", flush=True)
         if args.minutes and time.time() - t0 > 60 * args.minutes:
             print(f"[faults] stopped after {trial + 1} of {args.trials} trials (--minutes {args.minutes:g})")
             break
-    print(f"\n| trials | faults injected | runs compared | rows lost | rows mislabelled | other problems | wall |\n"
-          f"|---|---|---|---|---|---|---|\n"
+    print(f"\n| trials | faults injected | runs compared | rows lost | rows mislabelled | "
+          f"files outside a run touched | other problems | wall |\n"
+          f"|---|---|---|---|---|---|---|---|\n"
           f"| {compared} | {', '.join(f'{k} {v}' for k, v in sorted(injected.items()))} | "
-          f"{compared} | {lost} | {mislabelled} | {len(problems)} | {(time.time() - t0) / 60:.1f} min |")
+          f"{compared} | {lost} | {mislabelled} | {len(touched_all)} | {len(problems)} | "
+          f"{(time.time() - t0) / 60:.1f} min |")
     for p in problems:
         print(f"  {p}")
-    return 1 if lost or mislabelled or problems else 0
+    return 1 if lost or mislabelled or touched_all or problems else 0
 
 
 if __name__ == "__main__":

@@ -15,7 +15,13 @@ import importlib
 import importlib.abc
 import importlib.util
 import sys
+from importlib.metadata import PackageNotFoundError, version
 from pathlib import Path
+
+try:  # pyproject.toml's `version` is the one source
+    __version__ = version("tpo-bench")
+except PackageNotFoundError:  # a source tree on PYTHONPATH without an install
+    __version__ = "0+unknown"
 
 ROOMS = ("bench", "tasks", "algorithms", "contract", "analysis", "tools", "conf", "integrations")
 

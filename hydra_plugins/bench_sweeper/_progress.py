@@ -77,12 +77,14 @@ def fingerprint(summary) -> tuple:
     return (summary.get("status"), summary.get("heartbeat"), summary.get("finished_at"))
 
 
-def count(run_dirs: list[Path], before: dict, force: bool, now: float) -> Counts:
+def count(run_dirs: list[Path], before: dict, force: bool, now: float, untouched=()) -> Counts:
     """Classify every run against `before` (its fingerprint when the sweep started): a
     summary unchanged since then was not touched by this sweep. Comparing fingerprints
     instead of timestamps keeps the counts right when the jobs' clocks (other nodes) are
-    not the submitting host's."""
+    not the submitting host's. `untouched`: runs the jobs returned as held or refused
+    (counted in not_run), never as already complete."""
     c = Counts(total=len(run_dirs))
+    untouched = set(map(Path, untouched))
     starts = []
     for path in run_dirs:
         summary = read_summary(path)
@@ -93,7 +95,7 @@ def count(run_dirs: list[Path], before: dict, force: bool, now: float) -> Counts
             continue
         status = summary.get("status")
         if fingerprint(summary) == before.get(path):
-            if status == "completed" and not force:
+            if status == "completed" and not force and path not in untouched:
                 c.skipped += 1
             continue  # waiting: left from an earlier sweep, to be (re-)run
         start, end = _attempt_start(summary), summary.get("finished_at")
@@ -185,8 +187,8 @@ class SweepProgress:
         self._last_at = 0.0
 
     def _report(self, final: bool = False, not_run: dict | None = None,
-                failed: list | None = None) -> None:
-        c = count(self.run_dirs, self._before, self.force, time.time())
+                failed: list | None = None, untouched=()) -> None:
+        c = count(self.run_dirs, self._before, self.force, time.time(), untouched)
         c.not_run = dict(not_run or {})
         # Failed before their files could say so (a folder this user cannot write).
         for d in map(Path, failed or ()):
@@ -224,12 +226,13 @@ class SweepProgress:
             self.finish()
         return None
 
-    def finish(self, not_run: dict | None = None, failed: list | None = None) -> None:
-        """The last line, once the launcher has returned. `not_run` (status -> n) names the
-        runs the jobs returned untouched (held by another process, refused), `failed` the
-        folders of runs the jobs returned as failed: a failed run whose files did not
+    def finish(self, not_run: dict | None = None, failed: list | None = None, untouched=()) -> None:
+        """The last line, once the launcher has returned. `not_run` (status -> n) counts the
+        runs the jobs returned untouched (held by another process, refused), `untouched`
+        their folders (a refused completed run is not also "already complete"), `failed`
+        the folders of runs the jobs returned as failed: a failed run whose files did not
         change could not write them, and the count alone would call it waiting."""
         try:
-            self._report(final=True, not_run=not_run, failed=failed)
+            self._report(final=True, not_run=not_run, failed=failed, untouched=untouched)
         except Exception:
             pass  # a failed final read must not replace the launcher's own outcome

@@ -34,6 +34,19 @@ def save_sweep_config(config) -> None:
         sys.exit(2)
 
 
+def completed_here(run_dir: Path, fingerprint: str) -> bool:
+    """Whether a run's own record says it completed under this code fingerprint, its files
+    agreeing with its path: a SLURM job of such runs would only skip them."""
+    from tpo_bench.contract import io, schema
+
+    try:
+        summary = io.read_json_object(Path(run_dir) / schema.SUMMARY)
+    except (OSError, io.DamagedFile):
+        return False
+    return (summary.get("status") == schema.COMPLETED and summary.get("code_fingerprint") == fingerprint
+            and not schema.path_disagreements(run_dir))
+
+
 class BenchSweeper(BasicSweeper):
     def setup(self, *, hydra_context, task_function, config) -> None:
         self._slurm = str(OmegaConf.select(config, "hydra.launcher._target_") or "").endswith(
@@ -112,6 +125,7 @@ class BenchSweeper(BasicSweeper):
         # resolve to the same run (match=interactions of a grouped method is its
         # prompt-matched run) are launched once: two processes must not train one directory.
         home: dict[tuple, str] = {}  # config overrides (no seed) -> run directory minus seed
+        code: dict[tuple, str] = {}  # ... -> today's code fingerprint of its runs
         packed: dict[tuple, int] = {}  # ... -> seeds per job (a job may set its own)
         dirs: dict[tuple, list] = {}  # job -> its runs' directories, for the progress line
         seen: dict[str, dict[int, list[str]]] = {}
@@ -135,6 +149,7 @@ class BenchSweeper(BasicSweeper):
                     specs = job_specs(OmegaConf.to_container(cfg, resolve=True), explicit_keys(job),
                                       here=not self._slurm)
                     home[key], packed[key] = str(specs[0].run_dir.parent), len(specs)
+                    code[key] = specs[0].code_fingerprint
                 taken = seen.setdefault(home[key], {})
                 if first in taken:
                     if not self._duplicates:
@@ -166,6 +181,16 @@ class BenchSweeper(BasicSweeper):
         jobs = [job for job in jobs if tuple(job) not in self._duplicates]
         if self._slurm:
             self._refuse_without_slurm()
+            if not OmegaConf.select(self.config, "force"):
+                done = {tuple(job) for job in jobs if all(completed_here(
+                    d, code[tuple(o for o in job if not o.startswith("seed="))]) for d in dirs[tuple(job)])}
+                if done:
+                    print(f"[sweep] {len(done)} of {len(jobs)} job(s) already complete (every run "
+                          f"completed under today's code, where its path says): not submitted", flush=True)
+                    self._duplicates |= done
+                    jobs = [job for job in jobs if tuple(job) not in done]
+                if not jobs:
+                    return []
         if OmegaConf.select(self.config, "dry_run"):
             print(f"[dry run] {len(jobs)} valid jobs ({len(jobs) * per_job} runs); nothing launched")
             for job in jobs:
@@ -189,7 +214,8 @@ class BenchSweeper(BasicSweeper):
         runs = [r for batch in returns for job in batch
                 for r in (job.return_value or {}).get("runs", [])]
         progress.finish(Counter(r["status"] for r in runs if r["status"] in ("held", "refused")),
-                        failed=[r["run_dir"] for r in runs if r["status"] == "failed"])
+                        failed=[r["run_dir"] for r in runs if r["status"] == "failed"],
+                        untouched=[r["run_dir"] for r in runs if r["status"] in ("held", "refused")])
         failed = [r for r in runs if r["status"] != "completed"]
         # held (another process is training it) and refused (a damaged or foreign file)
         # are not failures of a training run, but not done either: named apart.

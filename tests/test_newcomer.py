@@ -1,0 +1,170 @@
+"""What a newcomer meets first, and bad values a launch must refuse before any training:
+the version, a package of theirs that shadows the harness, a sweep's progress line after
+refusals, a finished SLURM sweep, a logger added to a finished run, a rerun under new code,
+an episode count no table holds, a tracker folder outside the run, an over-long root."""
+import dataclasses
+import json
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from conftest import REPO, TINY, compose, run_bench
+
+
+def spec_for(root: Path, *args: str):
+    from tpo_bench.bench.build import build
+    return build(compose(*TINY, f"output_root={root}", *args))
+
+
+# ------------------------------------------------------------------ refused at launch
+
+def test_an_episode_count_no_table_holds_is_refused_at_launch(tmp_path):
+    from tpo_bench.bench.build import ConfigError
+
+    with pytest.raises(ConfigError, match=r"task\.episodes must be an integer from 1 to 100,000,000"):
+        spec_for(tmp_path / "out", "task.episodes=1000000000000")
+    assert not (tmp_path / "out").exists()
+
+
+@pytest.mark.slow  # starts a process
+def test_a_bad_episode_count_anywhere_in_a_sweep_stops_it_before_any_run(tmp_path):
+    proc = run_bench("-m", *TINY, "task.episodes=2,1000000000000", f"output_root={tmp_path / 'out'}",
+                     check=False)
+    assert proc.returncode == 2, proc.stdout + proc.stderr
+    assert "task.episodes must be an integer" in proc.stderr and "nothing was launched" in proc.stderr
+    assert not list((tmp_path / "out").rglob("seed=*"))
+
+
+@pytest.mark.parametrize("subdir", ["../../x", "/tmp/x", "a/../../b", ""])
+def test_a_tracker_folder_outside_the_run_is_refused(subdir):
+    from tpo_bench.bench.build import ConfigError
+    from tpo_bench.bench.tracking import logger_config
+
+    with pytest.raises(ConfigError, match="logger.subdir=.* must be a folder inside the run directory"):
+        logger_config({"name": "tensorboard", "subdir": subdir})
+    assert logger_config({"name": "tensorboard", "subdir": "tb/events"})["subdir"] == "tb/events"
+
+
+def test_an_over_long_output_root_is_refused_before_training(tmp_path):
+    from tpo_bench.bench.build import ConfigError
+
+    deep = tmp_path.joinpath(*["d" * 250] * 16)
+    with pytest.raises(ConfigError, match=r"output_root is \d+ bytes long.*choose a shorter output_root"):
+        spec_for(deep)
+    with pytest.raises(ConfigError, match="output_root: the folder name d+... is 300 bytes"):
+        spec_for(tmp_path / ("d" * 300))
+    assert sorted(tmp_path.iterdir()) == []
+
+
+# ------------------------------------------------------------------ the version, a shadowing package
+
+def test_the_installed_bench_entry_has_a_version():
+    import tpo_bench
+    import tpo_bench.entry  # what an install puts at the top-level name `bench`
+
+    assert sys.modules["bench"].__version__ == tpo_bench.__version__ and tpo_bench.__version__
+
+
+@pytest.mark.slow  # starts a process
+def test_bench_version_is_tpo_benchs_not_hydras():
+    import tpo_bench
+
+    proc = run_bench("--version")
+    assert proc.stdout.strip() == f"tpo-bench {tpo_bench.__version__}", proc.stdout
+    assert "Hydra" not in proc.stdout
+
+
+@pytest.mark.slow  # starts a process
+def test_a_users_tpo_bench_package_in_the_working_directory_is_named(tmp_path):
+    (tmp_path / "tpo_bench").mkdir()
+    (tmp_path / "tpo_bench" / "__init__.py").write_text("VERSION = 'mine'\n")
+    env = {**os.environ, "PYTHONPATH": str(REPO)}
+    proc = subprocess.run([sys.executable, "-m", "bench", *TINY, f"output_root={tmp_path / 'out'}"],
+                          cwd=tmp_path, env=env, text=True, capture_output=True, timeout=300)
+    assert proc.returncode == 2, proc.stdout + proc.stderr
+    assert f"the tpo_bench this command imports is {tmp_path / 'tpo_bench'}, not tpo-bench's" in proc.stderr
+    assert "Traceback" not in proc.stderr and not (tmp_path / "out").exists()
+
+
+def test_the_built_documentation_site_is_ignored():
+    lines = {ln.strip() for ln in (REPO / ".gitignore").read_text().splitlines()}
+    assert "site/" in lines  # mkdocs build writes the site there
+
+
+# ------------------------------------------------------------------ a sweep's progress line
+
+def test_refused_runs_that_were_complete_are_not_also_counted_done(tmp_path):
+    """Six runs complete before the sweep, two of them refused by it (say, completed under
+    other code): four are already complete, two refused, none waiting."""
+    import io
+
+    from hydra_plugins.bench_sweeper._progress import SweepProgress
+
+    dirs = [tmp_path / f"seed={i}" for i in range(6)]
+    for d in dirs:
+        d.mkdir()
+        (d / "summary.json").write_text(json.dumps({"status": "completed", "finished_at": 1.0}))
+    out = io.StringIO()
+    with SweepProgress(dirs, every_s=3600, force=False, stream=out) as progress:
+        pass
+    progress.finish({"refused": 2}, failed=[], untouched=[str(d) for d in dirs[:2]])
+    last = out.getvalue().strip().splitlines()[-1]
+    assert "4/6 runs done (0 completed, 4 already complete)" in last, last
+    assert "2 refused, 0 waiting" in last, last
+
+
+# ------------------------------------------------------------------ a finished SLURM sweep
+
+@pytest.mark.slow  # starts a process
+def test_a_finished_slurm_sweep_submits_nothing(tmp_path):
+    out = tmp_path / "out"
+    run_bench("-m", *TINY, "seed=0,1", f"output_root={out}")
+    bin_ = tmp_path / "bin"
+    bin_.mkdir()
+    log = tmp_path / "sbatch.log"
+    for name, body in (("sbatch", f"echo \"$@\" >> {log}; exit 1"), ("srun", "exit 0"),
+                       ("sinfo", "echo debug"), ("sacct", "exit 0")):
+        (bin_ / name).write_text(f"#!/bin/sh\n{body}\n")
+        (bin_ / name).chmod(0o755)
+    proc = run_bench("-m", *TINY, "seed=0,1", f"output_root={out}", "hydra/launcher=slurm_cpu",
+                     env={"PATH": f"{bin_}{os.pathsep}{os.environ['PATH']}"}, check=False)
+    assert proc.returncode == 0, proc.stdout + proc.stderr
+    assert "2 of 2 job(s) already complete" in proc.stdout and "not submitted" in proc.stdout
+    assert not log.exists()
+
+
+# ------------------------------------------------------------------ a finished run, again
+
+@pytest.mark.slow  # trains
+def test_a_logger_added_to_a_completed_run_says_it_logs_nothing(tmp_path, capsys):
+    from tpo_bench.bench.runner import run
+
+    spec = spec_for(tmp_path / "out")
+    assert run(spec)["status"] == "completed"
+    capsys.readouterr()
+    again = dataclasses.replace(spec, logger={"name": "tensorboard", "subdir": "tensorboard"})
+    assert run(again)["status"] == "completed"
+    line = capsys.readouterr().out
+    assert "[skip]" in line and "logger=tensorboard logs nothing for it" in line, line
+
+
+@pytest.mark.slow  # trains
+def test_on_code_change_rerun_keeps_the_old_result_as_a_prior_attempt(tmp_path):
+    import pandas as pd
+
+    from tpo_bench.bench.runner import run
+
+    spec = spec_for(tmp_path / "out")
+    assert run(spec)["status"] == "completed"
+    before = (spec.run_dir / "metrics.parquet").read_bytes()
+    summary = (spec.run_dir / "summary.json").read_text()
+    edited = dataclasses.replace(spec, code_fingerprint="0" * 16, on_code_change="rerun")
+    answer = run(edited)
+    assert answer["status"] == "completed" and answer["attempts"] == 2, answer
+    prior = spec.run_dir / "prior-attempt-1"
+    assert (prior / "metrics.parquet").read_bytes() == before
+    assert json.loads((prior / "summary.json").read_text()) == json.loads(summary)
+    assert len(pd.read_parquet(spec.run_dir / "metrics.parquet")) == len(pd.read_parquet(prior / "metrics.parquet"))
