@@ -1,9 +1,12 @@
 """Helpers of the run-integrity tests: a run started in a subprocess, its output read line
 by line, and the uninterrupted reference run whose metrics a resumed run must equal."""
+import atexit
 import os
+import shutil
 import signal
 import subprocess
 import sys
+import tempfile
 from pathlib import Path
 
 import pytest
@@ -32,18 +35,27 @@ def the_run(root: Path) -> Path:
     return d
 
 
+_interrupted: dict[tuple[str, ...], Path] = {}  # args -> an output root holding one, per process
+
+
 def interrupted_run(root: Path, *args: str) -> Path:
-    """A run with a checkpoint at step 3, as a kill leaves it."""
-    p = start(*SLOW, *args, "debug.sleep=0.3", f"output_root={root}")
-    wait_for(lambda: list(root.rglob("checkpoint.pt")))
-    p.send_signal(signal.SIGKILL)
-    p.wait()
+    """A run with a checkpoint at step 3, as a kill leaves it, copied into root: killed once
+    per test process for each `args` (a copy resumes and is refused as the original is)."""
+    if args not in _interrupted:
+        made = Path(tempfile.mkdtemp(prefix="interrupted-"))
+        atexit.register(shutil.rmtree, made, True)
+        p = start(*SLOW, *args, "debug.sleep=0.3", f"output_root={made}")
+        wait_for(lambda: list(made.rglob("checkpoint.pt")))
+        p.send_signal(signal.SIGKILL)
+        p.wait()
+        _interrupted[args] = made
+    shutil.copytree(_interrupted[args], root, dirs_exist_ok=True)
     return the_run(root)
 
 
-@pytest.fixture(scope="module")
+@pytest.fixture(scope="session")
 def reference(tmp_path_factory):
-    """The metrics of SLOW run once without a stop (once per test module)."""
+    """The metrics of SLOW run once without a stop (once per test process)."""
     root = tmp_path_factory.mktemp("ref")
     run_bench(*SLOW, f"output_root={root}")
     return metrics(the_run(root))

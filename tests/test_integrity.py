@@ -32,9 +32,13 @@ def test_default_settings_give_identical_metrics_even_on_shared_cores(tmp_path):
 
 @pytest.mark.slow
 def test_second_process_on_a_held_run_skips_it_naming_the_holder(tmp_path, reference):
-    first = start(*SLOW, "debug.sleep=2.5", f"output_root={tmp_path}")  # outlasts the second's start
-    wait_for(lambda: list(tmp_path.rglob("checkpoint.pt")))
-    second = run_bench(*SLOW, f"output_root={tmp_path}", check=False)
+    first = start(*SLOW, "debug.sleep=0.5", f"output_root={tmp_path}")
+    wait_for(lambda: any(str(first.pid) in p.read_text() for p in tmp_path.rglob(".lock")))
+    first.send_signal(signal.SIGSTOP)  # holds the run however long the second takes to start
+    try:
+        second = run_bench(*SLOW, f"output_root={tmp_path}", check=False)
+    finally:
+        first.send_signal(signal.SIGCONT)
     assert second.returncode == 1
     assert f"held by pid {first.pid}" in second.stderr and "skipped" in second.stderr
     assert first.wait(timeout=300) == 0

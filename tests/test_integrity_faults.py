@@ -35,10 +35,19 @@ def test_stop_signal_checkpoints_at_the_boundary_and_records_interrupted(tmp_pat
     pd.testing.assert_frame_equal(metrics(d), reference, check_exact=True)
 
 
+@pytest.fixture(scope="module")
+def sweep_reference(tmp_path_factory):
+    """Seed -> metrics of the local-sweep tests' runs, uninterrupted (basic launcher)."""
+    root = tmp_path_factory.mktemp("sweep-ref")
+    run_bench("-m", *SLOW, "checkpoint_every=1000", "seed=0,1,2", f"output_root={root}")
+    return {int(d.name.split("=")[1]): metrics(d) for d in run_dirs(root)}
+
+
 @pytest.mark.slow
 @pytest.mark.parametrize("how, n_jobs, n_running", [("sigterm_to_the_sweep", 2, 2),
                                                     ("ctrl_c_to_the_group", 8, 3)])
-def test_a_local_sweep_stops_every_running_run_at_its_boundary(tmp_path, how, n_jobs, n_running):
+def test_a_local_sweep_stops_every_running_run_at_its_boundary(tmp_path, sweep_reference, how, n_jobs,
+                                                               n_running):
     """hydra/launcher=local: before, the first worker to stop raised out of its job and the
     launcher killed the other worker mid-episode (its episodes since its last checkpoint
     lost). Now every running run checkpoints at its boundary, no queued run starts, and
@@ -74,11 +83,10 @@ def test_a_local_sweep_stops_every_running_run_at_its_boundary(tmp_path, how, n_
     assert not list((tmp_path / "runs").rglob("STOP"))  # the stop request does not outlive the sweep
     again = run_bench(*sweep, f"output_root={tmp_path / 'runs'}")
     assert again.stdout.count("resumed from checkpoint") == n_running, again.stdout
-    run_bench(*sweep[:-2], f"output_root={tmp_path / 'ref'}")  # uninterrupted, basic launcher
-    for seed in range(3):
+    assert sorted(sweep_reference) == [0, 1, 2]
+    for seed, reference_metrics in sweep_reference.items():
         [a] = [d for d in run_dirs(tmp_path / "runs") if d.name == f"seed={seed}"]
-        [b] = [d for d in run_dirs(tmp_path / "ref") if d.name == f"seed={seed}"]
-        pd.testing.assert_frame_equal(metrics(a), metrics(b), check_exact=True)
+        pd.testing.assert_frame_equal(metrics(a), reference_metrics, check_exact=True)
 
 
 @pytest.mark.slow

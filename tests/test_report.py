@@ -1,5 +1,6 @@
 import math
 import re
+from pathlib import Path
 
 import numpy as np
 import pandas as pd
@@ -11,6 +12,27 @@ from tpo_bench.analysis.paper.experiments import ALIASES, EXPERIMENTS
 from synthetic import STEPS, results_table
 
 P = V.parse_paper
+
+
+def name_figures(mp: pytest.MonkeyPatch, seeds: bool = True) -> None:
+    """Figures named, not drawn (the per-seed one too if `seeds`): for tests of verdicts
+    and text, which no figure changes (test_report_cli draws its figures)."""
+    from tpo_bench.analysis.paper import figures, paper_figures
+
+    def named(name, df, out_dir, *args, **kwargs):
+        Path(out_dir).mkdir(parents=True, exist_ok=True)  # as drawing does
+        return [Path(out_dir) / f"{name}.png", Path(out_dir) / f"{name}.pdf"]
+
+    mp.setattr(paper_figures, "draw", named)
+    mp.setattr(figures, "draw", named)
+    if seeds:
+        mp.setattr(figures, "draw_seed_distributions",
+                   lambda groups, title, out_dir, *a, **k: named(figures.SEEDS_FIGURE, None, out_dir))
+
+
+@pytest.fixture
+def no_figures(monkeypatch):
+    name_figures(monkeypatch)
 
 
 # ---- the rules, one branch at a time ----
@@ -101,7 +123,7 @@ def test_ordering_verdicts():
 
 
 @pytest.mark.slow  # long in process
-def test_rows_no_rule_judges_keep_their_status_whatever_runs_exist(tmp_path):
+def test_rows_no_rule_judges_keep_their_status_whatever_runs_exist(tmp_path, no_figures):
     """A family in verdicts.UNJUDGED (the paper's LLM rows: weights and a GPU) is listed
     with its status and never judged. Here a number and a claim of the H sweep, whose runs
     the synthetic table holds, moved into it: both get the status, counted in the summary,
@@ -128,7 +150,7 @@ def test_rows_no_rule_judges_keep_their_status_whatever_runs_exist(tmp_path):
 
 
 @pytest.mark.slow  # long in process
-def test_the_papers_llm_rows_need_weights_and_a_gpu(tmp_path):
+def test_the_papers_llm_rows_need_weights_and_a_gpu(tmp_path, no_figures):
     """science §Language models's seven LLM numbers and claims are listed with the status, none judged, even
     beside a run of the GSM8K experiment; adding them moves no other verdict."""
     from tpo_bench.analysis.paper.rule_log import verdict_rows
@@ -354,7 +376,7 @@ def test_report_cli(tmp_path):
 
 
 @pytest.mark.slow  # long in process
-def test_report_without_results(tmp_path, capsys):
+def test_report_without_results(tmp_path, no_figures, capsys):
     # nothing to report on is refused, not written as a report of "not run yet" sections
     out = tmp_path / "R.md"
     assert report.main(["--results", str(tmp_path / "missing.parquet"), "--out", str(out)]) == 2
@@ -446,7 +468,7 @@ def test_mnist_validation_split_runs_stay_apart_from_the_test_set_runs():
 
 
 @pytest.mark.slow  # long in process
-def test_report_validation_split_table_and_findings(tmp_path):
+def test_report_validation_split_table_and_findings(tmp_path, no_figures):
     df = results_table()
     mn = df[df["experiment"] == "mnist"]
     held = mn.assign(experiment="mnist_holdout", config_hash=mn["config_hash"] + "h",
@@ -507,7 +529,9 @@ def shared_runs_report(tmp_path_factory):
                        ("ablations", "grpo_no_kl", "10", "prompts", ">99"))
     paper.loc[paper["value"] == ">95", "seeds"] = "3"  # as many seeds as ours: not "below"
     tmp = tmp_path_factory.mktemp("shared")
-    text = report.build(df, tmp / "R.md", tmp / "figures", paper=paper)
+    with pytest.MonkeyPatch.context() as mp:
+        name_figures(mp, seeds=False)  # the per-seed figure is drawn: a test below reads it
+        text = report.build(df, tmp / "R.md", tmp / "figures", paper=paper)
     return df, text, tmp
 
 
@@ -558,7 +582,7 @@ def test_summary_marks_rows_below_the_papers_seeds(shared_runs_report):
     assert s["**total, each once**"]["below paper's seeds"] == "4"  # the repeat is not counted again
 
 
-def test_summary_counts_formula_checks_apart(tmp_path):
+def test_summary_counts_formula_checks_apart(tmp_path, no_figures):
     df = results_table()
     df = df[df["experiment"] == "tabular_multi"]
     p = report.load_paper()
