@@ -9,6 +9,7 @@ metadata may predate). Other modules are named in the `plugins` config list.
 """
 from __future__ import annotations
 
+import functools
 import importlib
 import re
 from importlib.metadata import entry_points
@@ -60,15 +61,17 @@ class Registry:
         return sorted(self._table)
 
 
-def advertised() -> list[str]:
+@functools.cache
+def advertised() -> tuple[str, ...]:
     """The modules advertised under PLUGIN_GROUP: installed entry points, then a checkout's
-    pyproject.toml table (`name = "module"` lines), each once."""
+    pyproject.toml table (`name = "module"` lines), each once. Read once per process: a
+    scan of every installed distribution's metadata costs ~25 ms, and lookups are many."""
     names = [ep.value.partition(":")[0] for ep in entry_points(group=PLUGIN_GROUP)]
     if PYPROJECT.is_file():
         table = re.search(rf'^\[project\.entry-points\."{re.escape(PLUGIN_GROUP)}"\]\n(.*?)(?=^\[|\Z)',
                           PYPROJECT.read_text(), re.M | re.S)
         names += re.findall(r'^[\w.-]+\s*=\s*"([\w.]+)', table.group(1), re.M) if table else []
-    return list(dict.fromkeys(names))
+    return tuple(dict.fromkeys(names))
 
 
 def load_plugins(modules: list[str] | tuple[str, ...] = ()) -> None:
