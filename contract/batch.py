@@ -362,8 +362,8 @@ class Task(Protocol):
 
 # ---------------------------------------------------------------- optional members
 # Not part of the two Protocols (isinstance would then demand them): every member the
-# runner reads from a task or an algorithm beyond them is declared here once, with its
-# default, and bench/ reads it directly (tests/test_layers.py holds bench/ to no getattr
+# runner or the analysis reads from a task or an algorithm beyond them is declared here
+# once, with its default, and each reads it directly (tests/test_layers.py holds bench/ to no getattr
 # or hasattr on a task or an algorithm). The tasks and algorithms here subclass these; a
 # registered plug-in that does not is given the defaults it lacks (contract.registry).
 # A default is a class attribute, not a dataclass field: it joins no config and no config
@@ -410,6 +410,10 @@ class TaskOptions:
     logprobs_seeds: ClassVar[Any] = None
     """a method, `logprobs` for S seeds' policies at once: (policies, batches) -> [logp]
     (with rollout_seeds)"""
+    analytic_weight: ClassVar[Any] = None
+    """a function (algo, p) -> w, for an exact bandit whose update for method `algo` is
+    w (e_y - pi) per context: w at pi_y = p, the other actions sharing 1 - p equally (the
+    reproduction report's formula rows); None: the task has no closed form"""
 
     def grad_metrics(self, policy: torch.nn.Module) -> dict[str, float]:
         """Metrics read after the first epoch's backward (e.g. misalignment to an oracle

@@ -195,9 +195,9 @@ class TabularMulti(TaskOptions):
         return {"error": 1.0 - float(torch.softmax(policy.logits, -1)[:, CORRECT].mean())}
 
     @staticmethod
-    def analytic_weight(algo: str, p: float = 0.1, eta: float = 1.0) -> float:
-        """`analytic_weight` at this task's K (the report reads it through the task table)."""
-        return analytic_weight(algo, p, TabularMulti.num_actions, eta)
+    def analytic_weight(algo: str, p: float) -> float:
+        """TaskOptions.analytic_weight: the module's `analytic_weight` at this task's K."""
+        return analytic_weight(algo, p, TabularMulti.num_actions)
 
 
 def analytic_weight(algo: str, p: float = 0.1, k: int = TabularMulti.num_actions,

@@ -4,10 +4,11 @@ only as tpo_bench.<room>; the contract imports none of the rest; tasks and algor
 import each other nor the runner; analysis reads the records through the contract alone;
 the tools may import anything and nothing but the tests imports them; no import cycle.
 Inside analysis/: no cycle, the generic modules stay out of the paper's and the tuning's
-rooms. Nowhere (tests and tools included) does a module use another's underscore names. The runner reads no task
-or algorithm member that contract.batch does not declare. Each file is one module object
-(a top-level name is its tpo_bench module), and a static tool reading the imports file by
-file finds every arrow between the rooms."""
+rooms. Nowhere (tests and tools included) does a module use another's underscore names.
+The runner, and analysis through the registry's tables, read no task or algorithm member
+that contract.batch does not declare. Each file is one module object (a top-level name is
+its tpo_bench module), and a static tool reading the imports file by file finds every
+arrow between the rooms."""
 import ast
 import re
 from pathlib import Path
@@ -356,6 +357,55 @@ def test_every_optional_member_has_its_default(tmp_path):
     assert probed_members([src]) == [("probe.py:2", "task", "eval_every")]
     assert [r for r in read_members([src]) if r[2] not in allowed_members()[r[1]]] == \
         [("probe.py:2", "algo", "surprise")]
+
+
+TABLE = re.compile(r"\b(TASKS|ALGORITHMS)\b.*\.get$")  # TASKS.get, registry.TASKS.get
+
+
+def table_lookup(node: ast.AST) -> str | None:
+    """"task" or "algo" where `node` is a lookup in a registry table (`TASKS.get(name)`), or
+    an instance of what one returns (`TASKS.get(name)(...)`); else None."""
+    if isinstance(node, ast.Call) and isinstance(node.func, ast.Call):
+        node = node.func
+    if isinstance(node, ast.Call) and (m := TABLE.search(ast.unparse(node.func))):
+        return "task" if m.group(1) == "TASKS" else "algo"
+    return None
+
+
+def table_reads(paths=None) -> list[tuple[str, str, str]]:
+    """(where, "task" or "algo", member) for every attribute read off a registry lookup, or
+    off a name bound to one, in the rooms that reach tasks and algorithms through the
+    contract's tables alone (analysis, the sweepers, the other trainers' hooks)."""
+    out = []
+    for path in paths or [p for m, p in modules(("analysis", "hydra_plugins", "integrations")).items()]:
+        tree = ast.parse(path.read_text())
+        bound = {t.id: kind for node in ast.walk(tree) if isinstance(node, ast.Assign)
+                 and (kind := table_lookup(node.value)) for t in node.targets if isinstance(t, ast.Name)}
+        for node in ast.walk(tree):
+            if not isinstance(node, ast.Attribute):
+                continue
+            kind = table_lookup(node.value) or \
+                (bound.get(node.value.id) if isinstance(node.value, ast.Name) else None)
+            if kind:
+                out.append((f"{path.name}:{node.lineno}", kind, node.attr))
+    return out
+
+
+def test_a_reader_of_the_tables_uses_only_what_the_contract_declares(tmp_path):
+    """analysis finds a task's or an algorithm's class in contract.registry's tables; what it
+    reads off one (a member or a method) is declared in contract.batch, so every task may be
+    asked for it and one without it has the declared default. The checker sees each form."""
+    allowed = allowed_members()
+    allowed = {k: v | {"registered_name"} for k, v in allowed.items()}  # the registry sets it
+    assert ("report.py", "task", "analytic_weight") in {(w.split(":")[0], k, m) for w, k, m in table_reads()}
+    undeclared = sorted(r for r in table_reads() if r[2] not in allowed[r[1]])
+    assert not undeclared, f"read off a registry lookup but not declared in contract.batch: {undeclared}"
+    src = tmp_path / "reader.py"
+    src.write_text("from tpo_bench.contract.registry import ALGORITHMS, TASKS\n"
+                   "def f(name):\n    cls = TASKS.get(name)\n    return (cls.surprise, cls.eval_every,\n"
+                   "        TASKS.get(name).odd(1), ALGORITHMS.get(name)().level, ALGORITHMS.get(name)().oops)\n")
+    assert sorted(r for r in table_reads([src]) if r[2] not in allowed[r[1]]) == \
+        [("reader.py:4", "task", "surprise"), ("reader.py:5", "algo", "oops"), ("reader.py:5", "task", "odd")]
 
 
 def test_a_plugin_without_the_options_base_gets_their_defaults():

@@ -299,13 +299,28 @@ def test_provenance_marks_what_each_seed_was_recorded_under():
 
 
 def test_analytic_weights_match_the_paper():
-    # the formula lives with its task; the report judges the paper's weights by it
+    # the formula lives with its task; the report judges the paper's weights by it, read
+    # through the task table (TaskOptions.analytic_weight)
     from tpo_bench.tasks.tabular import analytic_weight
 
     assert analytic_weight("tpo") == pytest.approx(0.73, abs=0.005)
     assert analytic_weight("grpo") == pytest.approx(0.33, abs=0.005)
     assert analytic_weight("dg") == pytest.approx(0.09, abs=0.005)
-    assert all(report.analytic_weight(a) == analytic_weight(a) for a in ("tpo", "grpo", "dg", "pg"))
+    assert all(report.analytic_weight(a, 0.1) == analytic_weight(a) for a in ("tpo", "grpo", "dg", "pg"))
+    assert report.analytic_weight("tpo", 0.5) == analytic_weight("tpo", 0.5) != analytic_weight("tpo")
+
+
+def test_a_tabular_multi_without_the_formula_is_refused_by_name(monkeypatch):
+    import dataclasses
+
+    from tpo_bench.contract.batch import TaskOptions
+    from tpo_bench.contract.registry import Registry
+
+    table = Registry("task", TaskOptions)
+    table.register("tabular_multi")(dataclasses.make_dataclass("Plain", [("name", str, "tabular_multi")]))
+    monkeypatch.setattr(report, "TASKS", table)
+    with pytest.raises(ValueError, match="tabular_multi declares no analytic_weight"):
+        report.analytic_weight("tpo", 0.1)
 
 
 def test_measure_on_a_hand_table():

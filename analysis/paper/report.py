@@ -143,10 +143,17 @@ def measure(rows: pd.DataFrame, metric: str, n_paper: int | None = None) -> Ours
     return c and Ours(c.mean * scale, c.se * scale, None, None, c.n_seeds, int(wide.index[-1]))
 
 
-def analytic_weight(algo: str) -> float:
-    """science §Tabular bandits' weight w of `algo` at pi_y = 0.1, by the formula kept with
-    the task (tasks/tabular.py), looked up in the task table."""
-    return TASKS.get("tabular_multi").analytic_weight(algo)
+WEIGHT = "weight_p"  # a formula row's metric: weight_p<pi_y>, the paper's weight_p0.1
+
+
+def analytic_weight(algo: str, p: float) -> float:
+    """science §Tabular bandits' weight w of `algo` at pi_y = p: tabular_multi's
+    `analytic_weight` (contract.batch.TaskOptions), looked up in the task table."""
+    weight = TASKS.get("tabular_multi").analytic_weight
+    if weight is None:
+        raise ValueError("task tabular_multi declares no analytic_weight "
+                         "(contract.batch.TaskOptions): the weight rows cannot be computed")
+    return weight(algo, p)
 
 
 def config_rows(sel: pd.DataFrame, row, algo: str, quals=None) -> pd.DataFrame:
@@ -155,8 +162,8 @@ def config_rows(sel: pd.DataFrame, row, algo: str, quals=None) -> pd.DataFrame:
 
 
 def ours_for(sel: pd.DataFrame, row, algo: str, quals=None, rows=None) -> Ours | None:
-    if row["metric"] == "weight_p0.1":
-        w = analytic_weight(algo)
+    if row["metric"].startswith(WEIGHT):
+        w = analytic_weight(algo, float(row["metric"].removeprefix(WEIGHT)))
         return Ours(w, 0.0, w, w, 0, source="science §Tabular bandits formula")
     rows = config_rows(sel, row, algo, quals) if rows is None else rows
     return measure(rows, row["metric"], int(row["seeds"]) if row["seeds"] else None)
@@ -235,7 +242,7 @@ def unjudged(row) -> str:
 def number_line(row, sel, paper_seeds: dict | None = None, provenance: dict | None = None) -> dict:
     """One table row. Keys starting with "_" are for the summary's counting, not shown.
     provenance (run_provenance): adds what the row's runs were recorded under."""
-    formula = row["metric"] == "weight_p0.1"
+    formula = row["metric"].startswith(WEIGHT)
     status = unjudged(row)
     rows = sel.iloc[:0] if formula or status or sel.empty else config_rows(sel, row, row["algo"])
     ours = None if status else ours_for(sel, row, row["algo"], rows=rows)
