@@ -5,6 +5,8 @@ tasks and algorithms meet through `contract`.
 if __name__ == "bench":  # the top-level name: this module is tpo_bench.bench
     import tpo_bench
 
+    # The same block as tpo_bench/entry/__init__.py's (an install's `bench`): the package
+    # that might be shadowed cannot hold it, and tests/test_newcomer.py holds the two equal.
     if not hasattr(tpo_bench, "alias"):  # a user's own tpo_bench, found first on the path
         import sys
 

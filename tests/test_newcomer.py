@@ -2,6 +2,7 @@
 the version, a package of theirs that shadows the harness, a sweep's progress line after
 refusals, a finished SLURM sweep, a logger added to a finished run, a rerun under new code,
 an episode count no table holds, a tracker folder outside the run, an over-long root."""
+import ast
 import dataclasses
 import json
 import os
@@ -87,6 +88,41 @@ def test_a_users_tpo_bench_package_in_the_working_directory_is_named(tmp_path):
     assert proc.returncode == 2, proc.stdout + proc.stderr
     assert f"the tpo_bench this command imports is {tmp_path / 'tpo_bench'}, not tpo-bench's" in proc.stderr
     assert "Traceback" not in proc.stderr and not (tmp_path / "out").exists()
+
+
+def shadow_checks() -> dict[str, ast.If]:
+    """The "a user's own tpo_bench" block of each `bench` entry: a checkout's bench/ and an
+    install's tpo_bench/entry/ (neither can import it from the package it guards)."""
+    out = {}
+    for rel in ("bench/__init__.py", "tpo_bench/entry/__init__.py"):
+        found = [node for node in ast.walk(ast.parse((REPO / rel).read_text()))
+                 if isinstance(node, ast.If) and ast.unparse(node.test) == "not hasattr(tpo_bench, 'alias')"]
+        assert len(found) == 1, (rel, len(found))
+        out[rel] = found[0]
+    return out
+
+
+def test_both_bench_entries_refuse_a_shadowing_tpo_bench_alike(tmp_path, capsys):
+    """The two copies are one logic (the same syntax tree), and it names the shadowing
+    folder and exits 2 while our own package passes through."""
+    import types
+
+    import tpo_bench
+
+    checks = shadow_checks()
+    assert len({ast.dump(node) for node in checks.values()}) == 1, \
+        "bench/__init__.py and tpo_bench/entry/__init__.py check for a shadowing tpo_bench differently"
+    mine = types.ModuleType("tpo_bench")
+    mine.__path__ = [str(tmp_path / "tpo_bench")]
+    for rel, node in checks.items():
+        code = compile(ast.Module(body=[node], type_ignores=[]), rel, "exec")
+        with pytest.raises(SystemExit) as stop:
+            exec(code, {"tpo_bench": mine})
+        assert stop.value.code == 2, rel
+        assert f"the tpo_bench this command imports is {tmp_path / 'tpo_bench'}, not tpo-bench's" \
+            in capsys.readouterr().err, rel
+        exec(code, {"tpo_bench": tpo_bench})  # ours: nothing said, no exit
+        assert capsys.readouterr().err == "", rel
 
 
 def test_the_built_documentation_site_is_ignored():
