@@ -227,9 +227,6 @@ def build(cfg: dict[str, Any], explicit: frozenset[str] = frozenset(), here: boo
         check_optimizer(optim.get("name"), hparams)
     except ValueError as e:
         raise ConfigError(str(e)) from None
-    if rc.seed > schema.MAX_SEED:
-        raise ConfigError(f"seed must be an integer from 0 to {schema.MAX_SEED} (2**63 - 1: "
-                          f"metrics.parquet stores it as a 64-bit integer), got {rc.seed}")
     episodes = task.episodes
     if isinstance(episodes, int) and not 1 <= episodes <= MAX_EPISODES:
         raise ConfigError(f"task.episodes must be an integer from 1 to {MAX_EPISODES:,} (a run "

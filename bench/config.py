@@ -22,6 +22,8 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Optional
 
+from tpo_bench.contract.schema import MAX_SEED
+
 CONF = Path(__file__).resolve().parent.parent / "conf"
 # Config groups whose node is a section of the run config (the rest are Hydra's or
 # presets that set top-level keys: experiment, pack).
@@ -33,10 +35,12 @@ class ConfigError(ValueError):
 
 
 def key(default: Any, doc: str, *, identity: bool = False, least: int | None = None,
-        hint: str = "", choices: tuple = ()) -> Any:
+        hint: str = "", choices: tuple = (), most: int | None = None, most_hint: str = "") -> Any:
     """A RunConfig field: its default, what it does (docs/configuration.md's table), whether
-    it is part of the run's identity (the config hash: the science only), and its rule."""
-    meta = {"doc": doc, "identity": identity, "least": least, "hint": hint, "choices": choices}
+    it is part of the run's identity (the config hash: the science only), and its rule
+    (`most`, an upper bound, goes with `least`; `most_hint` says why)."""
+    meta = {"doc": doc, "identity": identity, "least": least, "hint": hint, "choices": choices,
+            "most": most, "most_hint": most_hint}
     if isinstance(default, (list, dict)) or dataclasses.is_dataclass(default):
         factory = (lambda d=default: type(d)(d)) if isinstance(default, (list, dict)) else type(default)
         return field(default_factory=factory, metadata=meta)
@@ -55,7 +59,8 @@ class DebugConfig:
 @dataclass
 class RunConfig:
     """Every top-level key of `python -m bench`, with its default: a new key is one line."""
-    seed: int = key(0, "the run's seed (its three random streams)", least=0)
+    seed: int = key(0, "the run's seed (its three random streams)", least=0, most=MAX_SEED,
+                    most_hint=" (2**63 - 1: metrics.parquet stores it as a 64-bit integer)")
     match: str = key("prompts", "matching: every method B prompts per episode, or `interactions`: "
                      "single-sample methods get B * match_k prompts and lr * sqrt(match_k)",
                      identity=True, choices=("prompts", "interactions"))
@@ -184,6 +189,9 @@ def check_value(full: str, want, value: Any, meta: dict | None = None) -> Any:
             rule = "a positive" if least == 1 else "a non-negative"
             raise ConfigError(f"{full} must be {rule} {'integer' if want is int else 'number'}"
                               f"{meta.get('hint', '')}, got {value!r}")
+        if meta.get("most") is not None and value > meta["most"]:
+            raise ConfigError(f"{full} must be {'an integer' if want is int else 'a number'} from "
+                              f"{least} to {meta['most']}{meta.get('most_hint', '')}, got {value!r}")
         return float(value) if want is float else value
     if want is list and not isinstance(value, (list, tuple)):
         raise ConfigError(f"{full} must be a list{meta.get('hint', '')}, got {value!r}")
@@ -414,11 +422,16 @@ def check_overrides(overrides: list[str]) -> None:
         _check_section_keys(sectioned, choices)
 
 
+def check_top_value(name: str, value: Any) -> Any:
+    """`value` checked against RunConfig's field `name`: its type and its rule."""
+    f = next(f for f in dataclasses.fields(RunConfig) if f.name == name)
+    return check_value(name, typing.get_type_hints(RunConfig)[name], value, dict(f.metadata))
+
+
 def _check_top_value(o) -> None:
     """A top-level `key=value`'s value checked against its RunConfig field (Hydra's own
     check of the typed node names the type only); each value of a plain sweep list too.
     An interpolation, a glob or a range is Hydra's."""
-    f = next(f for f in dataclasses.fields(RunConfig) if f.name == o.key_or_group)
     if "$" in o.input_line:
         return
     try:
@@ -426,7 +439,7 @@ def _check_top_value(o) -> None:
     except Exception:  # a sweep Hydra expands itself
         return
     for value in values:
-        check_value(f.name, typing.get_type_hints(RunConfig)[f.name], value, dict(f.metadata))
+        check_top_value(o.key_or_group, value)
 
 
 def _in_section(name: str) -> str:

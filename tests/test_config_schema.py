@@ -144,6 +144,7 @@ def test_section_keys_follow_the_chosen_preset():
     ({"threds": 4}, "did you mean threads?"),
     ({"debug": {"nan_att": 1}}, "did you mean debug.nan_at?"),
     ({"seed": True}, "seed must be a non-negative integer"),
+    ({"seed": 2**63}, "seed must be an integer from 0 to 9223372036854775807 (2**63 - 1"),
     ({"threads": -1}, "threads must be a non-negative integer (0: as many"),
     ({"match": "interaction"}, "did you mean interactions?"),
     ({"batch_seeds": "yes"}, "batch_seeds must be true or false"),
@@ -223,6 +224,8 @@ def test_preset_hashes_are_pinned(overrides, pinned, tmp_path):
 @pytest.mark.parametrize("override,message", [
     ("seed=abc", "seed must be a non-negative integer, got 'abc'"),
     ("seed=0,1,-2", "seed must be a non-negative integer, got -2"),
+    ("seed=0,99999999999999999999", "seed must be an integer from 0 to 9223372036854775807 (2**63 - 1: "
+     "metrics.parquet stores it as a 64-bit integer), got 99999999999999999999"),
     ("batch_seeds=sometimes", "batch_seeds must be true or false, got 'sometimes'"),
     ("plugins=my_pkg", "plugins must be a list of module names, got 'my_pkg'"),
     ("match=interaction", "match='interaction' is not one of prompts, interactions; did you mean interactions?"),

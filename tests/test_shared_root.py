@@ -393,13 +393,17 @@ def test_a_huge_episode_count_claimed_by_a_table_is_named_not_allocated(tmp_path
 # ------------------------------------------------------------------ a sweep checked whole
 
 @pytest.mark.slow  # starts a process
-def test_a_seed_past_64_bits_anywhere_in_a_sweep_stops_it_before_any_run(tmp_path):
+@pytest.mark.parametrize("seeds,said", [
+    ("seed=1,99999999999999999999", ""),  # the command line, before Hydra composes
+    ("+hydra.sweeper.params.seed='1,99999999999999999999'", "nothing was launched"),  # the sweeper's jobs
+])
+def test_a_seed_past_64_bits_anywhere_in_a_sweep_stops_it_before_any_run(tmp_path, seeds, said):
     root = tmp_path / "out"
-    proc = run_bench("-m", *TINY, f"output_root={root}", "seed=1,99999999999999999999", check=False)
+    proc = run_bench("-m", *TINY, f"output_root={root}", seeds, check=False)
     assert not list(root.rglob("seed=*")), proc.stdout  # seed 1 did not train first
     assert proc.returncode == 2, proc.stdout + proc.stderr
     assert "seed must be an integer from 0 to 9223372036854775807" in proc.stderr
-    assert "99999999999999999999" in proc.stderr and "nothing was launched" in proc.stderr
+    assert "99999999999999999999" in proc.stderr and said in proc.stderr
 
 
 @pytest.mark.parametrize("value", [float("inf"), -float("inf")])

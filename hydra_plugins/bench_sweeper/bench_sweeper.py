@@ -5,6 +5,7 @@ and what failed -- exiting non-zero when anything failed.
 """
 from __future__ import annotations
 
+import re
 import signal
 import sys
 from collections import Counter
@@ -113,7 +114,8 @@ class BenchSweeper(BasicSweeper):
         from tpo_bench.contract.schema import seed_dir
         from tpo_bench.bench.build import ConfigError
         from tpo_bench.bench.interrupts import SweepStop
-        from tpo_bench.contract.schema import MAX_SEED, NOT_STARTED, SWEEP_STOP
+        from tpo_bench.bench.config import check_top_value
+        from tpo_bench.contract.schema import NOT_STARTED, SWEEP_STOP
         from hydra_plugins.bench_sweeper._progress import SweepProgress, every_s
 
         parser = OverridesParser.create(config_loader=self.hydra_context.config_loader)
@@ -134,13 +136,10 @@ class BenchSweeper(BasicSweeper):
         try:
             for job in jobs:
                 key = tuple(o for o in job if not o.startswith("seed="))
-                seeds = [o.split("=", 1)[1] for o in job if o.startswith("seed=")]
-                if seeds and not (seeds[0].isdigit()):
-                    raise ConfigError(f"seed must be a non-negative integer, got {seeds[0]!r}")
-                first = int(seeds[0]) if seeds else int(OmegaConf.select(self.config, "seed") or 0)
-                if first > MAX_SEED:  # every job's seed, not only each config's first job's
-                    raise ConfigError(f"seed must be an integer from 0 to {MAX_SEED} (2**63 - 1: "
-                                      f"metrics.parquet stores it as a 64-bit integer), got {first}")
+                text = next((o.split("=", 1)[1] for o in job if o.startswith("seed=")), None)
+                seed = (OmegaConf.select(self.config, "seed") or 0) if text is None else \
+                    int(text) if re.fullmatch(r"-?\d+", text) else text
+                first = check_top_value("seed", seed)  # every job's seed, by RunConfig's rule
                 if key not in home:
                     cfg = self.hydra_context.config_loader.load_sweep_config(self.config, list(job))
                     with open_dict(cfg):
