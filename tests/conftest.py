@@ -1,3 +1,4 @@
+import contextlib
 import json
 import os
 import subprocess
@@ -87,6 +88,18 @@ def _watch(owner, attr: str, label: str) -> None:
 
     setattr(owner, attr, spawn)
     _unwatch.append(lambda: setattr(owner, attr, original))
+
+
+@contextlib.contextmanager
+def library_import():
+    """Import a third-party library inside a fast test: its import may probe the platform
+    with a short process (platform's `uname -p`, ctypes' `ldconfig -p`), the library's
+    doing rather than the test's, so spawns inside this block are not counted."""
+    before = len(_spawned)
+    try:
+        yield
+    finally:
+        del _spawned[before:]
 
 
 def pytest_sessionstart(session) -> None:
