@@ -230,20 +230,30 @@ def test_slurm_sweep_end_to_end_then_collect_and_plot(slurm, tmp_path, capsys):
     assert "tpo" in shown and "dg" in shown
 
 
-@pytest.mark.slow
-def test_plugin_preset_logs_beside_the_results_and_says_sacct_once(slurm, tmp_path):
-    """`hydra/launcher=submitit_slurm` (the name users type) behaves as slurm_cpu: logs
-    under <output_root>/.submitit/, not Hydra's sweep dir; and a cluster without
-    accounting gets submitit's sacct warning once, not at every poll."""
-    out = tmp_path / "outputs"
-    name = f"tpo-test-{uuid.uuid4().hex[:8]}"
-    proc = run_bench("-m", "algo=tpo,dg", "seed=0", *TINY[:4], "hydra/launcher=submitit_slurm",
+@pytest.fixture(scope="module")
+def packed_plugin_sweep(slurm, tmp_path_factory) -> tuple[Path, subprocess.CompletedProcess]:
+    """One sweep for the two tests below (a sweep through sbatch is most of their time):
+    through `hydra/launcher=submitit_slurm`, the plugin's own preset, four seeds packed two
+    to a job. (output_root, the command's output)."""
+    out = tmp_path_factory.mktemp("packed") / "outputs"
+    name = f"tpo-pack-{uuid.uuid4().hex[:8]}"
+    proc = run_bench("-m", "task=tabular_single", "algo=pg", "task.episodes=3",
+                     "seed=range(0,4,2)", "seeds_per_job=2", "hydra/launcher=submitit_slurm",
                      "hydra.launcher.timeout_min=5", "hydra.launcher.cpus_per_task=1",
                      "hydra.launcher.mem_gb=1", f"hydra.launcher.name={name}",
                      f"hydra.launcher.partition={_partition()}", f"output_root={out}")
-    assert "2 completed, 0 failed" in proc.stdout, proc.stdout + proc.stderr
+    return out, proc
+
+
+@pytest.mark.slow
+def test_plugin_preset_logs_beside_the_results_and_says_sacct_once(packed_plugin_sweep):
+    """`hydra/launcher=submitit_slurm` (the name users type) behaves as slurm_cpu: logs
+    under <output_root>/.submitit/, not Hydra's sweep dir; and a cluster without
+    accounting gets submitit's sacct warning once, not at every poll."""
+    out, proc = packed_plugin_sweep
+    assert "4 completed, 0 failed" in proc.stdout, proc.stdout + proc.stderr
     logs = sorted((out / ".submitit").glob("*/*_*/*_log.out"))
-    assert len(logs) == 2, sorted(p.relative_to(out) for p in out.rglob("*_log.out"))
+    assert len(logs) == 2, sorted(p.relative_to(out) for p in out.rglob("*_log.out"))  # one per job
     assert not list((out / ".hydra").rglob(".submitit"))
     said = proc.stdout + proc.stderr
     assert "Bypassing sacct error" not in said
@@ -262,11 +272,8 @@ def _partition() -> str:
 
 
 @pytest.mark.slow
-def test_seeds_per_job_packs_runs_into_fewer_slurm_jobs(slurm, tmp_path):
-    out = tmp_path / "outputs"
-    proc = run_bench("-m", "task=tabular_single", "algo=pg", "task.episodes=3",
-                     "seed=range(0,4,2)", "seeds_per_job=2",
-                     *_launcher(f"tpo-pack-{uuid.uuid4().hex[:8]}", out))
+def test_seeds_per_job_packs_runs_into_fewer_slurm_jobs(packed_plugin_sweep):
+    out, proc = packed_plugin_sweep
     assert "2 jobs, 4 runs: 4 completed, 0 failed" in proc.stdout, proc.stdout + proc.stderr
     dirs = run_dirs(out)
     assert [d.name for d in dirs] == ["seed=0", "seed=1", "seed=2", "seed=3"]
