@@ -189,13 +189,13 @@ from synthetic import run, seq  # noqa: E402
 
 @pytest.fixture(scope="module")
 def rendered(table):
-    """Paper figures drawn once for the checks below (rendering is the slow part)."""
+    """Paper figures rendered once for the checks below (rendering is the slow part); a
+    check of the layout draws the figure itself (check_legends)."""
     cache = {}
 
     def get(name):
         if name not in cache:
             cache[name] = figures.render(name, table)
-            cache[name].canvas.draw()  # the layout the saved file has
         return cache[name]
     yield get
     for fig in cache.values():

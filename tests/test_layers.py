@@ -10,6 +10,7 @@ that contract.batch does not declare. Each file is one module object (a top-leve
 its tpo_bench module), and a static tool reading the imports file by file finds every
 arrow between the rooms."""
 import ast
+import functools
 import re
 from pathlib import Path
 
@@ -43,6 +44,17 @@ ANALYSIS_ALLOWED_OUT = {("analysis.plot", "analysis.paper.figures"),
                         ("analysis.plot", "analysis.paper.page")}
 
 
+@functools.lru_cache(maxsize=None)
+def walked(source: str) -> tuple[ast.AST, ...]:
+    """Every node of a source's syntax tree, in ast.walk's order: each file is parsed and
+    walked once for all the rules below (keyed by the text, so a changed file is read anew)."""
+    return tuple(ast.walk(ast.parse(source)))
+
+
+def nodes(path: Path) -> tuple[ast.AST, ...]:
+    return walked(path.read_text())
+
+
 def modules(packages=PACKAGES) -> dict[str, Path]:
     out = {}
     for pkg in packages:
@@ -63,7 +75,7 @@ def imports(path: Path, known: set[str]) -> dict[str, str]:
     """Local name -> project module (its room name), for every import of a project module in
     the file (a `from pkg import name` counts pkg.name when that is a module, else pkg)."""
     names = {}
-    for node in ast.walk(ast.parse(path.read_text())):
+    for node in nodes(path):
         if isinstance(node, ast.Import):
             for a in node.names:
                 if room_name(a.name) in known:
@@ -83,7 +95,7 @@ def bare_imports(path: Path) -> list[str]:
     """Imports of a harness package by its top-level name (`tasks`, not `tpo_bench.tasks`):
     a project's own package of that name would be imported instead."""
     found = []
-    for node in ast.walk(ast.parse(path.read_text())):
+    for node in nodes(path):
         names = [a.name for a in node.names] if isinstance(node, ast.Import) else \
             [node.module] if isinstance(node, ast.ImportFrom) and node.module and node.level == 0 else []
         found += [f"{path.relative_to(REPO)}:{node.lineno} {n}" for n in names
@@ -131,7 +143,7 @@ def string_reaches(packages=PACKAGES) -> list[str]:
     found = []
     for module, path in modules(packages).items():
         pkg = module.split(".")[0]
-        for node in ast.walk(ast.parse(path.read_text())):
+        for node in nodes(path):
             if isinstance(node, ast.Constant) and isinstance(node.value, str) \
                     and (m := ROOM_STRING.fullmatch(node.value)) and m.group(1) in PACKAGES \
                     and m.group(1) not in MAY_IMPORT[pkg] | {pkg}:
@@ -230,7 +242,7 @@ def private_uses(path: Path, module: str, known: set[str]) -> list[str]:
     `setattr(mod, "_name", ...)` (monkeypatch.setattr included)."""
     found, where = [], path.relative_to(REPO)
     local = {n: m for n, m in imports(path, known).items() if m != module}
-    for node in ast.walk(ast.parse(path.read_text())):
+    for node in nodes(path):
         if isinstance(node, ast.Attribute) and private(node.attr) \
                 and isinstance(node.value, ast.Name) and node.value.id in local:
             found.append(f"{where}:{node.lineno} {node.value.id}.{node.attr}")
@@ -297,7 +309,7 @@ def probed_members(paths=None) -> list[tuple[str, str, str]]:
     expression named task, run_task or algo (spec.task included)."""
     out = []
     for path in paths or sorted((REPO / "bench").glob("*.py")):
-        for node in ast.walk(ast.parse(path.read_text())):
+        for node in nodes(path):
             if isinstance(node, ast.Call) and isinstance(node.func, ast.Name) \
                     and node.func.id in ("getattr", "hasattr") and len(node.args) >= 2:
                 m = OWNER.search(ast.unparse(node.args[0]))
@@ -312,7 +324,7 @@ def read_members(paths=None) -> list[tuple[str, str, str]]:
     expression (`task.eval_every`, `spec.algo.level`)."""
     out = []
     for path in paths or sorted((REPO / "bench").glob("*.py")):
-        for node in ast.walk(ast.parse(path.read_text())):
+        for node in nodes(path):
             if isinstance(node, ast.Attribute) and (m := OWNER.search(ast.unparse(node.value))):
                 out.append((f"{path.name}:{node.lineno}", m.group(1), node.attr))
     return out
@@ -378,10 +390,9 @@ def table_reads(paths=None) -> list[tuple[str, str, str]]:
     contract's tables alone (analysis, the sweepers, the other trainers' hooks)."""
     out = []
     for path in paths or [p for m, p in modules(("analysis", "hydra_plugins", "integrations")).items()]:
-        tree = ast.parse(path.read_text())
-        bound = {t.id: kind for node in ast.walk(tree) if isinstance(node, ast.Assign)
+        bound = {t.id: kind for node in nodes(path) if isinstance(node, ast.Assign)
                  and (kind := table_lookup(node.value)) for t in node.targets if isinstance(t, ast.Name)}
-        for node in ast.walk(tree):
+        for node in nodes(path):
             if not isinstance(node, ast.Attribute):
                 continue
             kind = table_lookup(node.value) or \
@@ -454,7 +465,7 @@ def static_room_arrows(packages=PACKAGES) -> set[tuple[str, str]]:
     arrows = set()
     for path in modules(packages).values():
         room = path.relative_to(REPO).parts[0]
-        for node in ast.walk(ast.parse(path.read_text())):
+        for node in nodes(path):
             names = [a.name for a in node.names] if isinstance(node, ast.Import) else \
                 [f"{node.module}.{a.name}" for a in node.names] + [node.module] \
                 if isinstance(node, ast.ImportFrom) and node.module and node.level == 0 else []

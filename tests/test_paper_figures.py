@@ -25,14 +25,17 @@ def table():
 
 @pytest.fixture(scope="module")
 def drawn(table):
+    """P.render(name, table) -> (figure, Drawn), once per figure for all the checks below
+    (rendering is the slow part); empty: of the table's columns without its rows. A check
+    reads a figure and at most draws it, which lays it out anew each time."""
     cache = {}
 
-    def get(name):
-        if name not in cache:
-            cache[name] = P.render(name, table)[0]
-        return cache[name]
+    def get(name, empty=False):
+        if (name, empty) not in cache:
+            cache[name, empty] = P.render(name, table.iloc[:0].assign() if empty else table)
+        return cache[name, empty]
     yield get
-    for fig in cache.values():
+    for fig, _ in cache.values():
         P.plt.close(fig)
 
 
@@ -50,7 +53,7 @@ def check_looks(ax, labels):
 
 
 def test_hero_in_the_papers_form(drawn, table):
-    fig = drawn("hero")
+    fig, _ = drawn("hero")
     a, b = fig.axes
     assert b.get_title() == "(b) Token reversal (sparse reward)"
     assert a.get_title().startswith("(a) MNIST") and "first 3,000" in a.get_title()  # which split
@@ -74,7 +77,7 @@ def test_hero_in_the_papers_form(drawn, table):
 
 
 def test_terminal_sweep_in_the_papers_form(drawn):
-    fig = drawn("terminal_h_sweep")
+    fig, _ = drawn("terminal_h_sweep")
     assert len(fig.axes) == 8
     methods = ["TPO", "GRPO", "GRPO (no KL)", "DG", "PPO"]
     for ax in fig.axes:
@@ -86,31 +89,29 @@ def test_terminal_sweep_in_the_papers_form(drawn):
     assert [t.get_text() for t in legend.get_texts()] == methods  # each method once
 
 
-def test_extra_runs_go_to_the_companion_and_pngs_are_wide(table, tmp_path, drawn):
+def test_extra_runs_go_to_the_companion_and_pngs_are_wide(table, tmp_path, drawn, monkeypatch):
+    close, saved = P.plt.close, []
+    monkeypatch.setattr(P.plt, "close", saved.append)  # each saved figure, kept to be read
     paths = P.draw("hero", table, tmp_path)
     assert [p.name for p in paths] == ["hero.png", "hero.pdf", "hero_companion.png", "hero_companion.pdf"]
     for png in paths[::2]:
         with Image.open(png) as im:
             assert im.width >= 1500 and round(im.info["dpi"][0]) >= 299, png.name
-    sweep = drawn("terminal_h_sweep")
+    sweep, _ = drawn("terminal_h_sweep")
     assert sweep.get_size_inches()[0] * P.DPI >= 1500
-    fig, got = P.render("hero", table)
-    P.plt.close(fig)
-    comp = figures.render("hero", table[~table["config_hash"].isin(got.hashes)], title="companion")
+    hero, comp = saved  # the figure, then its companion
     labels = {l.get_label().split(" ")[0] for ax in comp.axes for l in ax.get_lines()}
-    P.plt.close(comp)
+    close(hero), close(comp)
     assert {"pg", "ce", "grpo_no_kl", "ppo"} <= labels and "tpo" not in labels
 
 
-def test_every_paper_figure_has_a_preset_and_an_unrun_panel_says_so(table):
+def test_every_paper_figure_has_a_preset_and_an_unrun_panel_says_so(drawn):
     assert sorted(s.number for s in P.PAPER.values()) == list(range(1, 18))
-    fig, drawn = P.render("gradient_norms", table.iloc[:0].assign())
-    assert not drawn.hashes
+    fig, got = drawn("gradient_norms", empty=True)
+    assert not got.hashes
     assert all("not run" in " ".join(t.get_text() for t in ax.texts) for ax in fig.axes)
-    P.plt.close(fig)
-    fig, _ = P.render("mnist", table)
+    fig, _ = drawn("mnist")
     assert "not recorded" in " ".join(t.get_text() for t in fig.axes[1].texts)
-    P.plt.close(fig)
 
 
 def test_committed_pngs_are_at_least_1500_px_wide():
@@ -234,17 +235,15 @@ def drop(table, **where):
 
 
 def test_a_line_the_paper_draws_and_a_panel_lacks_is_named_in_that_panel(table):
+    # at H = 10 no PPO; interaction-matched at H = 10, no DG either
     cut = drop(table, algo="ppo", H=10, task="seq", reward="terminal")
-    fig, drawn = P.render("terminal_h_sweep", cut)
-    h10 = fig.axes[3]
-    assert h10.get_title() == "$H = 10$" and "PPO" not in [l.get_label() for l in curves(h10)]
-    assert "PPO: not run" in panel_notes(h10)
-    assert all("not run" not in panel_notes(ax) for ax in fig.axes[:3])  # PPO drawn there
-    P.plt.close(fig)
-    # two lines absent: one note naming both
     cut = drop(cut, algo="dg", H=10, match="interactions", task="seq", reward="terminal")
     fig, _ = P.render("terminal_h_sweep", cut)
-    assert "DG, PPO: not run" in panel_notes(fig.axes[7])
+    h10 = fig.axes[3]
+    assert h10.get_title() == "$H = 10$" and "PPO" not in [l.get_label() for l in curves(h10)]
+    assert panel_notes(h10) == "PPO: not run"  # one line absent: named
+    assert all("not run" not in panel_notes(ax) for ax in fig.axes[:3])  # PPO drawn there
+    assert "DG, PPO: not run" in panel_notes(fig.axes[7])  # two lines absent: one note naming both
     P.plt.close(fig)
 
 
@@ -257,11 +256,10 @@ def test_a_bar_the_paper_draws_and_we_lack_is_named_with_its_category(table):
     P.plt.close(fig)
 
 
-def test_an_empty_panel_names_the_lines_it_lacks(table):
-    fig, drawn = P.render("gradient_norms", table.iloc[:0].assign())
+def test_an_empty_panel_names_the_lines_it_lacks(drawn):
+    fig, _ = drawn("gradient_norms", empty=True)
     assert "TPO, GRPO, PPO, DG: not run" in panel_notes(fig.axes[0])
     assert "TPO, GRPO: not run" in panel_notes(fig.axes[1])
-    P.plt.close(fig)
 
 
 def test_seed_counts_below_the_papers_are_starred():
@@ -275,12 +273,11 @@ def test_seed_counts_below_the_papers_are_starred():
     assert "paper" not in P.seed_note(d) and "*" not in P.seed_note(d)
 
 
-def test_the_caption_says_the_papers_seeds_and_stars_ours_below_them(table):
-    fig, drawn = P.render("dg_epochs", table)  # 3 seeds a line; the paper's 20 (a), 10 (b, c)
+def test_the_caption_says_the_papers_seeds_and_stars_ours_below_them(drawn):
+    fig, _ = drawn("dg_epochs")  # 3 seeds a line; the paper's 20 (a), 10 (b, c)
     caption = fig.get_suptitle() or fig._supxlabel.get_text()
     assert "the paper's: 20 (a), 10 (b, c) per line, * fewer here" in caption.replace("\n", " ")
     assert "DG (1 ep) 3*" in caption
-    P.plt.close(fig)
 
 
 def test_the_papers_seed_counts_are_its_numbers_seed_counts():
@@ -298,22 +295,20 @@ def test_the_papers_seed_counts_are_its_numbers_seed_counts():
     assert checked >= 20
 
 
-def test_panel_letters_sit_in_one_place(table):
+def test_panel_letters_sit_in_one_place(drawn):
     for name in ("k_sweep", "epoch_sweep", "dg_epochs", "zero_variance_masking"):
-        fig, _ = P.render(name, table)
+        fig, _ = drawn(name)
         for ax, p in zip(fig.axes, P.PAPER[name].panels):
             letter, rest = P.split_letter(p.title)
             assert not ax.get_title().startswith("("), (name, ax.get_title())
             assert ax.get_title() == rest and letter in [t.get_text() for t in ax.texts], (name, p.title)
-        P.plt.close(fig)
 
 
-def test_dg_epochs_draws_a_above_b_and_c(table):
-    fig, _ = P.render("dg_epochs", table)
+def test_dg_epochs_draws_a_above_b_and_c(drawn):
+    fig, _ = drawn("dg_epochs")
     fig.canvas.draw()
     a, b, c = (ax.get_position() for ax in fig.axes)
     assert a.y0 > max(b.y1, c.y1) and b.x1 <= c.x0 and abs(b.y0 - c.y0) < 1e-6
-    P.plt.close(fig)
 
 
 def test_a_panel_legend_covers_no_curve(table):
@@ -329,8 +324,8 @@ def test_a_panel_legend_covers_no_curve(table):
     P.plt.close(fig)
 
 
-def test_each_eta_has_its_own_colour(table):
-    fig, _ = P.render("eta_sweep", table)
+def test_each_eta_has_its_own_colour(drawn):
+    fig, _ = drawn("eta_sweep")
     lines = curves(fig.axes[0])
     assert len(lines) == 5
     rgb = [np.array(P.plt.matplotlib.colors.to_rgb(l.get_color())) for l in lines]
@@ -339,14 +334,12 @@ def test_each_eta_has_its_own_colour(table):
     gaps = [min(abs(h - k), 1 - abs(h - k)) for i, h in enumerate(hues) for k in hues[i + 1:]]
     assert min(gaps) >= 0.05, hues
     assert lines[2].get_color().upper() == PAPER_LOOK["TPO"][0]  # eta = 1: TPO's own
-    P.plt.close(fig)
 
 
 @pytest.mark.parametrize("name", ["mnist", "llm", "hero", "k_sweep", "dg_epochs", "eta_sweep"])
-def test_paper_figure_texts_fit(table, name):
-    fig, _ = P.render(name, table)
+def test_paper_figure_texts_fit(drawn, name):
+    fig, _ = drawn(name)
     check_text_inside(fig)
-    P.plt.close(fig)
 
 
 def test_paper_figures_are_saved_in_the_papers_type(table, tmp_path, monkeypatch):
@@ -354,7 +347,7 @@ def test_paper_figures_are_saved_in_the_papers_type(table, tmp_path, monkeypatch
     real = P.io.save_figure
     monkeypatch.setattr(P.io, "save_figure", lambda *a, **k: (faces.append(P.plt.rcParams["font.serif"][0]),
                                                               real(*a, **k)))
-    P.draw("mnist", table, tmp_path)
+    P.draw("mnist", table, tmp_path, dpi=30)  # the type, not the pixels: a draft's dpi
     assert faces and set(faces) == {"STIXGeneral"}
 
 

@@ -23,7 +23,7 @@ from pathlib import Path
 import pandas as pd
 import pytest
 
-from conftest import REPO, TINY, run_bench, run_dirs, run_script
+from conftest import REPO, TINY, run_bench, run_dirs
 
 SCRIPT = REPO / "tools" / "slurm-local.sh"
 REQUIRE = os.environ.get("TPO_BENCH_REQUIRE_SLURM") == "1"
@@ -179,14 +179,16 @@ def test_launcher_presets_make_the_intended_sbatch_jobs(tmp_path):
 # ---------------------------------------------------------------- a sweep through sbatch
 
 @pytest.mark.slow
-def test_slurm_sweep_end_to_end_then_collect_and_plot(slurm, tmp_path):
+def test_slurm_sweep_end_to_end_then_collect_and_plot(slurm, tmp_path, capsys):
+    from tpo_bench.analysis import collect, plot
+
     out = tmp_path / "outputs"
     name = f"tpo-test-{uuid.uuid4().hex[:8]}"
-    proc = run_bench("-m", "algo=tpo,dg", "seed=0,1", *TINY[:4], *_launcher(name, out))
-    assert "4 completed, 0 failed" in proc.stdout, proc.stdout + proc.stderr
+    proc = run_bench("-m", "algo=tpo,dg", "seed=0", *TINY[:4], *_launcher(name, out))
+    assert "2 completed, 0 failed" in proc.stdout, proc.stdout + proc.stderr
 
     dirs = run_dirs(out)
-    assert len(dirs) == 4
+    assert len(dirs) == 2
     job_ids = set()
     for d in dirs:
         summary = _summary(d)
@@ -196,49 +198,62 @@ def test_slurm_sweep_end_to_end_then_collect_and_plot(slurm, tmp_path):
         assert summary["slurm_job_id"], summary
         assert summary["threads"] == 1
         job_ids.add(summary["slurm_job_id"])
-    assert len(job_ids) == 4  # one SLURM job (array task) per run
+    assert len(job_ids) == 2  # one SLURM job (array task) per run
 
     # submitit's files land beside the results: <output_root>/.submitit/<time>/<job>/
     [sub] = list((out / ".submitit").iterdir())
     scripts = list(sub.glob("*/*_submission.sh"))
     assert len(scripts) == 1
     sbatch = scripts[0].read_text()
-    assert "#SBATCH --array=0-3" in sbatch and "#SBATCH --cpus-per-task=1" in sbatch
+    assert "#SBATCH --array=0-1" in sbatch and "#SBATCH --cpus-per-task=1" in sbatch
     assert "#SBATCH --requeue" in sbatch and "#SBATCH --signal=USR2@" in sbatch
     assert f"#SBATCH --job-name={name}" in sbatch and "srun " in sbatch
     logs = sorted(sub.glob("*_*/*_log.out"))
-    assert len(logs) == 4
+    assert len(logs) == 2
     for log in logs:
         text = log.read_text()
         assert "submitit INFO" in text and "Job completed successfully" in text
         assert "step 3/3 error" in text  # the run's own progress line
-    assert len(list(sub.glob("*_*/*_result.pkl"))) == 4
+    assert len(list(sub.glob("*_*/*_result.pkl"))) == 2
 
+    # the analysis CLIs on the sweep's outputs (their own start-up is test_analysis's)
     results = out / "results.parquet"
-    run_script("analysis/collect.py", str(out), "--out", str(results))
+    assert collect.main([str(out), "--out", str(results)]) == 0
     table = pd.read_parquet(results)
-    assert len(table) == 4 * 3 and set(table["algo.name"]) == {"tpo", "dg"}
+    assert len(table) == 2 * 3 and set(table["algo.name"]) == {"tpo", "dg"}
     plots = out / "plots"
-    shown = run_script("analysis/plot.py", "--results", str(results), "--out", str(plots))
+    capsys.readouterr()
+    assert plot.main(["--results", str(results), "--out", str(plots)]) == 0
+    shown = capsys.readouterr().out
     pngs = list(plots.glob("*.png"))
     assert pngs and all(p.stat().st_size > 1000 for p in pngs)
-    assert "tpo" in shown.stdout and "dg" in shown.stdout
+    assert "tpo" in shown and "dg" in shown
 
 
-@pytest.mark.slow
-def test_plugin_preset_logs_beside_the_results_and_says_sacct_once(slurm, tmp_path):
-    """`hydra/launcher=submitit_slurm` (the name users type) behaves as slurm_cpu: logs
-    under <output_root>/.submitit/, not Hydra's sweep dir; and a cluster without
-    accounting gets submitit's sacct warning once, not at every poll."""
-    out = tmp_path / "outputs"
-    name = f"tpo-test-{uuid.uuid4().hex[:8]}"
-    proc = run_bench("-m", "algo=tpo,dg", "seed=0", *TINY[:4], "hydra/launcher=submitit_slurm",
+@pytest.fixture(scope="module")
+def packed_plugin_sweep(slurm, tmp_path_factory) -> tuple[Path, subprocess.CompletedProcess]:
+    """One sweep for the two tests below (a sweep through sbatch is most of their time):
+    through `hydra/launcher=submitit_slurm`, the plugin's own preset, four seeds packed two
+    to a job. (output_root, the command's output)."""
+    out = tmp_path_factory.mktemp("packed") / "outputs"
+    name = f"tpo-pack-{uuid.uuid4().hex[:8]}"
+    proc = run_bench("-m", "task=tabular_single", "algo=pg", "task.episodes=3",
+                     "seed=range(0,4,2)", "seeds_per_job=2", "hydra/launcher=submitit_slurm",
                      "hydra.launcher.timeout_min=5", "hydra.launcher.cpus_per_task=1",
                      "hydra.launcher.mem_gb=1", f"hydra.launcher.name={name}",
                      f"hydra.launcher.partition={_partition()}", f"output_root={out}")
-    assert "2 completed, 0 failed" in proc.stdout, proc.stdout + proc.stderr
+    return out, proc
+
+
+@pytest.mark.slow
+def test_plugin_preset_logs_beside_the_results_and_says_sacct_once(packed_plugin_sweep):
+    """`hydra/launcher=submitit_slurm` (the name users type) behaves as slurm_cpu: logs
+    under <output_root>/.submitit/, not Hydra's sweep dir; and a cluster without
+    accounting gets submitit's sacct warning once, not at every poll."""
+    out, proc = packed_plugin_sweep
+    assert "4 completed, 0 failed" in proc.stdout, proc.stdout + proc.stderr
     logs = sorted((out / ".submitit").glob("*/*_*/*_log.out"))
-    assert len(logs) == 2, sorted(p.relative_to(out) for p in out.rglob("*_log.out"))
+    assert len(logs) == 2, sorted(p.relative_to(out) for p in out.rglob("*_log.out"))  # one per job
     assert not list((out / ".hydra").rglob(".submitit"))
     said = proc.stdout + proc.stderr
     assert "Bypassing sacct error" not in said
@@ -257,11 +272,8 @@ def _partition() -> str:
 
 
 @pytest.mark.slow
-def test_seeds_per_job_packs_runs_into_fewer_slurm_jobs(slurm, tmp_path):
-    out = tmp_path / "outputs"
-    proc = run_bench("-m", "task=tabular_single", "algo=pg", "task.episodes=3",
-                     "seed=range(0,4,2)", "seeds_per_job=2",
-                     *_launcher(f"tpo-pack-{uuid.uuid4().hex[:8]}", out))
+def test_seeds_per_job_packs_runs_into_fewer_slurm_jobs(packed_plugin_sweep):
+    out, proc = packed_plugin_sweep
     assert "2 jobs, 4 runs: 4 completed, 0 failed" in proc.stdout, proc.stdout + proc.stderr
     dirs = run_dirs(out)
     assert [d.name for d in dirs] == ["seed=0", "seed=1", "seed=2", "seed=3"]
@@ -272,9 +284,10 @@ def test_seeds_per_job_packs_runs_into_fewer_slurm_jobs(slurm, tmp_path):
 
 # ---------------------------------------------------------------- requeue and resume
 
-# Long enough to interrupt (about 12 s of debug.sleep), checkpointed every 5 episodes.
-SLOW = ["task=demo", "task.episodes=40", "task.batch_size=4", "task.sequence_length=3",
-        "checkpoint_every=5", "log_every=5", "threads=1", "seed=3"]
+# Long enough to interrupt: with debug.sleep=0.3, the first checkpoint at episode 4 leaves
+# 20 episodes (about 6 s) for the interruption to land.
+SLOW = ["task=demo", "task.episodes=24", "task.batch_size=4", "task.sequence_length=3",
+        "checkpoint_every=4", "log_every=4", "threads=1", "seed=3"]
 
 
 def _squeue(*args: str) -> str:
@@ -294,9 +307,30 @@ def _wait_for(what: str, check, proc: subprocess.Popen, log: Path, timeout: floa
     pytest.fail(f"timed out waiting for {what}:\n{log.read_text()}")
 
 
+@pytest.fixture(scope="module")
+def uninterrupted(slurm, tmp_path_factory):
+    """The same config and seed run without SLURM and uninterrupted, once for both ways of
+    interrupting, started in the background while the first SLURM job runs (which mostly
+    sleeps). Call it for (output_root, the run's directory)."""
+    root = tmp_path_factory.mktemp("local")
+    log = root.parent / f"{root.name}.log"
+    with open(log, "w") as f:
+        proc = subprocess.Popen([sys.executable, "-m", "bench", *SLOW, f"output_root={root}"],
+                                cwd=REPO, stdout=f, stderr=subprocess.STDOUT, text=True)
+
+    def done() -> tuple[Path, Path]:
+        assert proc.wait(timeout=600) == 0, log.read_text()
+        [run_dir] = run_dirs(root)
+        return root, run_dir
+    yield done
+    if proc.poll() is None:
+        proc.kill()
+        proc.wait()
+
+
 @pytest.mark.slow
 @pytest.mark.parametrize("how", ["scontrol_requeue", "usr2_preemption"])
-def test_requeued_job_resumes_from_checkpoint(slurm, tmp_path, how):
+def test_requeued_job_resumes_from_checkpoint(slurm, uninterrupted, tmp_path, how):
     """A job interrupted mid-run -- `scontrol requeue`, or USR2 as SLURM sends before a
     time limit or on preemption, which makes submitit requeue the job itself -- runs again
     and resumes from the run's checkpoint; its metrics equal an uninterrupted run's."""
@@ -354,12 +388,11 @@ def test_requeued_job_resumes_from_checkpoint(slurm, tmp_path, how):
         assert step and f"resumed from checkpoint at step {step.group(1)}" in logs, logs
 
     # the same config and seed, uninterrupted and without SLURM
-    run_bench(*SLOW, f"output_root={tmp_path / 'local'}")
-    [local] = run_dirs(tmp_path / "local")
-    assert local.relative_to(tmp_path / "local") == run_dir.relative_to(out)  # same hash
+    local_root, local = uninterrupted()
+    assert local.relative_to(local_root) == run_dir.relative_to(out)  # same hash
     a = pd.read_parquet(run_dir / "metrics.parquet").drop(columns=["wall_s"])
     b = pd.read_parquet(local / "metrics.parquet").drop(columns=["wall_s"])
-    assert len(a) == 40 and not a["partial"].any()
+    assert len(a) == 24 and not a["partial"].any()
     pd.testing.assert_frame_equal(a, b, check_exact=True)
 
 

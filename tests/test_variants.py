@@ -1,4 +1,6 @@
 """Ablations, token-level grouping and matching modes (science §Update rules, §Token sequences)."""
+import copy
+import functools
 import json
 import math
 from pathlib import Path
@@ -15,8 +17,31 @@ from tpo_bench.contract.rng import Streams
 from tpo_bench.bench.build import ConfigError, build
 from tpo_bench.bench.engine import train_episode
 from tpo_bench.bench.optim import build_optimizer
-from conftest import REPO, compose
+import conftest
+from conftest import REPO
 from tpo_bench.tasks.seq import SeqTask, target_tokens
+
+
+@pytest.fixture(autouse=True, scope="module")
+def one_thread():
+    """Torch on one thread, as a run has it (threads=1): these tensors are small, and on a
+    busy machine a second intra-op thread costs far more than it gives."""
+    before = torch.get_num_threads()
+    torch.set_num_threads(1)
+    yield
+    torch.set_num_threads(before)
+
+
+@functools.lru_cache(maxsize=None)
+def composed(overrides: tuple[str, ...]) -> dict:
+    return conftest.compose(*overrides)
+
+
+def compose(*overrides: str) -> dict:
+    """conftest.compose, each command line composed once for the module (Hydra's compose
+    is most of these tests' time; several tests build the same variant); a copy each time,
+    so what build does with it stays in that test."""
+    return copy.deepcopy(composed(overrides))
 
 
 def one_step_batch(logp_old, scores):
