@@ -7,11 +7,10 @@ import re
 import numpy as np
 import pandas as pd
 import pytest
-import yaml
 
 from tpo_bench.analysis import leaderboard as lb
 from tpo_bench.analysis import plot
-from conftest import run_bench
+from conftest import compose, run_bench
 
 
 # ---------------------------------------------------------------- worked examples
@@ -369,11 +368,13 @@ def test_the_preset_lists_every_method_on_every_cell(tmp_path):
     assert {j["+experiment/leaderboard"] for j in jobs} == set(CELLS)
     assert {j["algo"] for j in jobs} == set(METHODS)
     assert [j["seed"] for j in jobs[:len(CELLS) * len(METHODS)]] == ["0"] * (len(CELLS) * len(METHODS))  # seed-major
-    one = run_bench("-m", "+experiment=leaderboard", "seeds=1", "task.episodes=3", "dry_run=true",
-                    f"output_root={tmp_path}")
-    assert f"[dry run] {n // 5} valid jobs ({n // 5} runs)" in one.stdout
-    cfg = yaml.safe_load(run_bench("+experiment=leaderboard", "+experiment/leaderboard=sequential_reverse_flip",
-                                   "--cfg", "job").stdout)
+    # The shrink and a cell's config, in process: the job list the sweeper expands
+    # (sweep_jobs) and the config a run composes.
+    from tpo_bench.tools.speed import sweep_jobs
+
+    one = sweep_jobs("+experiment=leaderboard", "seeds=1", "task.episodes=3")
+    assert len(one) == n // 5 and {o for job in one for o in job if o.startswith("seed=")} == {"seed=0"}
+    cfg = compose("+experiment=leaderboard", "+experiment/leaderboard=sequential_reverse_flip")
     assert cfg["task"] == {**cfg["task"], "name": "sequential_reverse_flip", "reward": "sequential",
                            "target": "reverse_flip", "sequence_length": 10, "vocab_size": 2, "episodes": 60}
     assert cfg["experiment"] == "leaderboard"
