@@ -31,6 +31,24 @@ def counted(study):
     return [t for t in study.trials if t.state.is_finished() and t.number not in skip]
 
 
+def run_in_process(*overrides):
+    """One run as `python -m bench OVERRIDES` trains it (its command line checked, its
+    job's spec built, runner.run), in process; torch's thread count restored after."""
+    import torch
+
+    from tpo_bench.bench.config import check_overrides, compose
+    from tpo_bench.bench.jobs import explicit_keys, job_specs
+    from tpo_bench.bench.runner import run
+
+    check_overrides(list(overrides))
+    [spec] = job_specs(compose(*overrides), explicit_keys(overrides))
+    threads = torch.get_num_threads()
+    try:
+        assert run(spec)["status"] == "completed"
+    finally:
+        torch.set_num_threads(threads)
+
+
 def last_error(run_dir):
     return pd.read_parquet(f"{run_dir}/metrics.parquet")["error"].iloc[-1]
 
@@ -82,8 +100,8 @@ def test_study_resumes_without_rerunning_and_best_config_runs(out, tmp_path):
     tuned = out / "tuned" / "demo-tpo" / "algo" / "tpo_tuned.yaml"
     assert "# @package _global_" in tuned.read_text()
     other = tmp_path / "rerun"
-    run_bench("algo=tpo_tuned", f"hydra.searchpath=[file://{out / 'tuned' / 'demo-tpo'}]", *TINY, "seed=0",
-              f"output_root={other}")
+    run_in_process("algo=tpo_tuned", f"hydra.searchpath=[file://{out / 'tuned' / 'demo-tpo'}]", *TINY,
+                   "seed=0", f"output_root={other}")
     [rerun] = run_dirs(other)
     config = json.loads((rerun / "config.json").read_text())
     assert config["algo"]["name"] == "tpo_tuned" and config["algo"]["impl"] == "tpo"
@@ -134,12 +152,24 @@ def test_experiment_budgets_and_refusals(out):
     assert [l.split()[2].rstrip(":") for l in lines] == [f"reverse_h7-{a}-tuned_terminal" for a in ("tpo", "grpo", "ppo", "dg")]
     assert "the same budget each: 20 trials x 3 seeds x 300 episodes" in dry.stdout
     assert not out.exists()  # nothing created
-    for args, message in ((["algo=grpo_no_kl"], "no search space for algo 'grpo_no_kl'"),
-                          (["seed=0,1"], "do not sweep them"),
-                          (["hydra.sweeper.objective=best"], "objective='best'")):
-        proc = run_bench("-m", "hydra/sweeper=optuna", *TINY, *args, f"output_root={out}", check=False)
-        assert proc.returncode == 2 and message in proc.stderr, proc.stderr
+    # A refusal through the command: exit 2, the reason on stderr, nothing created.
+    proc = run_bench("-m", "hydra/sweeper=optuna", *TINY, "algo=grpo_no_kl", f"output_root={out}", check=False)
+    assert proc.returncode == 2 and "no search space for algo 'grpo_no_kl'" in proc.stderr, proc.stderr
     assert not out.exists()
+
+
+def test_swept_seeds_and_an_unknown_objective_are_refused():
+    """The sweeper's other refusals before anything runs, in process: the Refused its
+    sweep prints and exits 2 on, as for the missing search space above."""
+    from hydra.core.override_parser.overrides_parser import OverridesParser
+
+    from hydra_plugins.bench_optuna.optuna_sweeper import OptunaSweeper, Refused, refuse_seed_sweeps
+
+    with pytest.raises(Refused, match="do not sweep them"):
+        refuse_seed_sweeps(OverridesParser.create().parse_overrides([*TINY, "seed=0,1"]))
+    refuse_seed_sweeps(OverridesParser.create().parse_overrides([*TINY, "seed=3"]))  # one seed: its first
+    with pytest.raises(Refused, match="objective='best'"):
+        OptunaSweeper(objective="best")._check_opts()
 
 
 def test_space_schema():
