@@ -6,7 +6,7 @@ import pandas as pd
 import pytest
 import yaml
 
-from conftest import REPO, run_bench, run_dirs, run_script
+from conftest import REPO, run_bench, run_dirs
 
 optuna = pytest.importorskip("optuna")  # the `tune` extra (CI installs it with `test`)
 from optuna.trial import TrialState  # noqa: E402
@@ -112,7 +112,7 @@ def test_study_resumes_without_rerunning_and_best_config_runs(out, tmp_path):
 
 
 @pytest.mark.slow
-def test_diverged_trial_is_pruned_and_failed_trials_fail(out, tmp_path):
+def test_diverged_trial_is_pruned_and_failed_trials_fail(out, tmp_path, capsys):
     space = tmp_path / "space.yaml"
     space.write_text("optim.lr: {type: float, low: 1.0e-4, high: 1.0e-2, log: true}\n"
                      "algo.epochs: {type: categorical, choices: [1, 0]}\n"
@@ -137,10 +137,13 @@ def test_diverged_trial_is_pruned_and_failed_trials_fail(out, tmp_path):
     assert study.best_trial.number == 3 and (out / "tuned" / "demo-tpo" / "algo" / "tpo_tuned.yaml").is_file()
 
     # Study analysis: history plot always; importance refused politely with too few trials.
-    shown = run_script("analysis/tuning/report.py", "--storage", str(out / ".optuna"),
-                       "--out", str(tmp_path / "plots"))
-    assert "1 diverged, 1 failed, 1 invalid, 1 complete" in shown.stdout
-    assert "needs 5 complete trials" in shown.stdout
+    # analysis/tuning/report.py's main, in process
+    from tpo_bench.analysis.tuning import report
+
+    assert report.main(["--storage", str(out / ".optuna"), "--out", str(tmp_path / "plots")]) == 0
+    shown = capsys.readouterr().out
+    assert "1 diverged, 1 failed, 1 invalid, 1 complete" in shown
+    assert "needs 5 complete trials" in shown
     assert (tmp_path / "plots" / "demo-tpo_history.png").stat().st_size > 1000
     assert not (tmp_path / "plots" / "demo-tpo_importance.png").exists()
 
