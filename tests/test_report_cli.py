@@ -2,13 +2,25 @@
 its defaults write under outputs/, never over the committed
 reproduction/REPRODUCTION.md, and an input with nothing to report on is refused before
 anything is written."""
+import functools
 import subprocess
 import sys
 from pathlib import Path
 
 import pytest
 
-from synthetic import results_table
+from synthetic import results_table as build_results_table
+
+
+@functools.lru_cache(maxsize=1)
+def _built_table():
+    return build_results_table()
+
+
+def results_table():
+    """synthetic.results_table(), built once for the module; each caller gets its own copy."""
+    return _built_table().copy()
+
 
 REPO = Path(__file__).resolve().parent.parent
 COMMITTED = "# the committed report: must survive a default run byte for byte\n"
