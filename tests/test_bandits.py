@@ -16,6 +16,7 @@ from tpo_bench.bench.optim import NormalisedStep
 from tpo_bench.contract.rng import Streams
 from tpo_bench.bench.build import ConfigError, build, needs
 from tpo_bench.bench.engine import train_episode
+from tpo_bench.bench.jobs import explicit_keys, job_specs
 from conftest import compose, run_bench, run_dirs
 from tpo_bench.tasks.mnist import MnistTask
 from tpo_bench.tasks.tabular import TabularMulti, TabularSingle, misalignment
@@ -301,15 +302,27 @@ def test_mnist_holdout_hashes_only_when_set(mnist_dir):
         MnistTask(data_dir=str(mnist_dir), holdout=20).data()
 
 
-@pytest.mark.slow
-@pytest.mark.parametrize("args,message", [
+BANDIT_REFUSALS = [
     (["task=mnist", "algo=tpo", "algo.k=4"], "algo.k: on task 'mnist' the group of tpo is fixed"),
     (["task=mnist", "algo=tpo_token"], "tpo_token (algo.level=token) has no meaning on task 'mnist'"),
     (["task=tabular_single", "algo=grpo", "algo.k=4"], "algo.k: on task 'tabular_single'"),
     (["task=mnist", "algo=pg", "algo.epochs=4"], "algo.epochs=4: task 'mnist' takes 1"),
     (["task=seq", "algo=ce"], "ce is a supervised oracle"),
-])
-def test_bandit_refusals(args, message, tmp_path):
+]
+
+
+@pytest.mark.parametrize("args,message", BANDIT_REFUSALS)
+def test_bandit_refusals(args, message):
+    """Each is a ConfigError of the job's specs, as `python -m bench` builds them."""
+    with pytest.raises(ConfigError) as refused:
+        job_specs(compose(*args), explicit_keys(args))
+    assert message in str(refused.value)
+
+
+@pytest.mark.slow
+def test_a_bandit_refusal_exits_2_before_any_run_dir(tmp_path):
+    """The CLI's path for these refusals: exit 2, the message on stderr, nothing created."""
+    args, message = BANDIT_REFUSALS[0]
     proc = run_bench(*args, f"output_root={tmp_path}", check=False)
     assert proc.returncode == 2
     assert message in proc.stderr, proc.stderr
@@ -323,13 +336,20 @@ def test_missing_mnist_names_data_dir(tmp_path):
     assert proc.returncode != 0 and "task.data_dir" in proc.stderr
 
 
+@pytest.fixture(scope="module")
+def tabular_runs(tmp_path_factory):
+    """Every tabular method on both tabular tasks, one multirun."""
+    root = tmp_path_factory.mktemp("tabular")
+    run_bench("-m", "task=tabular_single,tabular_multi", "algo=tpo,dg,grpo,pg,ce", "seed=0",
+              "task.episodes=4", f"output_root={root}")
+    return root
+
+
 @pytest.mark.slow
 @pytest.mark.parametrize("task", ["tabular_single", "tabular_multi"])
-def test_tabular_multirun_end_to_end(task, tmp_path):
-    run_bench("-m", f"task={task}", "algo=tpo,dg,grpo,pg,ce", "seed=0,1", "task.episodes=4",
-              f"output_root={tmp_path}")
-    dirs = run_dirs(tmp_path)
-    assert len(dirs) == 10
+def test_tabular_multirun_end_to_end(task, tabular_runs):
+    dirs = [d for d in run_dirs(tabular_runs) if d.relative_to(tabular_runs).parts[0] == task]
+    assert sorted(d.parts[-3] for d in dirs) == sorted(("tpo", "dg", "grpo", "pg", "ce"))
     for d in dirs:
         df = pd.read_parquet(d / "metrics.parquet")
         assert df["misalignment"].dropna().between(-1e-5, 2 + 1e-5).all() and df["misalignment"].notna().any()

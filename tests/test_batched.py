@@ -18,7 +18,8 @@ from tpo_bench.bench.build import build
 from tpo_bench.bench.optim import build_optimizer
 from tpo_bench.bench.engine import train_episode
 from tpo_bench.bench.runner import run as run_single
-from tpo_bench.bench.config import compose
+from tpo_bench.bench.config import ConfigError, check_overrides, compose
+from tpo_bench.bench.jobs import explicit_keys, job_specs
 from conftest import REPO, TINY, metrics, run_bench, run_dirs, summary, wait_for
 from tpo_bench.contract.rng import Streams
 from test_data import make_mnist
@@ -271,9 +272,11 @@ JOB = [*TINY, "task.episodes=6", "checkpoint_every=2", "seed=0", f"seeds_per_job
 
 @pytest.fixture(scope="module")
 def reference(tmp_path_factory):
-    """The job's seeds one after the other, unbatched: what every batched job must equal."""
+    """The job's seeds one after the other, unbatched: what every batched job must equal.
+    Trained in process, each seed's run as `python -m bench` runs a job of single runs."""
     root = tmp_path_factory.mktemp("single")
-    run_bench(*JOB, f"output_root={root}")
+    for spec in job_specs(compose(*JOB, f"output_root={root}"), explicit_keys(JOB)):
+        assert run_single(spec)["status"] == "completed"
     return {d.name: metrics(d) for d in run_dirs(root)}
 
 
@@ -311,7 +314,9 @@ def test_batched_job_killed_mid_run_resumes_to_identical_metrics(tmp_path, refer
 def test_batched_job_skips_a_completed_seed_and_joins_a_resumed_one(tmp_path, reference):
     """Seed 1 already completed (skipped, untouched); seed 2 killed at a checkpoint as a
     single run (it joins the batch at its step); seed 0 fresh."""
-    run_bench(*TINY, "task.episodes=6", "checkpoint_every=2", "seed=1", f"output_root={tmp_path}")
+    seed1 = build(compose(*TINY, "task.episodes=6", "checkpoint_every=2", "seed=1",
+                          f"output_root={tmp_path}"))
+    assert run_single(seed1)["status"] == "completed"  # seed 1's single run, in process
     proc = subprocess.Popen([sys.executable, "-m", "bench", *TINY, "task.episodes=6", "checkpoint_every=2",
                              "seed=2", "debug.sleep=0.3", f"output_root={tmp_path}"], cwd=REPO, text=True,
                             stdout=subprocess.PIPE, stderr=subprocess.STDOUT)
@@ -329,17 +334,28 @@ def test_batched_job_skips_a_completed_seed_and_joins_a_resumed_one(tmp_path, re
     assert [a["batch_seeds"] for a in summary(joined)["attempts_log"]] == [False, True]  # single, then batched
 
 
-@pytest.mark.slow
 @pytest.mark.parametrize("args, message", [
     pytest.param(["task=llm_chain_sum", "seeds_per_job=2", "batch_seeds=true"],
-                 "it has no rollout_seeds/logprobs_seeds", marks=pytest.mark.skipif(
-                     importlib.util.find_spec("reasoning_gym") is None, reason="the llm extra")),
+                 "it has no rollout_seeds/logprobs_seeds", marks=[
+                     pytest.mark.slow,  # long in process: it imports the LLM stack
+                     pytest.mark.skipif(importlib.util.find_spec("reasoning_gym") is None,
+                                        reason="the llm extra")]),
     ([*TINY, "batch_seeds=sometimes"], "batch_seeds must be true or false"),
     ([*TINY, "compile=sometimes"], "compile must be true or false"),
 ])
-def test_batch_seeds_refused_where_it_cannot_run(tmp_path, args, message):
-    proc = run_bench(*args, f"output_root={tmp_path}", check=False)
-    assert proc.returncode == 2 and message in proc.stderr, proc.stderr
+def test_batch_seeds_refused_where_it_cannot_run(args, message):
+    """Each refusal where `python -m bench` meets it, in its order: the command line's
+    values (config.check_overrides), then the job's specs (jobs.job_specs)."""
+    with pytest.raises(ConfigError) as refused:
+        check_overrides(args)
+        job_specs(compose(*args), explicit_keys(args))
+    assert message in str(refused.value)
+
+
+@pytest.mark.slow
+def test_a_batch_seeds_refusal_exits_2_before_any_run_dir(tmp_path):
+    proc = run_bench(*TINY, "batch_seeds=sometimes", f"output_root={tmp_path}", check=False)
+    assert proc.returncode == 2 and "batch_seeds must be true or false" in proc.stderr, proc.stderr
     assert not run_dirs(tmp_path)
 
 

@@ -7,11 +7,10 @@ import re
 import numpy as np
 import pandas as pd
 import pytest
-import yaml
 
 from tpo_bench.analysis import leaderboard as lb
 from tpo_bench.analysis import plot
-from conftest import run_bench
+from conftest import compose, run_bench
 
 
 # ---------------------------------------------------------------- worked examples
@@ -369,11 +368,13 @@ def test_the_preset_lists_every_method_on_every_cell(tmp_path):
     assert {j["+experiment/leaderboard"] for j in jobs} == set(CELLS)
     assert {j["algo"] for j in jobs} == set(METHODS)
     assert [j["seed"] for j in jobs[:len(CELLS) * len(METHODS)]] == ["0"] * (len(CELLS) * len(METHODS))  # seed-major
-    one = run_bench("-m", "+experiment=leaderboard", "seeds=1", "task.episodes=3", "dry_run=true",
-                    f"output_root={tmp_path}")
-    assert f"[dry run] {n // 5} valid jobs ({n // 5} runs)" in one.stdout
-    cfg = yaml.safe_load(run_bench("+experiment=leaderboard", "+experiment/leaderboard=sequential_reverse_flip",
-                                   "--cfg", "job").stdout)
+    # The shrink and a cell's config, in process: the job list the sweeper expands
+    # (sweep_jobs) and the config a run composes.
+    from tpo_bench.tools.speed import sweep_jobs
+
+    one = sweep_jobs("+experiment=leaderboard", "seeds=1", "task.episodes=3")
+    assert len(one) == n // 5 and {o for job in one for o in job if o.startswith("seed=")} == {"seed=0"}
+    cfg = compose("+experiment=leaderboard", "+experiment/leaderboard=sequential_reverse_flip")
     assert cfg["task"] == {**cfg["task"], "name": "sequential_reverse_flip", "reward": "sequential",
                            "target": "reverse_flip", "sequence_length": 10, "vocab_size": 2, "episodes": 60}
     assert cfg["experiment"] == "leaderboard"
@@ -391,10 +392,12 @@ def test_the_preset_runs_end_to_end_small(tmp_path):
     out = tmp_path / "runs"
     run_bench("-m", "+experiment=leaderboard", "seeds=1", "task.episodes=2", "algo=tpo,grpo",
               "+experiment/leaderboard=terminal_h7,dense_v8,tabular_multi", "hydra/launcher=local",
-              "threads=1", f"output_root={out}")
+              "hydra.launcher.n_jobs=1", "threads=1", f"output_root={out}")  # several workers: test_integrity_faults
     table = tmp_path / "results.parquet"
-    subprocess.run([sys.executable, str(REPO / "analysis" / "collect.py"), str(out), "--out", str(table)],
-                   check=True, capture_output=True, timeout=300)
+    # collect.py's main in process (other tests run the script itself)
+    from tpo_bench.analysis import collect
+
+    assert collect.main([str(out), "--out", str(table)]) == 0
     proc = subprocess.run([sys.executable, str(REPO / "analysis" / "leaderboard.py"), "--results",
                            str(table), "--out", str(tmp_path / "lb"), "--reps", "200"],
                           capture_output=True, text=True, timeout=300)

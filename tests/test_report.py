@@ -1,3 +1,4 @@
+import functools
 import math
 import re
 from pathlib import Path
@@ -9,7 +10,18 @@ import pytest
 from tpo_bench.analysis.paper import report
 from tpo_bench.analysis.paper import verdicts as V
 from tpo_bench.analysis.paper.experiments import ALIASES, EXPERIMENTS
-from synthetic import STEPS, results_table
+from synthetic import STEPS, results_table as build_results_table
+
+
+@functools.lru_cache(maxsize=1)
+def _built_table():
+    return build_results_table()
+
+
+def results_table():
+    """synthetic.results_table(), built once for the module; each caller gets its own copy."""
+    return _built_table().copy()
+
 
 P = V.parse_paper
 

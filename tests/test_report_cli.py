@@ -2,13 +2,25 @@
 its defaults write under outputs/, never over the committed
 reproduction/REPRODUCTION.md, and an input with nothing to report on is refused before
 anything is written."""
+import functools
 import subprocess
 import sys
 from pathlib import Path
 
 import pytest
 
-from synthetic import results_table
+from synthetic import results_table as build_results_table
+
+
+@functools.lru_cache(maxsize=1)
+def _built_table():
+    return build_results_table()
+
+
+def results_table():
+    """synthetic.results_table(), built once for the module; each caller gets its own copy."""
+    return _built_table().copy()
+
 
 REPO = Path(__file__).resolve().parent.parent
 COMMITTED = "# the committed report: must survive a default run byte for byte\n"
@@ -17,6 +29,16 @@ COMMITTED = "# the committed report: must survive a default run byte for byte\n"
 def report(cwd: Path, *args: str) -> subprocess.CompletedProcess:
     return subprocess.run([sys.executable, str(REPO / "analysis" / "paper" / "report.py"), *args],
                           cwd=cwd, text=True, capture_output=True, timeout=600)
+
+
+def report_here(cwd: Path, monkeypatch, capsys, *args: str) -> subprocess.CompletedProcess:
+    """`report.py ARGS` from cwd in process: the script's main, its exit code and output."""
+    from tpo_bench.analysis.paper import report as script
+
+    monkeypatch.chdir(cwd)
+    code = script.main(list(args))
+    out, err = capsys.readouterr()
+    return subprocess.CompletedProcess(["report.py", *args], code, out, err)
 
 
 def listing(root: Path) -> dict:
@@ -47,31 +69,33 @@ def test_default_run_without_results_is_refused_and_writes_nothing(cwd):
     assert not (cwd / "outputs").exists()
 
 
-@pytest.mark.slow
-def test_a_table_without_rows_is_refused(cwd):
+# The other refusals in process (the script's main): the same exit codes and one-line
+# errors, nothing written; the default run above goes through the script itself.
+
+
+def test_a_table_without_rows_is_refused(cwd, monkeypatch, capsys):
     (cwd / "outputs").mkdir()
     results_table().iloc[:0].to_parquet(cwd / "outputs" / "results.parquet")
     before = listing(cwd)
-    assert_refused(report(cwd), cwd, before, "outputs/results.parquet", "no rows")
+    assert_refused(report_here(cwd, monkeypatch, capsys), cwd, before, "outputs/results.parquet", "no rows")
 
 
-@pytest.mark.slow
-def test_a_table_no_paper_number_is_judged_on_is_refused(cwd):
+def test_a_table_no_paper_number_is_judged_on_is_refused(cwd, monkeypatch, capsys):
     # a demo task no paper section selects: every section would say "not run yet"
     demo = results_table().query("experiment == 'tabular_single'").assign(
         **{"experiment": "probe", "task.impl": "demo", "task.name": "demo"})
     (cwd / "outputs").mkdir()
     demo.to_parquet(cwd / "outputs" / "results.parquet")
     before = listing(cwd)
-    assert_refused(report(cwd), cwd, before, "matches any paper number", "nothing written")
+    assert_refused(report_here(cwd, monkeypatch, capsys), cwd, before, "matches any paper number",
+                   "nothing written")
 
 
-@pytest.mark.slow
-def test_an_unreadable_table_is_an_error_not_a_traceback(cwd):
+def test_an_unreadable_table_is_an_error_not_a_traceback(cwd, monkeypatch, capsys):
     (cwd / "outputs").mkdir()
     (cwd / "outputs" / "results.parquet").write_text("not parquet")
     before = listing(cwd)
-    proc = report(cwd)
+    proc = report_here(cwd, monkeypatch, capsys)
     assert proc.returncode == 1 and "cannot read outputs/results.parquet" in proc.stderr
     assert "Traceback" not in proc.stderr and listing(cwd) == before
 

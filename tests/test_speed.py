@@ -11,7 +11,7 @@ from tpo_bench.contract.rng import Streams
 from tpo_bench.bench.optim import build_optimizer
 from tpo_bench.bench.build import build
 from tpo_bench.bench.engine import train_episode
-from tpo_bench.tools.speed import transformer_flops_per_token
+from tpo_bench.tools.speed import sweep_jobs, transformer_flops_per_token
 from conftest import REPO, TINY, compose, run_bench
 from tpo_bench.tasks.transformer import Transformer
 
@@ -65,19 +65,16 @@ def test_harness_has_no_old_logprob_forward(monkeypatch):
     assert calls == {"forward": H, "forward_shared_prefix": epochs}
 
 
-def _dry_run_runs(*overrides: str) -> int:
-    """Runs that `python -m bench -m ... dry_run=true` lists: the sweeper's own count."""
-    import re
-
-    proc = run_bench("-m", *overrides, "dry_run=true")
-    return int(re.search(r"valid jobs \((\d+) runs\)", proc.stdout).group(1))
+# The runs `python -m bench -m +experiment=NAME dry_run=true` lists for the mechanism
+# study's presets: the sweeper's own counts, which test_cli's dry runs of these presets assert.
+SWEEPER_RUNS = {"k_sweep": 300, "epoch_sweep": 300, "zero_variance_masking": 90}
 
 
 @pytest.mark.slow
 def test_seed_batched_mode_and_study_estimate(tmp_path):
     """`--seeds` on the CPU at tiny sizes, the path a GPU run takes with --device cuda."""
     out = tmp_path / "seeds.csv"
-    proc = subprocess.run([sys.executable, "-m", "tpo_bench.tools.speed", "--seeds", "1", "2", "--episodes", "2",
+    proc = subprocess.run([sys.executable, "-m", "tpo_bench.tools.speed", "--seeds", "1", "2", "--episodes", "1",
                            "--warmup", "0", "--batch-size", "2", "--threads", "1", "--out", str(out)],
                           cwd=REPO, capture_output=True, text=True, timeout=600)
     assert proc.returncode == 0, proc.stderr
@@ -98,8 +95,7 @@ def test_seed_batched_mode_and_study_estimate(tmp_path):
 
     jobs = pd.read_csv(tmp_path / "seeds_estimate.csv")
     runs = jobs.groupby("experiment")["runs"].sum()
-    for name in ("k_sweep", "epoch_sweep", "zero_variance_masking"):
-        assert runs[name] == _dry_run_runs(f"+experiment={name}")
+    assert runs.to_dict() == SWEEPER_RUNS
     assert (jobs["runs"] == 2).all()  # +pack=gpu seeds_per_job=2: 2 seeds a job
     # Counted once: epoch_sweep's 4 epochs are k_sweep's K 32 (the default epochs), and
     # zero_variance_masking's tpo and grpo are that config too: 690 listed, 570 to train.
@@ -121,10 +117,15 @@ def test_bilinear_is_exact_on_its_cost_model():
 @pytest.mark.slow
 def test_pack_gpu_packs_a_presets_seeds_into_jobs():
     """+pack=gpu: one job per config, all the preset's seeds batched; seeds_per_job=10
-    makes three; the shrink override shrinks the jobs too."""
+    makes three; the shrink override shrinks the jobs too. The sweeper's dry run for the
+    preset; the two variants on the job list it expands (sweep_jobs, the sweeper's
+    expansion) and the runs it prints for them (jobs x seeds_per_job), in process."""
+    pack = ("+experiment=k_sweep", "+pack=gpu", "device=cpu")
+    proc = run_bench("-m", *pack, "dry_run=true")
+    assert "[dry run] 10 valid jobs (300 runs)" in proc.stdout
     for extra, jobs, runs in (((), 10, 300), (("seeds_per_job=10",), 30, 300), (("seeds=3",), 10, 30)):
-        proc = run_bench("-m", "+experiment=k_sweep", "+pack=gpu", "device=cpu", *extra, "dry_run=true")
-        assert f"[dry run] {jobs} valid jobs ({runs} runs)" in proc.stdout
+        listed = sweep_jobs(*pack, *extra)
+        assert (len(listed), len(listed) * compose(*pack, *extra)["seeds_per_job"]) == (jobs, runs)
     cfg = compose("+experiment=k_sweep", "+pack=gpu")
     assert (cfg["batch_seeds"], cfg["seeds_per_job"], cfg["device"]) == (True, 30, "cuda")
 

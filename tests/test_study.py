@@ -91,16 +91,18 @@ def test_the_reproducing_pages_queue_block_is_the_queues_state():
     assert proc.returncode == 0, proc.stderr
 
 
+# The gpu command in process (study.main, what `python -m tools.study` runs; the page test
+# above runs the command itself): its jobs are `python -m bench` processes either way.
+
+
 @pytest.mark.slow
-def test_gpu_study_runs_every_unfinished_seed_batched_and_packs_them(tmp_path):
+def test_gpu_study_runs_every_unfinished_seed_batched_and_packs_them(tmp_path, capsys):
     repo = tmp_path / "repo"
     repo.mkdir()
     q = _queue(tmp_path)
     out = tmp_path / "out" / "study.tar"
-    proc = subprocess.run([sys.executable, "-m", "tools.study", "gpu", "--queue", str(q), "--repo", str(repo),
-                           "--device", "cpu", "--parallel", "2", "--pack", str(out)],
-                          cwd=REPO, capture_output=True, text=True, timeout=600)
-    assert proc.returncode == 0, proc.stdout + proc.stderr
+    assert study.main(["gpu", "--queue", str(q), "--repo", str(repo), "--device", "cpu", "--parallel", "2",
+                       "--pack", str(out)]) == 0, capsys.readouterr()
     summaries = sorted(repo.rglob("summary.json"))
     assert len(summaries) == 8
     for p in summaries:
@@ -115,23 +117,23 @@ def test_gpu_study_runs_every_unfinished_seed_batched_and_packs_them(tmp_path):
     table, _ = collect.collect(repo / "runs")
     assert table.groupby("algo.name")["seed"].nunique().to_dict() == {"dg": 2, "grpo": 3, "tpo": 3}
     # a second call finds nothing left
-    again = subprocess.run([sys.executable, "-m", "tools.study", "gpu", "--queue", str(q), "--repo", str(repo),
-                            "--device", "cpu"], cwd=REPO, capture_output=True, text=True, timeout=600)
-    assert "0 seed-batched jobs (0 runs)" in again.stdout
+    capsys.readouterr()
+    assert study.main(["gpu", "--queue", str(q), "--repo", str(repo), "--device", "cpu"]) == 0
+    assert "0 seed-batched jobs (0 runs)" in capsys.readouterr().out
 
 
 @pytest.mark.slow
-def test_gpu_study_stops_at_its_budget_and_the_runs_resume(tmp_path):
+def test_gpu_study_stops_at_its_budget_and_the_runs_resume(tmp_path, capsys):
     repo = tmp_path / "repo"
     repo.mkdir()
     q = _queue(tmp_path, TINY_QUEUE.replace("task.episodes=3", "task.episodes=20000").replace(
         "seeds: [0, 2], cost_s: 100", "seeds: [0, 0], cost_s: 100").replace("[0, 3]", "[0, 2]"))
     out = tmp_path / "study.tar"
-    proc = subprocess.run([sys.executable, "-m", "tools.study", "gpu", "--queue", str(q), "--repo", str(repo),
-                           "--device", "cpu", "--parallel", "1", "--budget-s", "40", "--pack", str(out)],
-                          cwd=REPO, capture_output=True, text=True, timeout=600)
-    assert proc.returncode == 0, proc.stdout + proc.stderr
-    assert "1 jobs not started" in proc.stdout  # grpo's job never began
+    code = study.main(["gpu", "--queue", str(q), "--repo", str(repo), "--device", "cpu", "--parallel", "1",
+                       "--budget-s", "40", "--pack", str(out)])
+    printed = capsys.readouterr()
+    assert code == 0, printed
+    assert "1 jobs not started" in printed.out  # grpo's job never began
     states = [json.loads(p.read_text())["status"] for p in sorted(repo.rglob("summary.json"))]
     assert len(states) == 2 and "completed" not in states
     with tarfile.open(out) as tar:  # the stopped runs travel with their checkpoints

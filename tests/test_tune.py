@@ -6,7 +6,7 @@ import pandas as pd
 import pytest
 import yaml
 
-from conftest import REPO, run_bench, run_dirs, run_script
+from conftest import REPO, run_bench, run_dirs
 
 optuna = pytest.importorskip("optuna")  # the `tune` extra (CI installs it with `test`)
 from optuna.trial import TrialState  # noqa: E402
@@ -29,6 +29,24 @@ def load(out, name="demo-tpo"):
 def counted(study):
     skip = set(study.user_attrs.get("interrupted", []))
     return [t for t in study.trials if t.state.is_finished() and t.number not in skip]
+
+
+def run_in_process(*overrides):
+    """One run as `python -m bench OVERRIDES` trains it (its command line checked, its
+    job's spec built, runner.run), in process; torch's thread count restored after."""
+    import torch
+
+    from tpo_bench.bench.config import check_overrides, compose
+    from tpo_bench.bench.jobs import explicit_keys, job_specs
+    from tpo_bench.bench.runner import run
+
+    check_overrides(list(overrides))
+    [spec] = job_specs(compose(*overrides), explicit_keys(overrides))
+    threads = torch.get_num_threads()
+    try:
+        assert run(spec)["status"] == "completed"
+    finally:
+        torch.set_num_threads(threads)
 
 
 def last_error(run_dir):
@@ -82,8 +100,8 @@ def test_study_resumes_without_rerunning_and_best_config_runs(out, tmp_path):
     tuned = out / "tuned" / "demo-tpo" / "algo" / "tpo_tuned.yaml"
     assert "# @package _global_" in tuned.read_text()
     other = tmp_path / "rerun"
-    run_bench("algo=tpo_tuned", f"hydra.searchpath=[file://{out / 'tuned' / 'demo-tpo'}]", *TINY, "seed=0",
-              f"output_root={other}")
+    run_in_process("algo=tpo_tuned", f"hydra.searchpath=[file://{out / 'tuned' / 'demo-tpo'}]", *TINY,
+                   "seed=0", f"output_root={other}")
     [rerun] = run_dirs(other)
     config = json.loads((rerun / "config.json").read_text())
     assert config["algo"]["name"] == "tpo_tuned" and config["algo"]["impl"] == "tpo"
@@ -94,7 +112,7 @@ def test_study_resumes_without_rerunning_and_best_config_runs(out, tmp_path):
 
 
 @pytest.mark.slow
-def test_diverged_trial_is_pruned_and_failed_trials_fail(out, tmp_path):
+def test_diverged_trial_is_pruned_and_failed_trials_fail(out, tmp_path, capsys):
     space = tmp_path / "space.yaml"
     space.write_text("optim.lr: {type: float, low: 1.0e-4, high: 1.0e-2, log: true}\n"
                      "algo.epochs: {type: categorical, choices: [1, 0]}\n"
@@ -119,10 +137,13 @@ def test_diverged_trial_is_pruned_and_failed_trials_fail(out, tmp_path):
     assert study.best_trial.number == 3 and (out / "tuned" / "demo-tpo" / "algo" / "tpo_tuned.yaml").is_file()
 
     # Study analysis: history plot always; importance refused politely with too few trials.
-    shown = run_script("analysis/tuning/report.py", "--storage", str(out / ".optuna"),
-                       "--out", str(tmp_path / "plots"))
-    assert "1 diverged, 1 failed, 1 invalid, 1 complete" in shown.stdout
-    assert "needs 5 complete trials" in shown.stdout
+    # analysis/tuning/report.py's main, in process
+    from tpo_bench.analysis.tuning import report
+
+    assert report.main(["--storage", str(out / ".optuna"), "--out", str(tmp_path / "plots")]) == 0
+    shown = capsys.readouterr().out
+    assert "1 diverged, 1 failed, 1 invalid, 1 complete" in shown
+    assert "needs 5 complete trials" in shown
     assert (tmp_path / "plots" / "demo-tpo_history.png").stat().st_size > 1000
     assert not (tmp_path / "plots" / "demo-tpo_importance.png").exists()
 
@@ -134,12 +155,24 @@ def test_experiment_budgets_and_refusals(out):
     assert [l.split()[2].rstrip(":") for l in lines] == [f"reverse_h7-{a}-tuned_terminal" for a in ("tpo", "grpo", "ppo", "dg")]
     assert "the same budget each: 20 trials x 3 seeds x 300 episodes" in dry.stdout
     assert not out.exists()  # nothing created
-    for args, message in ((["algo=grpo_no_kl"], "no search space for algo 'grpo_no_kl'"),
-                          (["seed=0,1"], "do not sweep them"),
-                          (["hydra.sweeper.objective=best"], "objective='best'")):
-        proc = run_bench("-m", "hydra/sweeper=optuna", *TINY, *args, f"output_root={out}", check=False)
-        assert proc.returncode == 2 and message in proc.stderr, proc.stderr
+    # A refusal through the command: exit 2, the reason on stderr, nothing created.
+    proc = run_bench("-m", "hydra/sweeper=optuna", *TINY, "algo=grpo_no_kl", f"output_root={out}", check=False)
+    assert proc.returncode == 2 and "no search space for algo 'grpo_no_kl'" in proc.stderr, proc.stderr
     assert not out.exists()
+
+
+def test_swept_seeds_and_an_unknown_objective_are_refused():
+    """The sweeper's other refusals before anything runs, in process: the Refused its
+    sweep prints and exits 2 on, as for the missing search space above."""
+    from hydra.core.override_parser.overrides_parser import OverridesParser
+
+    from hydra_plugins.bench_optuna.optuna_sweeper import OptunaSweeper, Refused, refuse_seed_sweeps
+
+    with pytest.raises(Refused, match="do not sweep them"):
+        refuse_seed_sweeps(OverridesParser.create().parse_overrides([*TINY, "seed=0,1"]))
+    refuse_seed_sweeps(OverridesParser.create().parse_overrides([*TINY, "seed=3"]))  # one seed: its first
+    with pytest.raises(Refused, match="objective='best'"):
+        OptunaSweeper(objective="best")._check_opts()
 
 
 def test_space_schema():

@@ -37,6 +37,14 @@ def _key(override: str) -> str:
     return override.split("=", 1)[0].lstrip("+~")
 
 
+def refuse_seed_sweeps(parsed) -> None:
+    """A trial's seeds are the sweeper's to set: a swept seed or seeds_per_job is refused."""
+    for o in parsed:
+        if o.is_sweep_override() and _key(o.get_key_element()) in ("seed", "seeds_per_job"):
+            raise Refused(f"{o.input_line}: a trial's seeds are seed .. seed + "
+                          "hydra.sweeper.seeds - 1; do not sweep them")
+
+
 class OptunaSweeper(BenchSweeper):
     def __init__(self, n_trials: int = 20, seeds: int = 3, objective: str = "final",
                  final_window: int = 1, n_jobs: int = 1, sampler: Any = None,
@@ -170,10 +178,7 @@ class OptunaSweeper(BenchSweeper):
             self._check_opts()
             parser = OverridesParser.create(config_loader=self.hydra_context.config_loader)
             parsed = parser.parse_overrides(self._parse_config() + list(arguments))
-            for o in parsed:
-                if o.is_sweep_override() and _key(o.get_key_element()) in ("seed", "seeds_per_job"):
-                    raise Refused(f"{o.input_line}: a trial's seeds are seed .. seed + "
-                                  "hydra.sweeper.seeds - 1; do not sweep them")
+            refuse_seed_sweeps(parsed)
             plans = [self._plan(point) for point in self.split_arguments(parsed, None)[0]]
         except (Refused, S.SpaceError) as e:
             print(f"error: {e}\n  (nothing was launched)", file=sys.stderr, flush=True)
