@@ -11,7 +11,8 @@ import pandas as pd
 import pytest
 
 from tpo_bench.analysis import collect, plot
-from conftest import REPO, TINY, run_bench, run_dirs
+from conftest import REPO, TINY, run_dirs
+from integrity_runs import run_here
 
 TABULAR = ["task=tabular_multi", "task.episodes=5", "task.eval_every=2", "task.num_contexts=4",
            "threads=1", "log_every=1"]
@@ -20,10 +21,10 @@ TABULAR = ["task=tabular_multi", "task.episodes=5", "task.eval_every=2", "task.n
 @pytest.fixture(scope="module")
 def pristine(tmp_path_factory) -> Path:
     """Two demo seeds (one row per episode) and a tabular run that evaluates every 2 of
-    5 steps (rows at steps 0, 2, 4, 5), made by the real runner."""
+    5 steps (rows at steps 0, 2, 4, 5), made by the real runner (in here)."""
     root = tmp_path_factory.mktemp("pristine") / "outputs"
-    run_bench("-m", *TINY, "seed=0,1", f"output_root={root}")
-    run_bench(*TABULAR, f"output_root={root}")
+    for args in ([*TINY, "seed=0"], [*TINY, "seed=1"], TABULAR):
+        assert run_here(root, *args)["status"] == "completed"
     return root
 
 

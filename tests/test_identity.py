@@ -17,6 +17,7 @@ from tpo_bench.contract import schema
 from tpo_bench.contract.identity import config_hash, legacy_hash
 from tpo_bench.tools import migrate
 from conftest import REPO, compose, run_bench
+from integrity_runs import run_here
 
 # Runs written by the code of commit 1d90937 (names in the hash): a completed
 # tabular_single TPO run, and a GRPO run stopped by SIGTERM at a checkpoint.
@@ -57,7 +58,7 @@ def test_a_science_change_still_changes_the_hash(tmp_path):
 @pytest.mark.slow
 def test_a_run_done_under_one_name_is_skipped_under_the_other(tmp_path):
     tiny = ["task.episodes=2", "task.batch_size=4", "task.sequence_length=3", "threads=1"]
-    run_bench("task=demo", "algo=grpo_no_kl", *tiny, f"output_root={tmp_path}")
+    assert run_here(tmp_path, "task=demo", "algo=grpo_no_kl", *tiny)["status"] == "completed"
     proc = run_bench("task=demo", "algo=grpo", "algo.kl_coef=0", *tiny, f"output_root={tmp_path}")
     assert "[skip]" in proc.stdout and "grpo_no_kl" in proc.stdout
     assert len(list(schema.run_dirs(tmp_path))) == 1
@@ -70,7 +71,7 @@ def _legacy_tree(tmp_path) -> Path:
 
 
 @pytest.mark.slow
-def test_a_legacy_run_is_refused_until_migrated_then_found(tmp_path):
+def test_a_legacy_run_is_refused_until_migrated_then_found(tmp_path, capsys):
     root = _legacy_tree(tmp_path)
     old = next(schema.run_dirs(root / "tabular_single" / "tpo"))
     with pytest.raises(ConfigError, match=r"legacy hash.*python -m tpo_bench\.tools\.migrate"):
@@ -92,10 +93,10 @@ def test_a_legacy_run_is_refused_until_migrated_then_found(tmp_path):
     # the same command now skips it
     proc = run_bench(*COMPLETED, f"output_root={root}")
     assert "[skip]" in proc.stdout
-    # a second migration finds nothing to do
-    again = subprocess.run([sys.executable, "-m", "tpo_bench.tools.migrate", str(root)], cwd=REPO,
-                           capture_output=True, text=True, timeout=300)
-    assert again.returncode == 0 and "moved 0, already current 2, left 0" in again.stdout
+    # a second migration finds nothing to do (its main, in here)
+    capsys.readouterr()
+    assert migrate.main([str(root)]) == 0
+    assert "moved 0, already current 2, left 0" in capsys.readouterr().out
 
 
 def _kernels(env: dict) -> str:

@@ -12,16 +12,18 @@ import pytest
 import torch
 
 from conftest import REPO, metrics, run_bench, run_dirs, summary
-from integrity_runs import SLOW, interrupted_run, reference, start, the_run, wait_line  # reference: a fixture
+from integrity_runs import (SLOW, interrupted_run, reference, run_here, start, the_run,  # reference: a fixture
+                            wait_line)
 
 
 # ------------------------------------------------------------------ item 7: signals
 
 @pytest.mark.slow
 @pytest.mark.parametrize("sig", [signal.SIGTERM, signal.SIGINT])
-def test_stop_signal_checkpoints_at_the_boundary_and_records_interrupted(tmp_path, reference, sig):
-    args = [*SLOW, "checkpoint_every=1000", "debug.sleep=0.3", f"output_root={tmp_path}"]
-    p = start(*args)
+def test_stop_signal_checkpoints_at_the_boundary_and_records_interrupted(tmp_path, reference, sig,
+                                                                         capsys):
+    args = [*SLOW, "checkpoint_every=1000"]
+    p = start(*args, "debug.sleep=0.3", f"output_root={tmp_path}")
     wait_line(p, "step 2/12")  # a few episodes in; the periodic checkpoint (every 1000) never comes
     p.send_signal(sig)
     assert p.wait(timeout=120) == 128 + sig
@@ -30,32 +32,36 @@ def test_stop_signal_checkpoints_at_the_boundary_and_records_interrupted(tmp_pat
     assert s["status"] == "interrupted" and s["reason"] == signal.Signals(sig).name
     state = torch.load(d / "checkpoint.pt", weights_only=True)
     assert 0 < state["next_step"] < 12 and len(state["rows"]) == state["next_step"]
-    again = run_bench(*args[:-2], f"output_root={tmp_path}")
-    assert f"resumed from checkpoint at step {state['next_step']}" in again.stdout
+    capsys.readouterr()
+    assert run_here(tmp_path, *args)["status"] == "completed"  # the resume: the runner's, in here
+    assert f"resumed from checkpoint at step {state['next_step']}" in capsys.readouterr().out
     pd.testing.assert_frame_equal(metrics(d), reference, check_exact=True)
 
 
 @pytest.fixture(scope="module")
 def sweep_reference(tmp_path_factory):
-    """Seed -> metrics of the local-sweep tests' runs, uninterrupted (basic launcher)."""
+    """Seed -> metrics of the local-sweep tests' runs, uninterrupted (trained in here)."""
     root = tmp_path_factory.mktemp("sweep-ref")
-    run_bench("-m", *SLOW, "checkpoint_every=1000", "seed=0,1,2", f"output_root={root}")
+    for seed in range(3):
+        assert run_here(root, *SLOW, "checkpoint_every=1000", f"seed={seed}")["status"] == "completed"
     return {int(d.name.split("=")[1]): metrics(d) for d in run_dirs(root)}
 
 
 @pytest.mark.slow
-@pytest.mark.parametrize("how, n_jobs, n_running", [("sigterm_to_the_sweep", 2, 2),
-                                                    ("ctrl_c_to_the_group", 8, 3)])
-def test_a_local_sweep_stops_every_running_run_at_its_boundary(tmp_path, sweep_reference, how, n_jobs,
-                                                               n_running):
+@pytest.mark.parametrize("how, n_jobs, seeds, n_running", [("sigterm_to_the_sweep", 2, 3, 2),
+                                                           ("ctrl_c_to_the_group", 8, 2, 2)])
+def test_a_local_sweep_stops_every_running_run_at_its_boundary(tmp_path, capsys, sweep_reference, how,
+                                                               n_jobs, seeds, n_running):
     """hydra/launcher=local: before, the first worker to stop raised out of its job and the
     launcher killed the other worker mid-episode (its episodes since its last checkpoint
     lost). Now every running run checkpoints at its boundary, no queued run starts, and
-    the same command finishes all of them to an uninterrupted sweep's metrics. n_jobs=8 for
-    3 jobs: the sweeper starts 3 workers, not 8 (an idle one, unguarded, would die of the
-    Ctrl-C and the launcher would kill the rest)."""
-    sweep = ["-m", *SLOW, "checkpoint_every=1000", "seed=0,1,2", "hydra/launcher=local",
-             f"hydra.launcher.n_jobs={n_jobs}"]
+    the same command finishes all of them to an uninterrupted sweep's metrics. SIGTERM:
+    2 workers for 3 jobs, so one job is queued when the sweep stops. Ctrl-C: n_jobs=8 for
+    2 jobs: the sweeper starts 2 workers, not 8 (an idle one, unguarded, would die of the
+    Ctrl-C and the launcher would kill the rest); its runs, stopped as SIGTERM's are,
+    resume in this process (a second sweep is the SIGTERM case's)."""
+    sweep = ["-m", *SLOW, "checkpoint_every=1000", f"seed={','.join(map(str, range(seeds)))}",
+             "hydra/launcher=local", f"hydra.launcher.n_jobs={n_jobs}"]
     p = subprocess.Popen([sys.executable, "-m", "bench", *sweep, "debug.sleep=0.3",
                           f"output_root={tmp_path / 'runs'}"], cwd=REPO, text=True,
                          stdout=subprocess.PIPE, stderr=subprocess.STDOUT, start_new_session=True)
@@ -79,14 +85,21 @@ def test_a_local_sweep_stops_every_running_run_at_its_boundary(tmp_path, sweep_r
         assert s["status"] == "interrupted" and s["reason"] == sig.name, (d, s["status"], rest)
         state = torch.load(d / "checkpoint.pt", weights_only=True)
         assert 2 <= state["next_step"] < 12 and len(state["rows"]) == state["next_step"]
-    assert (f"{3 - n_running} not started" in rest) == (n_running < 3) and f"stopped by {sig.name}" in rest, rest
+    assert (f"{seeds - n_running} not started" in rest) == (n_running < seeds) and f"stopped by {sig.name}" in rest, rest
     assert not list((tmp_path / "runs").rglob("STOP"))  # the stop request does not outlive the sweep
-    again = run_bench(*sweep, f"output_root={tmp_path / 'runs'}")
-    assert again.stdout.count("resumed from checkpoint") == n_running, again.stdout
-    assert sorted(sweep_reference) == [0, 1, 2]
-    for seed, reference_metrics in sweep_reference.items():
+    if how == "sigterm_to_the_sweep":  # the same command finishes them, the queued one too
+        again = run_bench(*sweep, f"output_root={tmp_path / 'runs'}")
+        assert again.stdout.count("resumed from checkpoint") == n_running, again.stdout
+    else:  # what a Ctrl-C left resumes as a SIGTERM's does: each run resumed, in here
+        capsys.readouterr()
+        for seed in range(seeds):
+            assert run_here(tmp_path / "runs", *SLOW, "checkpoint_every=1000", f"seed={seed}")["status"] \
+                == "completed"
+        assert capsys.readouterr().out.count("resumed from checkpoint") == n_running
+    assert sorted(d.name for d in run_dirs(tmp_path / "runs")) == [f"seed={i}" for i in range(seeds)]
+    for seed in range(seeds):
         [a] = [d for d in run_dirs(tmp_path / "runs") if d.name == f"seed={seed}"]
-        pd.testing.assert_frame_equal(metrics(a), reference_metrics, check_exact=True)
+        pd.testing.assert_frame_equal(metrics(a), sweep_reference[seed], check_exact=True)
 
 
 @pytest.mark.slow
@@ -119,8 +132,7 @@ def small_disk(tmp_path):
 
 @pytest.mark.slow
 def test_disk_full_mid_run_is_recorded_as_failed_with_the_os_error(small_disk):
-    proc = run_bench(*SLOW, f"output_root={small_disk}", check=False)
-    assert proc.returncode == 1
+    assert run_here(small_disk, *SLOW)["status"] == "failed"  # the runner's record, in here
     d = the_run(small_disk)
     s = summary(d)
     assert s["status"] == "failed" and s["error_kind"] == "io"
@@ -150,10 +162,26 @@ def test_metrics_that_cannot_be_written_turn_the_record_into_failed(tmp_path, mo
 
 # ------------------------------------------------------------------ item 8: damaged files
 
+DAMAGED = [("", "is empty"), ("{\"status\": ", "is not valid JSON"),
+           ("[1, 2]", "holds a JSON list, not an object")]
+
+
 @pytest.mark.slow
-@pytest.mark.parametrize("content,what", [("", "is empty"), ("{\"status\": ", "is not valid JSON"),
-                                          ("[1, 2]", "holds a JSON list, not an object")])
+@pytest.mark.parametrize("content,what", DAMAGED)
 def test_damaged_summary_is_named_with_the_fix(tmp_path, content, what):
+    """Each way summary.json can be unreadable, at the runner (in here); the command line's
+    handling of the refusal is the next test's."""
+    d = interrupted_run(tmp_path)
+    (d / "summary.json").write_text(content)
+    answer = run_here(tmp_path, *SLOW)
+    assert answer["status"] == "refused"
+    assert f"{d / 'summary.json'} {what}" in answer["reason"] and "force=true" in answer["reason"]
+    assert (d / "summary.json").read_text() == content
+
+
+@pytest.mark.slow
+def test_a_damaged_summary_refuses_its_run_and_the_sweep_goes_on(tmp_path):
+    content, what = DAMAGED[0]
     d = interrupted_run(tmp_path)
     (d / "summary.json").write_text(content)
     proc = run_bench("-m", *SLOW, "seed=0,1", f"output_root={tmp_path}", check=False)
@@ -178,12 +206,13 @@ def test_damaged_checkpoint_is_named_with_the_fix(tmp_path, damage):
 
 # ------------------------------------------------------------------ item 9: permissions
 
-@pytest.mark.slow
+@pytest.mark.slow  # starts a process (git, for the run's commit)
 def test_output_files_follow_the_umask(tmp_path):
-    p = subprocess.run(["sh", "-c", f"umask 002 && exec {sys.executable} -m bench "
-                        + " ".join([*SLOW, "debug.sleep=0.2", f"output_root={tmp_path}"])],
-                       cwd=REPO, text=True, capture_output=True, timeout=600)
-    assert p.returncode == 0, p.stderr
+    old = os.umask(0o002)
+    try:
+        assert run_here(tmp_path, *SLOW)["status"] == "completed"
+    finally:
+        os.umask(old)
     d = the_run(tmp_path)
     for name in ("summary.json", "config.json", "metrics.parquet"):
         assert (d / name).stat().st_mode & 0o777 == 0o664, name
