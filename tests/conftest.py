@@ -23,6 +23,55 @@ def run_bench(*args: str, cwd: Path = REPO, env: dict | None = None,
     return proc
 
 
+def bench_here(*args: str, env: dict | None = None) -> subprocess.CompletedProcess:
+    """`python -m bench ARGS` in this process, for command lines that stop before any run
+    trains (refusals, --help, --cfg, dry runs): the same entry (cli()), its exit status,
+    stdout and stderr, without a process start. Commands that train need run_bench (a run
+    installs signal handlers, a sweep launches workers): here a run that starts fails the
+    test at once, so a refusal that stops refusing cannot train in the test's process."""
+    import contextlib
+    import io
+    import logging
+    from unittest import mock
+
+    from hydra.core.global_hydra import GlobalHydra
+
+    from tpo_bench.bench import __main__ as entry
+
+    out, err = io.StringIO(), io.StringIO()
+    root = logging.getLogger()
+    handlers, level, argv = root.handlers[:], root.level, sys.argv
+    # `python -m bench` runs the entry as __main__, so Hydra finds conf/ from its file;
+    # imported, Hydra would look for a `tpo_bench.conf` package instead.
+    environ = {"HYDRA_MAIN_MODULE": "__main__", **(env or {})}
+    code: object = 0
+
+    def no_run(*_args, **_kwargs):
+        raise AssertionError(f"bench_here{args}: a run started (use run_bench for a command that trains)")
+
+    try:
+        with mock.patch.dict(os.environ, environ), contextlib.redirect_stdout(out), \
+                contextlib.redirect_stderr(err), mock.patch("tpo_bench.bench.runner.run", no_run), \
+                mock.patch("tpo_bench.bench.runner.run_seeds", no_run):
+            sys.argv = [str(REPO / "bench" / "__main__.py"), *args]
+            try:
+                entry.cli()
+            except SystemExit as e:  # as the interpreter turns it into a status
+                code = e.code
+                if code is None:
+                    code = 0
+                elif not isinstance(code, int):
+                    print(code, file=sys.stderr)
+                    code = 1
+    finally:
+        sys.argv = argv
+        GlobalHydra.instance().clear()  # the next compose starts afresh, as a new process
+        root.handlers[:] = handlers  # Hydra's job logging: a handler on this call's stdout
+        root.setLevel(level)
+    return subprocess.CompletedProcess([sys.executable, "-m", "bench", *args], code,
+                                       out.getvalue(), err.getvalue())
+
+
 def run_script(script: str, *args: str, check: bool = True) -> subprocess.CompletedProcess:
     proc = subprocess.run([sys.executable, str(REPO / script), *args], cwd=REPO, text=True,
                           capture_output=True, timeout=600)

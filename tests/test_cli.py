@@ -1,4 +1,6 @@
-"""`python -m bench` end to end, through real Hydra and real subprocesses."""
+"""`python -m bench` end to end, through real Hydra: real subprocesses for what trains,
+the entry run in this process (bench_here) for what stops before training (help, config,
+refusals, dry runs)."""
 import json
 import re
 import textwrap
@@ -6,13 +8,12 @@ import textwrap
 import pandas as pd
 import pytest
 
-from conftest import REPO, TINY, run_bench, run_dirs, run_script
-
-pytestmark = pytest.mark.slow  # every test here spawns a subprocess
+from conftest import REPO, TINY, bench_here, run_bench, run_dirs, run_script
 
 
 def test_help_and_cfg_job():
-    helped = run_bench("--help")
+    helped = bench_here("--help")
+    assert helped.returncode == 0, helped.stderr
     assert "algo: " in helped.stdout and "tpo" in helped.stdout and "task: " in helped.stdout
     # the launchers are listed (Hydra hides them under --hydra-help), the tune folder is not a group
     lines = helped.stdout.splitlines()
@@ -21,11 +22,13 @@ def test_help_and_cfg_job():
     assert presets | {"submitit_slurm"} <= set(re.split(r"[:,]\s*", launchers)[1:])
     assert any(line.startswith("hydra/sweeper") and "optuna" in line for line in lines)
     assert not any(line.startswith("tune:") for line in lines)
-    job = run_bench("--cfg", "job", "algo=grpo", "task=reverse_h10")
+    job = bench_here("--cfg", "job", "algo=grpo", "task=reverse_h10")
+    assert job.returncode == 0, job.stderr
     assert "name: grpo" in job.stdout and "sequence_length: 10" in job.stdout
     assert "kl_coef: 0.04" in job.stdout
 
 
+@pytest.mark.slow
 def test_multirun_to_parquet_collect_and_plot(out):
     proc = run_bench("-m", "algo=tpo,pg", "seed=0,1", *TINY, f"output_root={out}")
     dirs = run_dirs(out)
@@ -66,26 +69,38 @@ def test_multirun_to_parquet_collect_and_plot(out):
     assert "tpo" in shown.stdout and "pg" in shown.stdout
 
 
-def test_seed_alone_equals_seed_as_second_job(tmp_path):
-    run_bench("seed=0", *TINY, f"output_root={tmp_path / 'a'}")
-    run_bench("seed=1,0", *TINY, f"output_root={tmp_path / 'b'}", "-m")  # -m anywhere
+# Two configs (algo.k) by two seeds, seed 1 first: each config's seed 0 is the second
+# job of its config, after a run of the same config in the same process.
+SWEPT = ["-m", "algo=tpo", "algo.k=2,4", "seed=1,0", *TINY]
+
+
+@pytest.fixture(scope="module")
+def swept(tmp_path_factory):
+    out = tmp_path_factory.mktemp("swept") / "outputs"
+    run_bench(*SWEPT, f"output_root={out}")
+    return out
+
+
+@pytest.mark.slow
+def test_seed_alone_equals_seed_as_second_job(swept, tmp_path):
+    run_bench("seed=0", "algo.k=2", *TINY, f"output_root={tmp_path / 'a'}")
     [alone] = [d for d in run_dirs(tmp_path / "a")]
-    [second] = [d for d in run_dirs(tmp_path / "b") if d.name == "seed=0"]
+    [second] = [d for d in run_dirs(swept) if d.name == "seed=0" and d.parent.name == alone.parent.name]
     a = pd.read_parquet(alone / "metrics.parquet").drop(columns=["wall_s"])
     b = pd.read_parquet(second / "metrics.parquet").drop(columns=["wall_s"])
     pd.testing.assert_frame_equal(a, b, check_exact=True)
 
 
-def test_run_identity_separates_configs_not_seeds(out):
-    run_bench("-m", "algo=tpo", "algo.k=2,4", "seed=0,1", *TINY, f"output_root={out}")
-    dirs = run_dirs(out)
+@pytest.mark.slow
+def test_run_identity_separates_configs_not_seeds(swept):
+    dirs = run_dirs(swept)
     hashes = {d.parent.name for d in dirs}
     assert len(dirs) == 4 and len(hashes) == 2
     for h in hashes:
         assert {d.name for d in dirs if d.parent.name == h} == {"seed=0", "seed=1"}
-    # same command again: nothing re-runs, nothing new appears
-    again = run_bench("-m", "algo=tpo", "algo.k=2,4", "seed=0,1", *TINY, f"output_root={out}")
-    assert again.stdout.count("[skip]") == 4 and run_dirs(out) == dirs
+    # same command again, -m last (anywhere on the line): nothing re-runs, nothing new appears
+    again = run_bench(*SWEPT[1:], f"output_root={swept}", "-m")
+    assert again.stdout.count("[skip]") == 4 and run_dirs(swept) == dirs
 
 
 TOY_ALGO = '''
@@ -134,6 +149,7 @@ class ToyTask:
 '''
 
 
+@pytest.mark.slow
 def test_plugin_algorithm_and_task_from_own_package(tmp_path, out):
     pkg = tmp_path / "myplugins"
     (pkg / "conf" / "algo").mkdir(parents=True)
@@ -167,7 +183,7 @@ def test_plugin_algorithm_and_task_from_own_package(tmp_path, out):
     (["algo.eta=abc"], "algo.eta='abc' should be of type float"),
 ])
 def test_bad_input_is_refused_before_any_run_dir(args, message, out):
-    proc = run_bench(*TINY, *args, f"output_root={out}", check=False)
+    proc = bench_here(*TINY, *args, f"output_root={out}")
     assert proc.returncode != 0
     assert message in proc.stderr + proc.stdout
     assert run_dirs(out) == []
@@ -180,21 +196,25 @@ def test_bad_input_is_refused_before_any_run_dir(args, message, out):
     ("zero_variance_masking", 90), ("eta_sweep", 100), ("dg_epochs", 80),
     ("dg_epochs_dense", 160),
 ])
+@pytest.mark.filterwarnings("ignore:dg with algo.epochs")  # the dg_epochs presets' subject
 def test_experiment_presets_compose_and_validate(experiment, jobs, tmp_path):
     """Every job of every paper preset composes and passes validation (dry run)."""
-    proc = run_bench("-m", f"+experiment={experiment}", "dry_run=true", f"output_root={tmp_path}")
+    proc = bench_here("-m", f"+experiment={experiment}", "dry_run=true", f"output_root={tmp_path}")
+    assert proc.returncode == 0, proc.stderr
     assert f"[dry run] {jobs} valid jobs" in proc.stdout
     assert not any(tmp_path.iterdir())  # nothing launched, nothing written
 
 
 def test_experiment_shrinks_with_one_override(tmp_path):
-    proc = run_bench("-m", "+experiment=terminal_h_sweep", "seeds=2", "dry_run=true",
-                     f"output_root={tmp_path}")
+    proc = bench_here("-m", "+experiment=terminal_h_sweep", "seeds=2", "dry_run=true",
+                      f"output_root={tmp_path}")
+    assert proc.returncode == 0, proc.stderr
     # 4 H x 2 seeds x (3 grouped methods once + PPO and DG under both matchings)
     assert "[dry run] 56 valid jobs" in proc.stdout and "match=interactions" in proc.stdout
     assert "24 job(s) are the same run as another job" in proc.stdout
 
 
+@pytest.mark.slow
 def test_jobs_resolving_to_one_run_are_launched_once(tmp_path):
     """match=interactions of a grouped method is its prompt-matched run: a sweep over both
     trains it once (two processes must never share a run directory) and still runs the

@@ -11,7 +11,7 @@ import yaml
 from tpo_bench.bench.build import ConfigError, build
 from tpo_bench.bench.config import (CONF, DebugConfig, RunConfig, check_overrides, defaults, register,
                           run_config)
-from conftest import REPO, TINY, compose, run_bench, run_dirs
+from conftest import REPO, TINY, bench_here, compose, run_bench, run_dirs
 
 register()
 
@@ -163,15 +163,26 @@ def test_debug_defaults_are_the_dataclass():
     assert run_config({}).debug == DebugConfig() and defaults(DebugConfig)["nan_at"] == -1
 
 
-@pytest.mark.slow
-@pytest.mark.parametrize("override", ["+epochs=1", "++threds=4", "algo.eta_=2",
-                                      "+experiment=../algo/grpo", "+debug.nan_att=1"])
-def test_cli_refuses_unknown_keys_in_one_line(override, out):
-    proc = run_bench(*TINY, override, f"output_root={out}", check=False)
+UNKNOWN = ["+epochs=1", "++threds=4", "algo.eta_=2", "+experiment=../algo/grpo", "+debug.nan_att=1"]
+
+
+def _one_line_refusal(proc, out) -> None:
     assert proc.returncode == 2
     [line] = proc.stderr.strip().splitlines()
     assert line.startswith("error: ") and "valid" in line and "append" not in proc.stderr
     assert run_dirs(out) == [] and not out.exists()
+
+
+@pytest.mark.parametrize("override", UNKNOWN)
+def test_cli_refuses_unknown_keys_in_one_line(override, out):
+    """`python -m bench`'s entry in this process (bench_here)."""
+    _one_line_refusal(bench_here(*TINY, override, f"output_root={out}"), out)
+
+
+@pytest.mark.slow
+def test_cli_refuses_an_unknown_key_in_one_line_from_a_process(out):
+    """A real process's stderr: the one line and nothing else."""
+    _one_line_refusal(run_bench(*TINY, UNKNOWN[0], f"output_root={out}", check=False), out)
 
 
 def test_docs_list_every_top_level_key_with_its_default():

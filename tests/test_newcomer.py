@@ -12,7 +12,7 @@ from pathlib import Path
 
 import pytest
 
-from conftest import REPO, TINY, compose, run_bench
+from conftest import REPO, TINY, bench_here, compose
 
 
 def spec_for(root: Path, *args: str):
@@ -30,10 +30,8 @@ def test_an_episode_count_no_table_holds_is_refused_at_launch(tmp_path):
     assert not (tmp_path / "out").exists()
 
 
-@pytest.mark.slow  # starts a process
 def test_a_bad_episode_count_anywhere_in_a_sweep_stops_it_before_any_run(tmp_path):
-    proc = run_bench("-m", *TINY, "task.episodes=2,1000000000000", f"output_root={tmp_path / 'out'}",
-                     check=False)
+    proc = bench_here("-m", *TINY, "task.episodes=2,1000000000000", f"output_root={tmp_path / 'out'}")
     assert proc.returncode == 2, proc.stdout + proc.stderr
     assert "task.episodes must be an integer" in proc.stderr and "nothing was launched" in proc.stderr
     assert not list((tmp_path / "out").rglob("seed=*"))
@@ -69,11 +67,11 @@ def test_the_installed_bench_entry_has_a_version():
     assert sys.modules["bench"].__version__ == tpo_bench.__version__ and tpo_bench.__version__
 
 
-@pytest.mark.slow  # starts a process
 def test_bench_version_is_tpo_benchs_not_hydras():
     import tpo_bench
 
-    proc = run_bench("--version")
+    proc = bench_here("--version")
+    assert proc.returncode == 0, proc.stderr
     assert proc.stdout.strip() == f"tpo-bench {tpo_bench.__version__}", proc.stdout
     assert "Hydra" not in proc.stdout
 
@@ -154,10 +152,13 @@ def test_refused_runs_that_were_complete_are_not_also_counted_done(tmp_path):
 
 # ------------------------------------------------------------------ a finished SLURM sweep
 
-@pytest.mark.slow  # starts a process
+@pytest.mark.slow  # trains, and runs the SLURM stand-ins
 def test_a_finished_slurm_sweep_submits_nothing(tmp_path):
+    from tpo_bench.bench.runner import run
+
     out = tmp_path / "out"
-    run_bench("-m", *TINY, "seed=0,1", f"output_root={out}")
+    for seed in (0, 1):  # the runs of `-m seed=0,1`, trained here
+        assert run(spec_for(out, f"seed={seed}"))["status"] == "completed"
     bin_ = tmp_path / "bin"
     bin_.mkdir()
     log = tmp_path / "sbatch.log"
@@ -165,8 +166,8 @@ def test_a_finished_slurm_sweep_submits_nothing(tmp_path):
                        ("sinfo", "echo debug"), ("sacct", "exit 0")):
         (bin_ / name).write_text(f"#!/bin/sh\n{body}\n")
         (bin_ / name).chmod(0o755)
-    proc = run_bench("-m", *TINY, "seed=0,1", f"output_root={out}", "hydra/launcher=slurm_cpu",
-                     env={"PATH": f"{bin_}{os.pathsep}{os.environ['PATH']}"}, check=False)
+    proc = bench_here("-m", *TINY, "seed=0,1", f"output_root={out}", "hydra/launcher=slurm_cpu",
+                      env={"PATH": f"{bin_}{os.pathsep}{os.environ['PATH']}"})
     assert proc.returncode == 0, proc.stdout + proc.stderr
     assert "2 of 2 job(s) already complete" in proc.stdout and "not submitted" in proc.stdout
     assert not log.exists()

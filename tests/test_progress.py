@@ -10,7 +10,7 @@ from pathlib import Path
 import pandas as pd
 import pytest
 
-from conftest import REPO, compose, run_bench, run_dirs, run_script
+from conftest import REPO, bench_here, compose, run_bench, run_dirs, run_script
 
 # What a person follows in a terminal or a SLURM log: one plain line per report.
 RUN_LINE = re.compile(
@@ -103,9 +103,9 @@ def test_progress_every_s_is_not_identity_and_is_validated():
         build({**cfg, "log_every": -1})
 
 
-@pytest.mark.slow
 def test_bad_progress_every_s_exits_2_naming_the_key(tmp_path):
-    proc = run_bench(*SMALL, "progress_every_s=-3", f"output_root={tmp_path / 'out'}", check=False)
+    """`python -m bench`'s entry in this process (bench_here)."""
+    proc = bench_here(*SMALL, "progress_every_s=-3", f"output_root={tmp_path / 'out'}")
     assert proc.returncode == 2
     assert "progress_every_s must be a non-negative number" in proc.stderr and "-3" in proc.stderr
     assert not (tmp_path / "out").exists()

@@ -1,7 +1,9 @@
 """A SLURM sweep is checked before anything is submitted: without
 sbatch, with a controller that does not answer, or with a partition that does not exist,
 the sweep is refused in one line naming the launcher and the cause, exit 2, nothing
-created. These run anywhere: SLURM's commands are replaced by stand-ins on PATH."""
+created. These run anywhere: SLURM's commands are replaced by stand-ins on PATH. They run
+`python -m bench`'s entry in this process (bench_here), PATH changed for the call;
+test_no_sbatch_is_refused_from_a_process runs one through a real process."""
 import logging
 import os
 import subprocess
@@ -11,15 +13,15 @@ from pathlib import Path
 import pytest
 
 from tpo_bench.bench import slurm
-from conftest import REPO, TINY
+from conftest import REPO, TINY, bench_here
+
+
+def _args(tmp_path: Path, *extra: str) -> list[str]:
+    return ["-m", "seed=0,1", *TINY, f"output_root={tmp_path / 'outputs'}", *extra]
 
 
 def _sweep(tmp_path: Path, path: str, *extra: str) -> subprocess.CompletedProcess:
-    out = tmp_path / "outputs"
-    env = {**os.environ, "PATH": path}
-    return subprocess.run([sys.executable, "-m", "bench", "-m", "seed=0,1", *TINY,
-                           f"output_root={out}", *extra], cwd=REPO, env=env, text=True,
-                          capture_output=True, timeout=300)
+    return bench_here(*_args(tmp_path, *extra), env={"PATH": path})
 
 
 def _stand_ins(tmp_path: Path, sinfo: str) -> str:
@@ -36,12 +38,7 @@ def _nothing_created(tmp_path: Path) -> None:
     assert not (tmp_path / "outputs").exists()
 
 
-@pytest.mark.slow
-@pytest.mark.parametrize("dry_run", ["dry_run=true", "dry_run=false"])
-def test_no_sbatch_is_refused_in_one_line(tmp_path, dry_run):
-    empty = tmp_path / "empty"
-    empty.mkdir()
-    proc = _sweep(tmp_path, str(empty), "hydra/launcher=slurm_cpu", dry_run)
+def _no_sbatch_refused(proc: subprocess.CompletedProcess, tmp_path: Path) -> None:
     assert proc.returncode == 2, proc.stdout + proc.stderr
     [line] = proc.stderr.strip().splitlines()
     assert line.startswith("error: hydra/launcher=slurm_cpu: SLURM is not reachable")
@@ -50,7 +47,25 @@ def test_no_sbatch_is_refused_in_one_line(tmp_path, dry_run):
     _nothing_created(tmp_path)
 
 
+@pytest.mark.parametrize("dry_run", ["dry_run=true", "dry_run=false"])
+def test_no_sbatch_is_refused_in_one_line(tmp_path, dry_run):
+    empty = tmp_path / "empty"
+    empty.mkdir()
+    _no_sbatch_refused(_sweep(tmp_path, str(empty), "hydra/launcher=slurm_cpu", dry_run), tmp_path)
+
+
 @pytest.mark.slow
+def test_no_sbatch_is_refused_from_a_process(tmp_path):
+    """A real process's stderr: the one line and nothing else (a warning, a log record)."""
+    empty = tmp_path / "empty"
+    empty.mkdir()
+    proc = subprocess.run([sys.executable, "-m", "bench", *_args(tmp_path, "hydra/launcher=slurm_cpu")],
+                          cwd=REPO, env={**os.environ, "PATH": str(empty)}, text=True,
+                          capture_output=True, timeout=300)
+    _no_sbatch_refused(proc, tmp_path)
+
+
+@pytest.mark.slow  # runs the sinfo stand-in
 def test_controller_that_does_not_answer_is_named(tmp_path):
     path = _stand_ins(tmp_path, "echo 'sinfo: error: Unable to process configuration file' >&2; exit 1")
     proc = _sweep(tmp_path, path, "hydra/launcher=submitit_slurm")
@@ -61,7 +76,7 @@ def test_controller_that_does_not_answer_is_named(tmp_path):
     _nothing_created(tmp_path)
 
 
-@pytest.mark.slow
+@pytest.mark.slow  # runs the sinfo stand-in
 def test_unknown_partition_is_refused_naming_the_partitions(tmp_path):
     # answers only with --all (hidden partitions take jobs too), a partition per node line
     path = _stand_ins(tmp_path, '[ "$1" = --all ] && printf "debug*\\ncpu\\ncpu\\nhidden\\n"')
@@ -78,7 +93,6 @@ def test_unknown_partition_is_refused_naming_the_partitions(tmp_path):
         assert ok.returncode == 0 and "[dry run] 2 valid jobs" in ok.stdout, ok.stderr
 
 
-@pytest.mark.slow
 def test_the_optuna_sweeper_checks_too(tmp_path):
     empty = tmp_path / "empty"
     empty.mkdir()
@@ -89,7 +103,6 @@ def test_the_optuna_sweeper_checks_too(tmp_path):
     _nothing_created(tmp_path)
 
 
-@pytest.mark.slow
 def test_local_launcher_is_not_checked(tmp_path):
     empty = tmp_path / "empty"
     empty.mkdir()
@@ -112,7 +125,7 @@ def test_repeated_sacct_warning_is_said_once(capsys, caplog):
     assert "Bypassing" not in line and "Said once" in line
 
 
-@pytest.mark.slow
+@pytest.mark.slow  # runs the sinfo stand-in
 @pytest.mark.skipif(__import__("torch").cuda.is_available(), reason="needs a machine without a GPU")
 def test_a_gpu_sweep_is_submitted_from_a_machine_without_one(tmp_path):
     """A SLURM job trains on a compute node, so the submitting machine's lack of a GPU does
@@ -128,9 +141,7 @@ def test_a_gpu_sweep_is_submitted_from_a_machine_without_one(tmp_path):
     assert local.returncode == 2 and "is not available on this machine" in local.stderr, local.stderr
     _nothing_created(tmp_path)
     # the tuning sweeper validates its trials the same way
-    tune = subprocess.run([sys.executable, "-m", "bench", "-m", *TINY, "hydra/launcher=slurm_gpu",
-                           "hydra/sweeper=optuna", "hydra.sweeper.n_trials=1", "hydra.sweeper.seeds=1",
-                           "device=cuda", "dry_run=true", f"output_root={tmp_path / 'outputs'}"],
-                          cwd=REPO, env={**os.environ, "PATH": path}, text=True, capture_output=True,
-                          timeout=300)
+    tune = bench_here("-m", *TINY, "hydra/launcher=slurm_gpu", "hydra/sweeper=optuna",
+                      "hydra.sweeper.n_trials=1", "hydra.sweeper.seeds=1", "device=cuda", "dry_run=true",
+                      f"output_root={tmp_path / 'outputs'}", env={"PATH": path})
     assert tune.returncode == 0 and "[dry run] 1 studies validated" in tune.stdout, tune.stderr

@@ -11,7 +11,7 @@ import torch
 
 from tpo_bench.analysis import plot
 from tpo_bench.bench.build import ConfigError, build
-from conftest import REPO, TINY, compose, run_bench
+from conftest import REPO, TINY, bench_here, compose, run_bench
 
 # (overrides, key the message must name, fragment of the rule it must state)
 REFUSED = [
@@ -52,7 +52,9 @@ def test_a_wrong_type_is_refused_where_hydra_composes(args, key):
 
 
 # One of each rule through the command line, single run and sweep: the in-process test
-# above covers every value, these the exit status and that nothing is created.
+# above covers every value, these the exit status and that nothing is created. They run
+# `python -m bench`'s entry in this process (bench_here); test_a_refusal_from_a_process
+# runs one rule through a real process in each mode.
 CLI = [(["algo=dg", "algo.eta=0"], "algo.eta", "positive"),
        (["algo=ppo", "algo.clip_eps=-0.2"], "algo.clip_eps", "positive"),
        (["algo=grpo", "algo.kl_coef=-1"], "algo.kl_coef", ">= 0"),
@@ -60,6 +62,7 @@ CLI = [(["algo=dg", "algo.eta=0"], "algo.eta", "positive"),
        (["optim.lr=100"], "optim.lr", "at most 10"),
        (["device=tpu"], "device='tpu'", "valid choices: cpu"),
        (["threads=1.5"], "threads", "non-negative integer")]
+SWEEP = ["-m", "seed=0,1"]
 
 
 @pytest.mark.parametrize("args,key,rule", REFUSED)
@@ -78,34 +81,42 @@ def _refused(proc, key, rule, tmp_path):
     assert sorted(p.name for p in tmp_path.iterdir()) == []  # no output root, no sweep dir
 
 
-@pytest.mark.slow
 @pytest.mark.parametrize("args,key,rule", CLI)
 def test_single_run_refuses(args, key, rule, tmp_path):
-    proc = run_bench(*TINY, *args, f"output_root={tmp_path / 'out'}", check=False)
+    proc = bench_here(*TINY, *args, f"output_root={tmp_path / 'out'}")
     _refused(proc, key, rule, tmp_path)
 
 
-@pytest.mark.slow
 @pytest.mark.parametrize("args,key,rule", CLI)
 def test_sweep_refuses_before_launching(args, key, rule, tmp_path):
-    proc = run_bench("-m", *TINY, "seed=0,1", *args, f"output_root={tmp_path / 'out'}", check=False)
+    proc = bench_here(*SWEEP, *TINY, *args, f"output_root={tmp_path / 'out'}")
     _refused(proc, key, rule, tmp_path)
 
 
 @pytest.mark.slow
 @pytest.mark.parametrize("sweep", [False, True])
+def test_a_refusal_from_a_process(sweep, tmp_path):
+    """The refusal as a shell sees it: the exit status of a real `python -m bench`."""
+    args, key, rule = CLI[0]
+    proc = run_bench(*(SWEEP if sweep else []), *TINY, *args, f"output_root={tmp_path / 'out'}",
+                     check=False)
+    _refused(proc, key, rule, tmp_path)
+
+
+@pytest.mark.parametrize("sweep", [False, True])
 def test_bad_seed_is_refused(sweep, tmp_path):
     seed = ["-m", "seed=0,abc"] if sweep else ["seed=abc"]
-    proc = run_bench(*seed, *TINY, f"output_root={tmp_path / 'out'}", check=False)
+    proc = bench_here(*seed, *TINY, f"output_root={tmp_path / 'out'}")
     _refused(proc, "seed", "non-negative integer", tmp_path)
 
 
 @pytest.mark.slow
 def test_edge_values_still_run(tmp_path):
     """The bounds are the rules, not a step beside them: kl_coef = 0 (grpo_no_kl), lr at the
-    bound and threads = 0 (the default) are valid."""
+    bound and threads = 0 (the default) are valid; so is a name with dots and dashes."""
     run_bench(*TINY, "algo=grpo", "algo.kl_coef=0", "optim.lr=10", "threads=0", "task.episodes=1",
-              f"output_root={tmp_path}")
+              "task.name=demo-v1.2_x", f"output_root={tmp_path}")
+    assert (tmp_path / "demo-v1.2_x" / "grpo").is_dir()
 
 
 # ------------------------------------------------------------ item 5: path components
@@ -132,39 +143,37 @@ def test_build_refuses_path_components(args, key, tmp_path):
         build(compose(*TINY, *args))
 
 
-@pytest.mark.slow
 @pytest.mark.parametrize("args,key", [NOT_PLAIN[0], NOT_PLAIN[2], NOT_PLAIN[8]])
 @pytest.mark.parametrize("sweep", [False, True])
 def test_path_components_must_be_plain_names(args, key, sweep, tmp_path):
     root = tmp_path / "deep" / "er"
     root.mkdir(parents=True)
-    flags = ["-m", "seed=0,1"] if sweep else []
     args = [a.replace("ABS", str(tmp_path / "escaped")) for a in args]
-    proc = run_bench(*flags, *TINY, *args, f"output_root={root / 'out'}", check=False)
+    proc = bench_here(*(SWEEP if sweep else []), *TINY, *args, f"output_root={root / 'out'}")
     assert proc.returncode == 2, proc.stdout + proc.stderr
     assert key in proc.stderr and "plain name" in proc.stderr, proc.stderr
     written = [p for p in tmp_path.rglob("*") if p != root and p not in root.parents]
     assert written == [], written  # not even ../../escaped or the absolute path, both in tmp_path
 
 
-@pytest.mark.slow
 def test_plain_names_with_dots_and_dashes_still_run(tmp_path):
-    run_bench(*TINY, "task.name=demo-v1.2_x", "task.episodes=1", f"output_root={tmp_path}")
-    assert (tmp_path / "demo-v1.2_x" / "tpo").is_dir()
+    """Accepted where the plain-name rule is checked (test_edge_values_still_run trains one)."""
+    spec = build(compose(*TINY, "task.name=demo-v1.2_x", f"output_root={tmp_path}"))
+    assert spec.run_dir.parent.parent == tmp_path / "demo-v1.2_x" / "tpo"
 
 
 # ------------------------------------------------------------ item 10: sweep validation
 
-@pytest.mark.slow
 def test_seeds_per_job_overlap_is_found_in_any_order(tmp_path):
     """Overlapping packed seeds are refused wherever they sit in the sweep, naming the pair;
     seeds stepped by seeds_per_job are not."""
-    proc = run_bench("-m", *TINY, "seed=9,0,20,3,11", "seeds_per_job=3", "dry_run=true",
-                     f"output_root={tmp_path / 'out'}", check=False)
+    proc = bench_here("-m", *TINY, "seed=9,0,20,3,11", "seeds_per_job=3", "dry_run=true",
+                      f"output_root={tmp_path / 'out'}")
     assert proc.returncode == 2 and "would train the same seed twice" in proc.stderr, proc.stderr
     assert "seeds 9 and 11" in proc.stderr
-    proc = run_bench("-m", *TINY, "seed=9,0,20,3,12", "seeds_per_job=3", "dry_run=true",
-                     f"output_root={tmp_path / 'out'}")
+    proc = bench_here("-m", *TINY, "seed=9,0,20,3,12", "seeds_per_job=3", "dry_run=true",
+                      f"output_root={tmp_path / 'out'}")
+    assert proc.returncode == 0, proc.stderr
     assert "[dry run] 5 valid jobs (15 runs)" in proc.stdout
     assert not (tmp_path / "out").exists()
 
