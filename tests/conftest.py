@@ -208,3 +208,11 @@ def pytest_runtest_teardown(item, nextitem):
     result = yield
     _fail_if_spawned(item)
     return result
+
+
+def pytest_collection_finish(session) -> None:
+    """Torch computes on one thread in each test process: xdist runs one worker per core,
+    and a second thread in each worker oversubscribes the cores (small tensor ops then
+    cost many times the CPU). A run sets its own count (`threads`)."""
+    if "torch" in sys.modules:
+        sys.modules["torch"].set_num_threads(1)

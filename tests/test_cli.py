@@ -196,6 +196,7 @@ def test_bad_input_is_refused_before_any_run_dir(args, message, out):
     ("zero_variance_masking", 90), ("eta_sweep", 100), ("dg_epochs", 80),
     ("dg_epochs_dense", 160),
 ])
+@pytest.mark.slow  # a dry run validates every job: hundreds of configs built
 @pytest.mark.filterwarnings("ignore:dg with algo.epochs")  # the dg_epochs presets' subject
 def test_experiment_presets_compose_and_validate(experiment, jobs, tmp_path):
     """Every job of every paper preset composes and passes validation (dry run)."""
@@ -205,6 +206,7 @@ def test_experiment_presets_compose_and_validate(experiment, jobs, tmp_path):
     assert not any(tmp_path.iterdir())  # nothing launched, nothing written
 
 
+@pytest.mark.slow  # a dry run of a whole preset
 def test_experiment_shrinks_with_one_override(tmp_path):
     proc = bench_here("-m", "+experiment=terminal_h_sweep", "seeds=2", "dry_run=true",
                       f"output_root={tmp_path}")
