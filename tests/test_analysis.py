@@ -210,6 +210,7 @@ def test_legend_labels(results):
     assert labels[("copy", "tpo", "A")] != labels[("copy", "tpo", "E")]
 
 
+@pytest.mark.slow  # takes seconds in process
 def test_plot_files_legend_and_scales(results, tmp_path, monkeypatch):
     figs = []
     monkeypatch.setattr(plot.plt, "close", figs.append)
@@ -244,6 +245,7 @@ def test_color_fallback_is_deterministic():
     assert style.color_for("grpo") != style.color_for("tpo")
 
 
+@pytest.mark.slow  # takes seconds in process
 def test_plot_cli_errors(tmp_path, capsys, results):
     # bad input (a missing, column-less or empty table) exits 2 and draws nothing
     assert plot.main(["--results", str(tmp_path / "missing.parquet")]) == 2
@@ -293,6 +295,7 @@ def test_stale_heartbeat_is_reported_as_killed(tmp_path):
     assert collect.find_runs(tmp_path, stale_after=1)[1].status == "incomplete"
 
 
+@pytest.mark.slow  # takes seconds in process
 def test_a_task_with_a_held_out_error_gets_its_panel(results, tmp_path, monkeypatch):
     """Beside the training error, the held-out error (MNIST's test file, an LLM task's
     1 - pass@1) where the table has one: a second panel drawing test_error's seed means."""

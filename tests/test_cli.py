@@ -11,6 +11,7 @@ import pytest
 from conftest import REPO, TINY, bench_here, run_bench, run_dirs, run_script
 
 
+@pytest.mark.slow  # takes seconds in process
 def test_help_and_cfg_job():
     helped = bench_here("--help")
     assert helped.returncode == 0, helped.stderr

@@ -227,6 +227,7 @@ def test_plot_refuses_a_group_without_the_last_step(tmp_path, capsys):
     assert s.loc["B", "final_error_mean"] == pytest.approx(0.305)
 
 
+@pytest.mark.slow  # takes seconds in process
 def test_reproduction_results_still_summarise():
     results = REPO / "reproduction" / "results.parquet"
     if not results.is_file():

@@ -249,6 +249,7 @@ def test_a_full_disk_under_plot_out_is_one_line(tmp_path, capsys, monkeypatch):
 
 # ------------------------------------------------------------ a stale table
 
+@pytest.mark.slow  # takes seconds in process
 def test_plot_warns_when_runs_finished_after_its_table(tmp_path, capsys):
     """The stale-table fault: a sweep adds a run after the last collect; plot alone would
     draw the old table."""

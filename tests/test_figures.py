@@ -123,6 +123,7 @@ def test_pick_config_prefers_more_seeds_then_longer():
     assert set(configs.pick_config(rows)["config_hash"]) == {"b"}
 
 
+@pytest.mark.slow  # takes seconds in process
 def test_plot_cli(table, tmp_path, capsys):
     res = tmp_path / "results.parquet"
     table[table["experiment"] == "ablations"].to_parquet(res)
@@ -308,6 +309,7 @@ def steps_thresholds() -> dict:
             for e, g in steps.groupby("experiment")}
 
 
+@pytest.mark.slow  # takes seconds in process
 @pytest.mark.parametrize("experiment", sorted(steps_thresholds()))
 def test_paper_figures_draw_the_threshold_they_report(experiment, rendered):
     names = [n for n, f in figures.FIGURES.items() if (f.experiment or n) == experiment]
@@ -352,6 +354,7 @@ def test_paper_figure_legends_are_legible_and_off_the_curves(name, rendered):
     check_legends(rendered(name))
 
 
+@pytest.mark.slow  # takes seconds in process
 def test_task_and_seed_figure_legends_are_legible_and_off_the_curves():
     many = probe({"tpo": 8, "grpo": 8, "dg": 1, "ppo": 1, "grpo_no_kl": 8, "pg": 1})
     for fig in (plot.render_task("probe", many),
@@ -361,6 +364,7 @@ def test_task_and_seed_figure_legends_are_legible_and_off_the_curves():
         plot.plt.close(fig)
 
 
+@pytest.mark.slow  # takes seconds in process
 def test_a_key_named_per_line_is_named_on_every_panel(table):
     # H = 10 interaction-matched holds only grouped methods (K = 8 throughout): their lines
     # still say K, so the shared legend has one entry and one style per run

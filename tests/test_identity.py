@@ -144,6 +144,7 @@ def test_dry_run_moves_nothing(tmp_path):
     assert sorted(p.relative_to(root) for p in root.rglob("*")) == before
 
 
+@pytest.mark.slow  # takes seconds in process
 def test_a_legacy_table_is_rekeyed_to_the_hashes_build_gives(tmp_path):
     """reproduction/results.parquet predates the change: every one of its configs is
     re-keyed, each only because its legacy hash recomputes from its own columns, and to

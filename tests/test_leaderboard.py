@@ -311,6 +311,7 @@ def test_the_board_says_what_each_method_spent_in_rollouts():
     assert "rollouts" not in lb.markdown(lb.build_board(lb.scores_from_table(_e2e_table())[0], reps=50))
 
 
+@pytest.mark.slow  # takes seconds in process
 def test_cli_writes_the_figure_and_table(tmp_path, capsys):
     res = tmp_path / "results.parquet"
     _e2e_table().to_parquet(res)

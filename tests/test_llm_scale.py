@@ -59,6 +59,7 @@ def test_the_probe_counts_tokens_and_adapters(tmp_path):
     assert p.generation_s > 0 and p.training_s > 0 and p.peak_gib >= p.baseline_gib > 0
 
 
+@pytest.mark.slow  # takes seconds in process
 def test_adamw_at_lr_1e5_barely_moves_bfloat16_weights(tmp_path):
     """Why graph colouring's full fine-tune is mixed_bfloat16: AdamW's steps (~lr = 1e-5
     per weight) are below bfloat16's resolution for most weights, so pure bfloat16 weights

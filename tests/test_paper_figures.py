@@ -76,6 +76,7 @@ def test_hero_in_the_papers_form(drawn, table):
     assert np.allclose(curves(b)[0].get_ydata(), expected.values)
 
 
+@pytest.mark.slow  # takes seconds in process
 def test_terminal_sweep_in_the_papers_form(drawn):
     fig, _ = drawn("terminal_h_sweep")
     assert len(fig.axes) == 8
@@ -89,6 +90,7 @@ def test_terminal_sweep_in_the_papers_form(drawn):
     assert [t.get_text() for t in legend.get_texts()] == methods  # each method once
 
 
+@pytest.mark.slow  # takes seconds in process
 def test_extra_runs_go_to_the_companion_and_pngs_are_wide(table, tmp_path, drawn, monkeypatch):
     close, saved = P.plt.close, []
     monkeypatch.setattr(P.plt, "close", saved.append)  # each saved figure, kept to be read
@@ -295,6 +297,7 @@ def test_the_papers_seed_counts_are_its_numbers_seed_counts():
     assert checked >= 20
 
 
+@pytest.mark.slow  # takes seconds in process
 def test_panel_letters_sit_in_one_place(drawn):
     for name in ("k_sweep", "epoch_sweep", "dg_epochs", "zero_variance_masking"):
         fig, _ = drawn(name)
@@ -342,6 +345,7 @@ def test_paper_figure_texts_fit(drawn, name):
     check_text_inside(fig)
 
 
+@pytest.mark.slow  # takes seconds in process
 def test_paper_figures_are_saved_in_the_papers_type(table, tmp_path, monkeypatch):
     faces = []
     real = P.io.save_figure
@@ -401,6 +405,7 @@ def test_the_table_uses_the_label_map(tmp_path, monkeypatch, capsys):
     assert rc == 0 and "Ours" in names and "Theirs" in names and "tpo" not in names and "grpo" not in names
 
 
+@pytest.mark.slow  # takes seconds in process
 def test_the_committed_table_brings_its_committed_runs(tmp_path, monkeypatch, capsys):
     assert [p.name for p in plot.committed_runs(plot.COMMITTED_TABLE)] == \
         [p.name for p in map(Path, plot.COMMITTED_RUNS) if (plot.COMMITTED_TABLE.parent / p).is_dir()]

@@ -152,6 +152,7 @@ def test_the_committed_report_is_still_written_when_named(cwd):
     assert len(drawn) >= 4 and not changed, changed
 
 
+@pytest.mark.slow  # takes seconds in process
 def test_nothing_is_drawn_before_the_refusal(tmp_path):
     # runs a figure is drawn from, judged by no paper row: refused before the first figure
     from tpo_bench.analysis.paper import report

@@ -67,6 +67,7 @@ def test_each_variant_is_a_parameter_of_a_core_algorithm(name, impl, fields):
     assert spec.run_dir.parts[-3] == name
 
 
+@pytest.mark.slow  # takes seconds in process
 def test_every_conf_algo_builds():
     for yaml in sorted((REPO / "conf" / "algo").glob("*.yaml")):
         if yaml.stem != "ce":
