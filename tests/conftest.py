@@ -1,4 +1,3 @@
-import contextlib
 import json
 import os
 import subprocess
@@ -21,6 +20,10 @@ def run_bench(*args: str, cwd: Path = REPO, env: dict | None = None,
     if check and proc.returncode != 0:
         raise AssertionError(f"bench failed ({proc.returncode}):\n{proc.stdout}\n{proc.stderr}")
     return proc
+
+
+class RunStarted(BaseException):
+    """A run started inside bench_here: the test fails, whatever exit status it expected."""
 
 
 def bench_here(*args: str, env: dict | None = None) -> subprocess.CompletedProcess:
@@ -46,8 +49,8 @@ def bench_here(*args: str, env: dict | None = None) -> subprocess.CompletedProce
     environ = {"HYDRA_MAIN_MODULE": "__main__", **(env or {})}
     code: object = 0
 
-    def no_run(*_args, **_kwargs):
-        raise AssertionError(f"bench_here{args}: a run started (use run_bench for a command that trains)")
+    def no_run(*_args, **_kwargs):  # not an Exception: Hydra's handler must not turn it into exit 1
+        raise RunStarted(f"bench_here{args}: a run started (use run_bench for a command that trains)")
 
     try:
         with mock.patch.dict(os.environ, environ), contextlib.redirect_stdout(out), \
@@ -131,7 +134,7 @@ def _watch(owner, attr: str, label: str) -> None:
     original = getattr(owner, attr)
 
     def spawn(*args, **kwargs):
-        if _fast_item:
+        if _fast_item and not _platform_probe(label, args):
             _spawned.append(label)
         return original(*args, **kwargs)
 
@@ -139,16 +142,17 @@ def _watch(owner, attr: str, label: str) -> None:
     _unwatch.append(lambda: setattr(owner, attr, original))
 
 
-@contextlib.contextmanager
-def library_import():
-    """Import a third-party library inside a fast test: its import may probe the platform
-    with a short process (platform's `uname -p`, ctypes' `ldconfig -p`), the library's
-    doing rather than the test's, so spawns inside this block are not counted."""
-    before = len(_spawned)
-    try:
-        yield
-    finally:
-        del _spawned[before:]
+# What a library runs while it is imported, to read the platform (platform's `uname -p`,
+# ctypes' `ldconfig -p` when transformers or TRL load): the library's doing, in whichever
+# test imports it first, not the test starting a process.
+PLATFORM_PROBES = {("uname", "-p"), ("/sbin/ldconfig", "-p")}
+
+
+def _platform_probe(label: str, args: tuple) -> bool:
+    if label != "subprocess.Popen._execute_child" or len(args) < 2:
+        return False
+    argv = args[1]
+    return isinstance(argv, (list, tuple)) and tuple(map(str, argv)) in PLATFORM_PROBES
 
 
 def pytest_sessionstart(session) -> None:

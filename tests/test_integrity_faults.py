@@ -52,14 +52,13 @@ def sweep_reference(tmp_path_factory):
                                                            ("ctrl_c_to_the_group", 8, 2, 2)])
 def test_a_local_sweep_stops_every_running_run_at_its_boundary(tmp_path, capsys, sweep_reference, how,
                                                                n_jobs, seeds, n_running):
-    """hydra/launcher=local: before, the first worker to stop raised out of its job and the
-    launcher killed the other worker mid-episode (its episodes since its last checkpoint
-    lost). Now every running run checkpoints at its boundary, no queued run starts, and
-    the same command finishes all of them to an uninterrupted sweep's metrics. SIGTERM:
-    2 workers for 3 jobs, so one job is queued when the sweep stops. Ctrl-C: n_jobs=8 for
-    2 jobs: the sweeper starts 2 workers, not 8 (an idle one, unguarded, would die of the
-    Ctrl-C and the launcher would kill the rest); its runs, stopped as SIGTERM's are,
-    resume in this process (a second sweep is the SIGTERM case's)."""
+    """hydra/launcher=local: a worker that stops ends its job normally, so the launcher
+    kills no other worker mid-episode; every running run checkpoints at its boundary, no
+    queued run starts, and the same command finishes all of them to an uninterrupted sweep's
+    metrics. SIGTERM: 2 workers for 3 jobs, so one job is queued when the sweep stops.
+    Ctrl-C: n_jobs=8 for 2 jobs: the sweeper starts 2 workers, not 8 (an idle one,
+    unguarded, would die of the Ctrl-C and the launcher would kill the rest); its runs,
+    stopped as SIGTERM's are, resume in this process (a second sweep is the SIGTERM case's)."""
     sweep = ["-m", *SLOW, "checkpoint_every=1000", f"seed={','.join(map(str, range(seeds)))}",
              "hydra/launcher=local", f"hydra.launcher.n_jobs={n_jobs}"]
     p = subprocess.Popen([sys.executable, "-m", "bench", *sweep, "debug.sleep=0.3",

@@ -129,7 +129,7 @@ def test_repeated_sacct_warning_is_said_once(capsys, caplog):
 @pytest.mark.skipif(__import__("torch").cuda.is_available(), reason="needs a machine without a GPU")
 def test_a_gpu_sweep_is_submitted_from_a_machine_without_one(tmp_path):
     """A SLURM job trains on a compute node, so the submitting machine's lack of a GPU does
-    not refuse device=cuda (it did: the sweeper checked the device here); a device that is
+    not refuse device=cuda; a device that is
     no device name is still refused before anything is submitted, and a local sweep still
     refuses a device this machine lacks."""
     path = _stand_ins(tmp_path, 'printf "gpu*\\n"')

@@ -16,7 +16,6 @@ from pathlib import Path
 
 import pytest
 import torch
-from conftest import library_import
 
 from tpo_bench.algorithms.grpo import GRPO
 from tpo_bench.algorithms.tpo import TPO
@@ -29,8 +28,7 @@ FIXTURES = Path(__file__).parent / "fixtures"
 
 @pytest.fixture(scope="module")
 def lib():
-    with library_import():
-        import trl_support
+    import trl_support
 
     return trl_support
 
