@@ -13,6 +13,16 @@ TINY = ["task=demo", "task.episodes=3", "task.batch_size=4", "task.sequence_leng
         "log_every=1", "threads=1"]
 
 
+# The jobs `python -m bench -m +experiment=NAME dry_run=true` validates for each paper preset
+# (one seed each, so also its runs): the sweeper's counts, asserted by test_cli's dry runs.
+PRESET_JOBS = {
+    "hero": 120, "tabular_single": 20, "tabular_multi": 20, "mnist": 120, "mnist_stale": 160,
+    "vocab_sweep": 320, "task_variants": 320, "terminal_h_sweep": 560, "ablations": 300,
+    "k_sweep": 300, "epoch_sweep": 300, "zero_variance_masking": 90, "eta_sweep": 100,
+    "dg_epochs": 80, "dg_epochs_dense": 160,
+}
+
+
 def run_bench(*args: str, cwd: Path = REPO, env: dict | None = None,
               check: bool = True) -> subprocess.CompletedProcess:
     proc = subprocess.run([sys.executable, "-m", "bench", *args], cwd=cwd, text=True,
@@ -111,11 +121,74 @@ def out(tmp_path: Path) -> Path:
     return tmp_path / "outputs"
 
 
+@pytest.fixture(scope="module")
+def one_thread():
+    """Torch on one thread for a module's tests: bit-for-bit claims are for one thread (an
+    intra-op split of a reduction rounds otherwise), as a run with threads=1 computes."""
+    import torch
+
+    before = torch.get_num_threads()
+    torch.set_num_threads(1)
+    yield
+    torch.set_num_threads(before)
+
+
 def compose(*overrides: str) -> dict:
     """The resolved config `python -m bench` would see, without a subprocess."""
     from tpo_bench.bench.config import compose as bench_compose
 
     return bench_compose(*overrides)
+
+
+# Runs trained in the test's process, for a test that needs a run made or the runner's answer
+# rather than the command line's wiring (which run_bench and bench_here cover).
+
+def job_here(*overrides: str):
+    """The spec of the one run `python -m bench OVERRIDES` starts: the command line's values
+    checked (config.check_overrides), then the job's spec built (jobs.job_specs)."""
+    from tpo_bench.bench.config import check_overrides
+    from tpo_bench.bench.jobs import explicit_keys, job_specs
+
+    check_overrides(list(overrides))
+    [spec] = job_specs(compose(*overrides), explicit_keys(overrides))
+    return spec
+
+
+def refuse_here(*overrides: str) -> str:
+    """The ConfigError `python -m bench OVERRIDES` refuses with before any run (its command
+    line's values, then its job's specs), as text; the test fails if nothing refuses."""
+    from tpo_bench.bench.config import ConfigError, check_overrides
+    from tpo_bench.bench.jobs import explicit_keys, job_specs
+
+    with pytest.raises(ConfigError) as refused:
+        check_overrides(list(overrides))
+        job_specs(compose(*overrides), explicit_keys(overrides))
+    return str(refused.value)
+
+
+def train_here(spec) -> dict:
+    """runner.run(spec), as `python -m bench` runs one run, in this process: the runner's
+    answer. Torch's thread count, which a run sets from `threads`, is restored after."""
+    import torch
+
+    from tpo_bench.bench.runner import run
+
+    threads = torch.get_num_threads()
+    try:
+        return run(spec)
+    finally:
+        torch.set_num_threads(threads)
+
+
+def run_here(root: Path, *args: str) -> dict:
+    """What `python -m bench *args output_root=root` does for its one run, in this process."""
+    return train_here(job_here(*args, f"output_root={root}"))
+
+
+def spec_for(root: Path, *args: str):
+    """A tiny run's spec under root, built directly (for tests that alter the spec itself)."""
+    from tpo_bench.bench.build import build
+    return build(compose(*TINY, f"output_root={root}", *args))
 
 
 # The fast tier (`pytest -m "not slow"`) starts no process. Every way a test can start one

@@ -11,7 +11,7 @@ from pathlib import Path
 
 import pytest
 
-from conftest import REPO, TINY, compose, metrics, run_bench, run_dirs, wait_for
+from conftest import REPO, TINY, metrics, run_bench, run_dirs, wait_for
 
 SLOW = [*TINY, "task.episodes=12", "checkpoint_every=3"]
 
@@ -20,17 +20,6 @@ def start(*args: str, env: dict | None = None) -> subprocess.Popen:
     return subprocess.Popen([sys.executable, "-m", "bench", *args], cwd=REPO, text=True,
                             stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
                             env={**os.environ, **(env or {})})
-
-
-def run_here(root: Path, *args: str) -> dict:
-    """What `python -m bench *args output_root=root` does for one run, in this process: the
-    runner's answer (its lines go to the captured stdout). For a run a test only needs made,
-    or an answer that does not depend on the command line's wiring."""
-    from tpo_bench.bench.jobs import explicit_keys, job_specs
-    from tpo_bench.bench.runner import run
-
-    [spec] = job_specs(compose(*args, f"output_root={root}"), explicit_keys(args))
-    return run(spec)
 
 
 def wait_line(p: subprocess.Popen, text: str) -> None:

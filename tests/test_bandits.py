@@ -1,6 +1,5 @@
 """MNIST contextual bandit and tabular bandits (science §MNIST bandit, §Tabular bandits)."""
 import json
-import math
 import os
 
 import pandas as pd
@@ -14,10 +13,9 @@ from tpo_bench.algorithms.pg import PG
 from tpo_bench.contract.batch import Request
 from tpo_bench.bench.optim import NormalisedStep
 from tpo_bench.contract.rng import Streams
-from tpo_bench.bench.build import ConfigError, build, needs
+from tpo_bench.bench.build import build, needs
 from tpo_bench.bench.engine import train_episode
-from tpo_bench.bench.jobs import explicit_keys, job_specs
-from conftest import compose, run_bench, run_dirs
+from conftest import compose, refuse_here, run_bench, run_dirs
 from tpo_bench.tasks.mnist import MnistTask
 from tpo_bench.tasks.tabular import TabularMulti, TabularSingle, misalignment
 from test_data import make_mnist
@@ -314,9 +312,7 @@ BANDIT_REFUSALS = [
 @pytest.mark.parametrize("args,message", BANDIT_REFUSALS)
 def test_bandit_refusals(args, message):
     """Each is a ConfigError of the job's specs, as `python -m bench` builds them."""
-    with pytest.raises(ConfigError) as refused:
-        job_specs(compose(*args), explicit_keys(args))
-    assert message in str(refused.value)
+    assert message in refuse_here(*args)
 
 
 @pytest.mark.slow

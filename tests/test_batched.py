@@ -17,12 +17,13 @@ from tpo_bench.bench import engine, interrupts, rundir, runner
 from tpo_bench.bench.build import build
 from tpo_bench.bench.optim import build_optimizer
 from tpo_bench.bench.engine import train_episode
-from tpo_bench.bench.runner import run as run_single
-from tpo_bench.bench.config import ConfigError, check_overrides, compose
+from tpo_bench.bench.config import compose
 from tpo_bench.bench.jobs import explicit_keys, job_specs
-from conftest import REPO, TINY, metrics, run_bench, run_dirs, summary, wait_for
+from conftest import REPO, TINY, metrics, refuse_here, run_bench, run_dirs, summary, train_here, wait_for
 from tpo_bench.contract.rng import Streams
 from test_data import make_mnist
+
+pytestmark = pytest.mark.usefixtures("one_thread")  # bit-for-bit claims
 
 # Odd sizes (B 5, H 3, V 3): every per-seed tensor off the SIMD width, where a stacked
 # elementwise op or reduction would show a different rounding if it had one.
@@ -31,16 +32,6 @@ SMALL = ["task=demo", "task.batch_size=5", "task.sequence_length=3", "task.vocab
 ALGOS = sorted(p.stem for p in (REPO / "conf" / "algo").glob("*.yaml") if p.stem != "ce")
 SEEDS = 3
 EPISODES = 3
-
-
-@pytest.fixture(autouse=True, scope="module")
-def one_thread():
-    """The claim is for one thread (as threads=1 runs): an intra-op split of a reduction
-    can round otherwise, in the stacked and the single computation alike."""
-    before = torch.get_num_threads()
-    torch.set_num_threads(1)
-    yield
-    torch.set_num_threads(before)
 
 
 def _seats(spec, seeds):
@@ -259,7 +250,7 @@ def test_bandit_batched_job_writes_each_seed_as_its_single_run(tmp_path, task, a
     single = [build({**cfg, "seed": s, "output_root": str(tmp_path / "single")}) for s in range(SEEDS)]
     batch = [build({**cfg, "seed": s, "output_root": str(tmp_path / "batched")}) for s in range(SEEDS)]
     for spec in single:
-        run_single(spec)
+        train_here(spec)
     assert [s["status"] for s in runner.run_seeds(batch)] == ["completed"] * SEEDS
     for a, b in zip(single, batch):
         pd.testing.assert_frame_equal(metrics(b.run_dir), metrics(a.run_dir), check_exact=True)
@@ -276,7 +267,7 @@ def reference(tmp_path_factory):
     Trained in process, each seed's run as `python -m bench` runs a job of single runs."""
     root = tmp_path_factory.mktemp("single")
     for spec in job_specs(compose(*JOB, f"output_root={root}"), explicit_keys(JOB)):
-        assert run_single(spec)["status"] == "completed"
+        assert train_here(spec)["status"] == "completed"
     return {d.name: metrics(d) for d in run_dirs(root)}
 
 
@@ -316,7 +307,7 @@ def test_batched_job_skips_a_completed_seed_and_joins_a_resumed_one(tmp_path, re
     single run (it joins the batch at its step); seed 0 fresh."""
     seed1 = build(compose(*TINY, "task.episodes=6", "checkpoint_every=2", "seed=1",
                           f"output_root={tmp_path}"))
-    assert run_single(seed1)["status"] == "completed"  # seed 1's single run, in process
+    assert train_here(seed1)["status"] == "completed"  # seed 1's single run, in process
     proc = subprocess.Popen([sys.executable, "-m", "bench", *TINY, "task.episodes=6", "checkpoint_every=2",
                              "seed=2", "debug.sleep=0.3", f"output_root={tmp_path}"], cwd=REPO, text=True,
                             stdout=subprocess.PIPE, stderr=subprocess.STDOUT)
@@ -346,10 +337,7 @@ def test_batched_job_skips_a_completed_seed_and_joins_a_resumed_one(tmp_path, re
 def test_batch_seeds_refused_where_it_cannot_run(args, message):
     """Each refusal where `python -m bench` meets it, in its order: the command line's
     values (config.check_overrides), then the job's specs (jobs.job_specs)."""
-    with pytest.raises(ConfigError) as refused:
-        check_overrides(args)
-        job_specs(compose(*args), explicit_keys(args))
-    assert message in str(refused.value)
+    assert message in refuse_here(*args)
 
 
 @pytest.mark.slow
@@ -491,7 +479,7 @@ def test_a_seed_waiting_to_join_keeps_its_heartbeat(tmp_path, monkeypatch):
     every due time, as a single run's does; here due at every step), so that it does not
     read as a killed run."""
     specs = _specs(tmp_path, "checkpoint_every=2")
-    run_single(build({**compose(*STOPPABLE, "checkpoint_every=2", f"output_root={tmp_path}"),
+    train_here(build({**compose(*STOPPABLE, "checkpoint_every=2", f"output_root={tmp_path}"),
                       "seed": 2, "debug": {"nan_at": 4}}))
     assert torch.load(specs[2].run_dir / "checkpoint.pt", weights_only=True)["next_step"] == 4
     monkeypatch.setattr(rundir, "HEARTBEAT_S", 0.0)
@@ -564,7 +552,7 @@ def test_a_single_run_is_the_job_loop_at_one_seed(tmp_path, monkeypatch):
 
     monkeypatch.setattr(runner, "train_episodes", counted)
     specs = _specs(tmp_path)
-    assert run_single(specs[0])["status"] == "completed"
+    assert train_here(specs[0])["status"] == "completed"
     assert calls == [1] * 6
     assert [a["batch_seeds"] for a in summary(specs[0].run_dir)["attempts_log"]] == [False]
     calls.clear()

@@ -8,7 +8,7 @@ import textwrap
 import pandas as pd
 import pytest
 
-from conftest import REPO, TINY, bench_here, run_bench, run_dirs, run_script
+from conftest import PRESET_JOBS, REPO, TINY, bench_here, run_bench, run_dirs, run_script
 
 
 @pytest.mark.slow  # takes seconds in process
@@ -190,13 +190,7 @@ def test_bad_input_is_refused_before_any_run_dir(args, message, out):
     assert run_dirs(out) == []
 
 
-@pytest.mark.parametrize("experiment,jobs", [
-    ("hero", 120), ("tabular_single", 20), ("tabular_multi", 20), ("mnist", 120),
-    ("mnist_stale", 160), ("vocab_sweep", 320), ("task_variants", 320),
-    ("terminal_h_sweep", 560), ("ablations", 300), ("k_sweep", 300), ("epoch_sweep", 300),
-    ("zero_variance_masking", 90), ("eta_sweep", 100), ("dg_epochs", 80),
-    ("dg_epochs_dense", 160),
-])
+@pytest.mark.parametrize("experiment,jobs", sorted(PRESET_JOBS.items()))
 @pytest.mark.slow  # a dry run validates every job: hundreds of configs built
 @pytest.mark.filterwarnings("ignore:dg with algo.epochs")  # the dg_epochs presets' subject
 def test_experiment_presets_compose_and_validate(experiment, jobs, tmp_path):

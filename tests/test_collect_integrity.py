@@ -11,8 +11,7 @@ import pandas as pd
 import pytest
 
 from tpo_bench.analysis import collect, plot
-from conftest import REPO, TINY, run_dirs
-from integrity_runs import run_here
+from conftest import REPO, TINY, run_dirs, run_here
 
 TABULAR = ["task=tabular_multi", "task.episodes=5", "task.eval_every=2", "task.num_contexts=4",
            "threads=1", "log_every=1"]
@@ -123,7 +122,7 @@ def test_row_count_must_match_the_config_and_the_summary(root, tmp_path, capsys,
     assert rc == 0
     [line] = [ln for ln in text.splitlines() if str(d.relative_to(root)) in ln]
     assert "inconsistent" in line and reason in line, text
-    assert f"collected 2 runs" in text
+    assert "collected 2 runs" in text
 
 
 @pytest.mark.slow

@@ -2,7 +2,6 @@
 trees, with run directories made by hand (tools/bench_collect.py's `write_run`, shaped
 like the runner's): no training, each test well under a second."""
 import json
-import sys
 import time
 from pathlib import Path
 

@@ -16,8 +16,7 @@ from tpo_bench.bench.build import ConfigError, build
 from tpo_bench.contract import schema
 from tpo_bench.contract.identity import config_hash, legacy_hash
 from tpo_bench.tools import migrate
-from conftest import REPO, compose, run_bench
-from integrity_runs import run_here
+from conftest import REPO, compose, run_bench, run_here
 
 # Runs written by the code of commit 1d90937 (names in the hash): a completed
 # tabular_single TPO run, and a GRPO run stopped by SIGTERM at a checkpoint.

@@ -9,8 +9,8 @@ import pandas as pd
 import pytest
 import torch
 
-from conftest import metrics, run_bench, run_dirs, summary, wait_for
-from integrity_runs import SLOW, interrupted_run, reference, run_here, start, the_run  # reference: a fixture
+from conftest import metrics, run_bench, run_dirs, run_here, summary, wait_for
+from integrity_runs import SLOW, interrupted_run, reference, start, the_run  # reference: a fixture
 
 
 # ------------------------------------------------------------------ item 0: determinism

@@ -1,6 +1,5 @@
 """Run integrity under faults: a signal, a full disk, a damaged file or an unwritable
 metrics table is recorded, never corrupts or mislabels a result silently."""
-import json
 import os
 import re
 import signal
@@ -11,8 +10,8 @@ import pandas as pd
 import pytest
 import torch
 
-from conftest import REPO, metrics, run_bench, run_dirs, summary
-from integrity_runs import (SLOW, interrupted_run, reference, run_here, start, the_run,  # reference: a fixture
+from conftest import REPO, metrics, run_bench, run_dirs, run_here, summary
+from integrity_runs import (SLOW, interrupted_run, reference, start, the_run,  # reference: a fixture
                             wait_line)
 
 

@@ -7,18 +7,12 @@ import torch.nn.functional as F
 
 from tpo_bench.tasks._layernorm import LN_EPS, layer_norm
 
+pytestmark = pytest.mark.usefixtures("one_thread")  # bit-for-bit claims
+
 # Gradients against F.layer_norm: max abs difference over each gradient's scale
 # (dx: max |dy * w| / min std of a row; dw, db: the reference's largest magnitude).
 # Measured worst, 20 draws each of n 1-1000, d 3-67: dx 6.7e-7, dw 2.2e-6, db 2.2e-6.
 TOL = 1e-5
-
-
-@pytest.fixture(autouse=True)
-def one_thread():
-    before = torch.get_num_threads()
-    torch.set_num_threads(1)
-    yield
-    torch.set_num_threads(before)
 
 
 def _case(S: int, n: int, d: int, seed: int = 0):

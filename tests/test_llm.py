@@ -18,9 +18,8 @@ pytest.importorskip("reasoning_gym")
 
 from tpo_bench.bench.build import ConfigError, build  # noqa: E402
 from tpo_bench.bench.engine import backward  # noqa: E402
-from tpo_bench.bench.runner import run as run_single  # noqa: E402
 from tpo_bench.contract.batch import reference_kl  # noqa: E402
-from conftest import REPO, compose, run_bench  # noqa: E402
+from conftest import REPO, compose, run_bench, train_here  # noqa: E402
 from tpo_bench.contract.rng import Streams  # noqa: E402
 from tpo_bench.tasks import _lm  # noqa: E402
 
@@ -307,12 +306,8 @@ def test_an_llm_sweep_runs_and_records_the_llm_columns(base_dir, tmp_path):
             assert later[col].notna().all(), col
     tpo = next(p for p in runs if "/tpo/" in str(p))
     again = tmp_path / "again"
-    threads = torch.get_num_threads()
-    try:  # the rerun in process: runner.run, as `python -m bench` runs one run
-        rerun = run_single(spec_of(base_dir, "algo=tpo", f"output_root={again}", "seed=0"))
-        assert rerun["status"] == "completed"
-    finally:
-        torch.set_num_threads(threads)
+    rerun = train_here(spec_of(base_dir, "algo=tpo", f"output_root={again}", "seed=0"))
+    assert rerun["status"] == "completed"
     a = pd.read_parquet(tpo).drop(columns=["wall_s"])
     b = pd.read_parquet(next(again.rglob("metrics.parquet"))).drop(columns=["wall_s"])
     pd.testing.assert_frame_equal(a, b)

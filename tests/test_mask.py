@@ -6,7 +6,6 @@ from pathlib import Path
 
 import pytest
 import torch
-import yaml
 
 from tpo_bench.algorithms import ALGORITHMS
 from tpo_bench.algorithms.tpo import TPO

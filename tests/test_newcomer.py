@@ -8,16 +8,10 @@ import json
 import os
 import subprocess
 import sys
-from pathlib import Path
 
 import pytest
 
-from conftest import REPO, TINY, bench_here, compose
-
-
-def spec_for(root: Path, *args: str):
-    from tpo_bench.bench.build import build
-    return build(compose(*TINY, f"output_root={root}", *args))
+from conftest import REPO, TINY, bench_here, spec_for, train_here
 
 
 # ------------------------------------------------------------------ refused at launch
@@ -154,11 +148,9 @@ def test_refused_runs_that_were_complete_are_not_also_counted_done(tmp_path):
 
 @pytest.mark.slow  # trains, and runs the SLURM stand-ins
 def test_a_finished_slurm_sweep_submits_nothing(tmp_path):
-    from tpo_bench.bench.runner import run
-
     out = tmp_path / "out"
     for seed in (0, 1):  # the runs of `-m seed=0,1`, trained here
-        assert run(spec_for(out, f"seed={seed}"))["status"] == "completed"
+        assert train_here(spec_for(out, f"seed={seed}"))["status"] == "completed"
     bin_ = tmp_path / "bin"
     bin_.mkdir()
     log = tmp_path / "sbatch.log"
@@ -177,13 +169,11 @@ def test_a_finished_slurm_sweep_submits_nothing(tmp_path):
 
 @pytest.mark.slow  # trains
 def test_a_logger_added_to_a_completed_run_says_it_logs_nothing(tmp_path, capsys):
-    from tpo_bench.bench.runner import run
-
     spec = spec_for(tmp_path / "out")
-    assert run(spec)["status"] == "completed"
+    assert train_here(spec)["status"] == "completed"
     capsys.readouterr()
     again = dataclasses.replace(spec, logger={"name": "tensorboard", "subdir": "tensorboard"})
-    assert run(again)["status"] == "completed"
+    assert train_here(again)["status"] == "completed"
     line = capsys.readouterr().out
     assert "[skip]" in line and "logger=tensorboard logs nothing for it" in line, line
 
@@ -192,14 +182,12 @@ def test_a_logger_added_to_a_completed_run_says_it_logs_nothing(tmp_path, capsys
 def test_on_code_change_rerun_keeps_the_old_result_as_a_prior_attempt(tmp_path):
     import pandas as pd
 
-    from tpo_bench.bench.runner import run
-
     spec = spec_for(tmp_path / "out")
-    assert run(spec)["status"] == "completed"
+    assert train_here(spec)["status"] == "completed"
     before = (spec.run_dir / "metrics.parquet").read_bytes()
     summary = (spec.run_dir / "summary.json").read_text()
     edited = dataclasses.replace(spec, code_fingerprint="0" * 16, on_code_change="rerun")
-    answer = run(edited)
+    answer = train_here(edited)
     assert answer["status"] == "completed" and answer["attempts"] == 2, answer
     prior = spec.run_dir / "prior-attempt-1"
     assert (prior / "metrics.parquet").read_bytes() == before

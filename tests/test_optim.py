@@ -215,14 +215,6 @@ def test_build_optimizer():
 
 # ---- one update for a seed batch ------------------------------------------------
 
-@pytest.fixture
-def one_thread():
-    """Bitwise claims are for one thread (an intra-op split of a reduction rounds otherwise)."""
-    before = torch.get_num_threads()
-    torch.set_num_threads(1)
-    yield
-    torch.set_num_threads(before)
-
 
 SEED_SHAPES = {**SHAPES, "tok_embed_v2": (2, 64), "head_v2": (64, 2)}  # the V = 2 tables: tiny bmm
 

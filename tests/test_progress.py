@@ -10,7 +10,7 @@ from pathlib import Path
 import pandas as pd
 import pytest
 
-from conftest import REPO, bench_here, compose, run_bench, run_dirs, run_script
+from conftest import bench_here, compose, run_bench, run_dirs, run_script
 
 # What a person follows in a terminal or a SLURM log: one plain line per report.
 RUN_LINE = re.compile(

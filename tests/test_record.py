@@ -13,7 +13,7 @@ from tpo_bench.bench.engine import train_episode
 from tpo_bench.contract import schema
 from tpo_bench.contract.batch import AlgorithmOptions, TaskOptions
 from tpo_bench.contract.rng import Streams
-from conftest import compose
+from conftest import run_here
 
 
 @dataclass
@@ -69,12 +69,7 @@ def test_clip_frac_and_kl_are_the_mean_over_epochs_the_rest_the_first():
 ])
 def test_the_effective_group_size_is_recorded(args, k, tmp_path):
     """Trained in this process, as `python -m bench ARGS` builds and runs it."""
-    from tpo_bench.bench.jobs import explicit_keys, job_specs
-    from tpo_bench.bench.runner import run
-
-    overrides = [*args, "task.episodes=2", "threads=1", f"output_root={tmp_path}"]
-    [spec] = job_specs(compose(*overrides), explicit_keys(overrides))
-    assert run(spec)["status"] == "completed"
+    assert run_here(tmp_path, *args, "task.episodes=2", "threads=1")["status"] == "completed"
     (run,) = schema.run_dirs(tmp_path)
     df = pd.read_parquet(run / schema.METRICS)
     got = df["group_size_effective"].unique()

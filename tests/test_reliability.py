@@ -7,8 +7,8 @@ import pandas as pd
 import pytest
 import torch
 
-from conftest import REPO, TINY, compose, metrics, run_bench, run_dirs, summary, wait_for
-from integrity_runs import SLOW, reference, run_here  # reference: a fixture
+from conftest import REPO, TINY, compose, metrics, run_bench, run_dirs, run_here, summary, wait_for
+from integrity_runs import SLOW, reference  # reference: a fixture
 
 
 def start_bench(*args: str) -> subprocess.Popen:

@@ -5,21 +5,10 @@ import io as pyio
 import json
 import os
 import pathlib
-from pathlib import Path
 
 import pytest
 
-from conftest import TINY, compose
-
-
-def spec_for(root: Path, *args: str):
-    from tpo_bench.bench.build import build
-    return build(compose(*TINY, f"output_root={root}", *args))
-
-
-def run_it(spec):
-    from tpo_bench.bench.runner import run
-    return run(spec)
+from conftest import TINY, compose, spec_for, train_here
 
 
 # ------------------------------------------------------------------ links under output_root
@@ -30,7 +19,7 @@ def test_a_symlinked_lock_is_refused_and_its_target_untouched(tmp_path):
     victim.write_text("keep me")
     spec.run_dir.mkdir(parents=True)
     (spec.run_dir / ".lock").symlink_to(victim)
-    answer = run_it(spec)
+    answer = train_here(spec)
     assert answer["status"] == "refused"
     assert ".lock is a symbolic link" in answer["reason"] and str(victim) in answer["reason"]
     assert "\n" not in answer["reason"]
@@ -53,7 +42,7 @@ def test_a_link_in_a_runs_path_is_refused(tmp_path, what):
         (elsewhere / what).write_text(json.dumps({"status": "completed"}))
         link = spec.run_dir / what
         link.symlink_to(elsewhere / what)
-    answer = run_it(spec)
+    answer = train_here(spec)
     assert answer["status"] == "refused" and f"{link} is a symbolic link" in answer["reason"]
     assert sorted(p.name for p in elsewhere.iterdir()) == ([] if what.endswith("_dir") else [what])
 
@@ -81,7 +70,7 @@ def test_an_unwritable_run_folder_is_one_line_and_a_failure(tmp_path, monkeypatc
         return real_mkdir(self, *a, **k)
 
     monkeypatch.setattr(pathlib.Path, "mkdir", mkdir)
-    answer = run_it(spec)
+    answer = train_here(spec)
     assert answer["status"] == "failed" and answer["error_kind"] == "io"
     assert "Permission denied" in answer["reason"] and str(spec.run_dir) in answer["reason"]
     assert "\n" not in answer["reason"]
@@ -119,7 +108,7 @@ def test_an_error_writing_the_table_leaves_a_failed_record(tmp_path, monkeypatch
 
     monkeypatch.setattr(pd.DataFrame, "to_parquet", overflow)
     spec = spec_for(tmp_path)
-    answer = run_it(spec)
+    answer = train_here(spec)
     on_disk = json.loads((spec.run_dir / "summary.json").read_text())
     assert on_disk["status"] == answer["status"] == "failed" and on_disk["error_kind"] == "error"
     assert "OverflowError writing metrics.parquet" in on_disk["reason"]
@@ -132,19 +121,19 @@ def test_an_error_writing_the_table_leaves_a_failed_record(tmp_path, monkeypatch
 @pytest.mark.parametrize("damage", ["removed", "truncated"])
 def test_a_completed_run_without_its_table_is_damaged_not_skipped(tmp_path, damage, capsys):
     spec = spec_for(tmp_path)
-    assert run_it(spec)["status"] == "completed"
+    assert train_here(spec)["status"] == "completed"
     table = spec.run_dir / "metrics.parquet"
     if damage == "removed":
         table.unlink()
     else:
         table.write_bytes(table.read_bytes()[:100])
-    answer = run_it(spec)
+    answer = train_here(spec)
     assert answer["status"] == "refused"
     assert "metrics.parquet" in answer["reason"] and "damaged" in answer["reason"]
     assert "force=true re-runs it" in answer["reason"]
     assert "already completed" not in capsys.readouterr().out
     import dataclasses
-    assert run_it(dataclasses.replace(spec, force=True))["status"] == "completed"
+    assert train_here(dataclasses.replace(spec, force=True))["status"] == "completed"
     assert table.stat().st_size > 100
 
 
@@ -184,7 +173,7 @@ def test_a_nan_gradient_ends_the_run_as_diverged_naming_it(tmp_path, at):
     import dataclasses
     spec = spec_for(tmp_path)
     spec = dataclasses.replace(spec, algo=NanGrad(spec.algo, at))
-    answer = run_it(spec)
+    answer = train_here(spec)
     assert answer["status"] == "failed" and answer["error_kind"] == "diverged", answer["reason"]
     assert f"non-finite grad_norm nan, param_change nan at step {at}" in answer["reason"]
     assert answer["rows"] == at  # the NaN step is not recorded
@@ -193,7 +182,7 @@ def test_a_nan_gradient_ends_the_run_as_diverged_naming_it(tmp_path, at):
 @pytest.mark.slow  # starts a process
 def test_a_nan_error_with_a_finite_loss_ends_the_run_as_diverged(tmp_path):
     spec = spec_for(tmp_path, "debug.nan_error_at=1")
-    answer = run_it(spec)
+    answer = train_here(spec)
     assert answer["status"] == "failed" and answer["error_kind"] == "diverged"
     assert "non-finite error nan at step 1" in answer["reason"]
 
@@ -212,7 +201,7 @@ def test_an_undefined_diagnostic_may_be_nan_but_never_infinite():
 @pytest.mark.slow  # starts a process
 def test_a_run_records_the_fingerprint_of_its_code(tmp_path):
     spec = spec_for(tmp_path)
-    run_it(spec)
+    train_here(spec)
     s = json.loads((spec.run_dir / "summary.json").read_text())
     assert len(s["code_fingerprint"]) == 16 and int(s["code_fingerprint"], 16) >= 0
     assert s["code_fingerprint"] == spec.code_fingerprint
@@ -251,7 +240,7 @@ def test_the_fingerprint_ignores_comments_and_docstrings_not_code(tmp_path, monk
 
 def _recorded_under_other_code(tmp_path, *args):
     spec = spec_for(tmp_path, *args)
-    assert run_it(spec)["status"] == "completed"
+    assert train_here(spec)["status"] == "completed"
     path = spec.run_dir / "summary.json"
     s = json.loads(path.read_text())
     path.write_text(json.dumps({**s, "code_fingerprint": "0123456789abcdef"}))
@@ -261,7 +250,7 @@ def _recorded_under_other_code(tmp_path, *args):
 @pytest.mark.slow  # starts a process
 def test_a_run_completed_under_other_code_is_refused_by_default(tmp_path):
     spec = _recorded_under_other_code(tmp_path)
-    answer = run_it(spec)
+    answer = train_here(spec)
     assert answer["status"] == "refused"
     for text in ("0123456789abcdef", spec.code_fingerprint, "on_code_change=rerun",
                  "on_code_change=keep"):
@@ -270,9 +259,9 @@ def test_a_run_completed_under_other_code_is_refused_by_default(tmp_path):
 
 @pytest.mark.slow  # starts a process
 def test_on_code_change_keep_skips_and_says_so(tmp_path, capsys):
-    spec = _recorded_under_other_code(tmp_path)
+    _recorded_under_other_code(tmp_path)
     capsys.readouterr()
-    answer = run_it(spec_for(tmp_path, "on_code_change=keep"))
+    answer = train_here(spec_for(tmp_path, "on_code_change=keep"))
     assert answer["status"] == "completed" and answer["code_fingerprint"] == "0123456789abcdef"
     assert "the old result is kept (on_code_change=keep)" in capsys.readouterr().out
 
@@ -280,7 +269,7 @@ def test_on_code_change_keep_skips_and_says_so(tmp_path, capsys):
 @pytest.mark.slow  # starts a process
 def test_on_code_change_rerun_trains_again_under_todays_code(tmp_path):
     spec = _recorded_under_other_code(tmp_path)
-    answer = run_it(spec_for(tmp_path, "on_code_change=rerun"))
+    answer = train_here(spec_for(tmp_path, "on_code_change=rerun"))
     assert answer["status"] == "completed" and answer["code_fingerprint"] == spec.code_fingerprint
     assert answer["attempts"] == 2
 
@@ -288,13 +277,13 @@ def test_on_code_change_rerun_trains_again_under_todays_code(tmp_path):
 @pytest.mark.slow  # starts a process
 def test_a_run_without_a_fingerprint_is_skipped_saying_so(tmp_path, capsys):
     spec = spec_for(tmp_path)
-    run_it(spec)
+    train_here(spec)
     path = spec.run_dir / "summary.json"
     s = json.loads(path.read_text())
     del s["code_fingerprint"]
     path.write_text(json.dumps(s))
     capsys.readouterr()
-    assert run_it(spec)["status"] == "completed"
+    assert train_here(spec)["status"] == "completed"
     out = capsys.readouterr().out
     assert "already completed" in out and "records no code fingerprint" in out
 
@@ -378,7 +367,7 @@ def test_a_second_sweep_on_a_study_is_refused_naming_the_first(tmp_path):
         holder.kill()
         holder.wait()
     assert proc.returncode == 1, proc.stderr
-    assert f"study demo-tpo" in proc.stderr and f"pid {holder.pid}" in proc.stderr
+    assert "study demo-tpo" in proc.stderr and f"pid {holder.pid}" in proc.stderr
     assert "is being run by another sweep" in proc.stderr and "Traceback" not in proc.stderr
     assert not (tmp_path / ".optuna" / "demo-tpo.db").exists()
     assert not list(tmp_path.rglob("summary.json"))

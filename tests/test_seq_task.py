@@ -8,7 +8,7 @@ from tpo_bench.bench.optim import MuonNAdam, partition
 from tpo_bench.contract.batch import Request
 from tpo_bench.contract.rng import Streams
 import tpo_bench.tasks.seq as seq_module
-from tpo_bench.tasks.seq import REWARDS, TARGETS, SeqTask, generate, target_tokens, token_rewards
+from tpo_bench.tasks.seq import REWARDS, TARGETS, SeqTask, target_tokens, token_rewards
 from tpo_bench.tasks.transformer import Transformer
 
 

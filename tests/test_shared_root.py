@@ -7,7 +7,7 @@ from pathlib import Path
 
 import pytest
 
-from conftest import TINY, run_bench
+from conftest import TINY, run_bench, spec_for, train_here
 
 
 # ------------------------------------------------------------------ Hydra's sweep files
@@ -48,15 +48,8 @@ def test_a_linked_folder_on_the_way_to_the_sweep_dir_is_refused(tmp_path):
 
 # ------------------------------------------------------------------ planted runs
 
-def spec_for(root: Path, *args: str):
-    from conftest import compose
-    from tpo_bench.bench.build import build
-    return build(compose(*TINY, f"output_root={root}", *args))
 
 
-def run_it(spec):
-    from tpo_bench.bench.runner import run
-    return run(spec)
 
 
 def _collect(root: Path, tmp_path: Path, capsys, *flags):
@@ -74,13 +67,13 @@ def _collect(root: Path, tmp_path: Path, capsys, *flags):
 def test_a_completed_run_planted_under_other_names_is_neither_skipped_to_nor_pooled(tmp_path, capsys):
     root = tmp_path / "out"
     real = spec_for(root, "seed=5")
-    assert run_it(real)["status"] == "completed"
+    assert train_here(real)["status"] == "completed"
     planted = root / "zz" / "zz" / real.config_hash / "seed=5"
     planted.parent.mkdir(parents=True)
     real.run_dir.rename(planted)
     spec = spec_for(root, "seed=5")
     assert spec.run_dir == real.run_dir  # found only where its own files say it belongs
-    answer = run_it(spec)
+    answer = train_here(spec)
     assert answer["status"] == "completed" and answer["run_dir"] == str(real.run_dir)
     assert answer["attempts"] == 1  # trained, not skipped to the copy
     rc, text, table = _collect(root, tmp_path, capsys)
@@ -99,12 +92,12 @@ def test_a_completed_run_copied_into_another_configs_folder_is_refused(tmp_path,
 
     root = tmp_path / "out"
     theirs = spec_for(root, "seed=1", "optim.lr=0.002")
-    assert run_it(theirs)["status"] == "completed"
+    assert train_here(theirs)["status"] == "completed"
     ours = spec_for(root, "seed=1", "optim.lr=0.003")
     assert ours.config_hash != theirs.config_hash
     shutil.copytree(theirs.run_dir, ours.run_dir)
     before = {p.name: p.read_bytes() for p in ours.run_dir.iterdir() if p.is_file()}
-    answer = run_it(ours)
+    answer = train_here(ours)
     assert answer["status"] == "refused", answer
     assert f"config.json hashes to {theirs.config_hash}, its folder is {ours.config_hash}" \
         in answer["reason"]
@@ -257,16 +250,16 @@ def test_the_harness_a_run_executes_is_fingerprinted(tmp_path, monkeypatch):
 @pytest.mark.slow  # starts a process
 def test_a_run_recorded_before_the_wider_fingerprint_is_still_skipped(tmp_path, capsys):
     spec = spec_for(tmp_path / "out")
-    assert run_it(spec)["status"] == "completed"
+    assert train_here(spec)["status"] == "completed"
     path = spec.run_dir / "summary.json"
     s = json.loads(path.read_text())
     assert s["code_scope"] and s["code_fingerprint"] == spec.code_fingerprint
     del s["code_scope"]
     path.write_text(json.dumps({**s, "code_fingerprint": spec.narrow_fingerprint}))
-    again = run_it(spec_for(tmp_path / "out"))
+    again = train_here(spec_for(tmp_path / "out"))
     assert again["status"] == "completed" and "already completed" in capsys.readouterr().out
     path.write_text(json.dumps({**s, "code_fingerprint": "0123456789abcdef"}))
-    assert run_it(spec_for(tmp_path / "out"))["status"] == "refused"
+    assert train_here(spec_for(tmp_path / "out"))["status"] == "refused"
 
 
 # ------------------------------------------------------------------ resume under other code
@@ -275,7 +268,7 @@ def _unfinished_under_other_code(root: Path) -> Path:
     """A run that stopped at step 2 with its checkpoint (a NaN there), its record then
     saying it ran under other code."""
     spec = spec_for(root, "checkpoint_every=1", "debug.nan_at=2")
-    assert run_it(spec)["status"] == "failed"
+    assert train_here(spec)["status"] == "failed"
     assert (spec.run_dir / "checkpoint.pt").exists()
     path = spec.run_dir / "summary.json"
     path.write_text(json.dumps({**json.loads(path.read_text()), "code_fingerprint": "0123456789abcdef"}))
@@ -289,7 +282,7 @@ def test_on_code_change_applies_at_resume_too(tmp_path, capsys, choice):
     files = lambda: {p.name: p.read_bytes() for p in d.iterdir() if p.is_file() and p.name != ".lock"}
     before = files()
     capsys.readouterr()
-    answer = run_it(spec_for(tmp_path / "out", "checkpoint_every=1", f"on_code_change={choice}"))
+    answer = train_here(spec_for(tmp_path / "out", "checkpoint_every=1", f"on_code_change={choice}"))
     out = capsys.readouterr()
     if choice == "refuse":
         assert answer["status"] == "refused", answer
@@ -393,17 +386,19 @@ def test_a_huge_episode_count_claimed_by_a_table_is_named_not_allocated(tmp_path
 # ------------------------------------------------------------------ a sweep checked whole
 
 @pytest.mark.slow  # starts a process
-@pytest.mark.parametrize("seeds,said", [
-    ("seed=1,99999999999999999999", ""),  # the command line, before Hydra composes
-    ("+hydra.sweeper.params.seed='1,99999999999999999999'", "nothing was launched"),  # the sweeper's jobs
+@pytest.mark.parametrize("seeds,by_job", [
+    ("seed=1,99999999999999999999", False),  # the command line's check, before Hydra composes
+    ("+hydra.sweeper.params.seed='1,99999999999999999999'", True),  # the sweeper's, job by job
 ])
-def test_a_seed_past_64_bits_anywhere_in_a_sweep_stops_it_before_any_run(tmp_path, seeds, said):
+def test_a_seed_past_64_bits_anywhere_in_a_sweep_stops_it_before_any_run(tmp_path, seeds, by_job):
     root = tmp_path / "out"
     proc = run_bench("-m", *TINY, f"output_root={root}", seeds, check=False)
     assert not list(root.rglob("seed=*")), proc.stdout  # seed 1 did not train first
     assert proc.returncode == 2, proc.stdout + proc.stderr
     assert "seed must be an integer from 0 to 9223372036854775807" in proc.stderr
-    assert "99999999999999999999" in proc.stderr and said in proc.stderr
+    assert "99999999999999999999" in proc.stderr
+    assert ("(in job: seed=99999999999999999999" in proc.stderr) == by_job, proc.stderr
+    assert ("nothing was launched" in proc.stderr) == by_job, proc.stderr
 
 
 @pytest.mark.parametrize("value", [float("inf"), -float("inf")])

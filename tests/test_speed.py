@@ -11,8 +11,8 @@ from tpo_bench.contract.rng import Streams
 from tpo_bench.bench.optim import build_optimizer
 from tpo_bench.bench.build import build
 from tpo_bench.bench.engine import train_episode
-from tpo_bench.tools.speed import sweep_jobs, transformer_flops_per_token
-from conftest import REPO, TINY, compose, run_bench
+from tpo_bench.tools.speed import transformer_flops_per_token
+from conftest import PRESET_JOBS, REPO, TINY, bench_here, compose
 from tpo_bench.tasks.transformer import Transformer
 
 
@@ -65,11 +65,6 @@ def test_harness_has_no_old_logprob_forward(monkeypatch):
     assert calls == {"forward": H, "forward_shared_prefix": epochs}
 
 
-# The runs `python -m bench -m +experiment=NAME dry_run=true` lists for the mechanism
-# study's presets: the sweeper's own counts, which test_cli's dry runs of these presets assert.
-SWEEPER_RUNS = {"k_sweep": 300, "epoch_sweep": 300, "zero_variance_masking": 90}
-
-
 @pytest.mark.slow
 def test_seed_batched_mode_and_study_estimate(tmp_path):
     """`--seeds` on the CPU at tiny sizes, the path a GPU run takes with --device cuda."""
@@ -95,7 +90,7 @@ def test_seed_batched_mode_and_study_estimate(tmp_path):
 
     jobs = pd.read_csv(tmp_path / "seeds_estimate.csv")
     runs = jobs.groupby("experiment")["runs"].sum()
-    assert runs.to_dict() == SWEEPER_RUNS
+    assert runs.to_dict() == {name: PRESET_JOBS[name] for name in runs.index}  # the sweeper's counts
     assert (jobs["runs"] == 2).all()  # +pack=gpu seeds_per_job=2: 2 seeds a job
     # Counted once: epoch_sweep's 4 epochs are k_sweep's K 32 (the default epochs), and
     # zero_variance_masking's tpo and grpo are that config too: 690 listed, 570 to train.
@@ -114,18 +109,16 @@ def test_bilinear_is_exact_on_its_cost_model():
     assert bilinear(32, 4, {(32, 4): 1.5}) == 1.5  # one shape: measured, not interpolated
 
 
-@pytest.mark.slow
-def test_pack_gpu_packs_a_presets_seeds_into_jobs():
+@pytest.mark.slow  # three dry runs of a whole preset
+def test_pack_gpu_packs_a_presets_seeds_into_jobs(tmp_path):
     """+pack=gpu: one job per config, all the preset's seeds batched; seeds_per_job=10
-    makes three; the shrink override shrinks the jobs too. The sweeper's dry run for the
-    preset; the two variants on the job list it expands (sweep_jobs, the sweeper's
-    expansion) and the runs it prints for them (jobs x seeds_per_job), in process."""
+    makes three; the shrink override shrinks the jobs too. The sweeper's own dry runs,
+    through `python -m bench`'s entry in process."""
     pack = ("+experiment=k_sweep", "+pack=gpu", "device=cpu")
-    proc = run_bench("-m", *pack, "dry_run=true")
-    assert "[dry run] 10 valid jobs (300 runs)" in proc.stdout
     for extra, jobs, runs in (((), 10, 300), (("seeds_per_job=10",), 30, 300), (("seeds=3",), 10, 30)):
-        listed = sweep_jobs(*pack, *extra)
-        assert (len(listed), len(listed) * compose(*pack, *extra)["seeds_per_job"]) == (jobs, runs)
+        proc = bench_here("-m", *pack, *extra, "dry_run=true", f"output_root={tmp_path}")
+        assert proc.returncode == 0, proc.stderr
+        assert f"[dry run] {jobs} valid jobs ({runs} runs)" in proc.stdout, proc.stdout
     cfg = compose("+experiment=k_sweep", "+pack=gpu")
     assert (cfg["batch_seeds"], cfg["seeds_per_job"], cfg["device"]) == (True, 30, "cuda")
 
@@ -146,7 +139,6 @@ def test_a_seed_batch_costs_far_fewer_ops_than_its_seeds_alone(algo):
     the seeds in the loss or the optimizer would add about one single run's worth per
     seed), and reads no value one by one into Python."""
     from tpo_bench.tools.speed import count_ops
-    torch.set_num_threads(1)
     small = ("task=demo", "task.batch_size=5", "task.sequence_length=3", "task.vocab_size=3", f"algo={algo}")
     one, four = count_ops(small, 1, 1, 1), count_ops(small, 4, 1, 1)
     assert four["ops_per_episode"] < 2 * one["ops_per_episode"], (one, four)
@@ -159,7 +151,6 @@ def test_an_added_seed_costs_only_its_draws(algo):
     sampling noise); everything else, the LayerNorm backward too (tasks/_layernorm.py),
     runs once for all seeds."""
     from tpo_bench.tools.speed import count_ops
-    torch.set_num_threads(1)
     small = ("task=demo", "task.batch_size=5", "task.sequence_length=3", "task.vocab_size=3", f"algo={algo}")
     four, eight = count_ops(small, 4, 1, 1), count_ops(small, 8, 1, 1)
     per_seed = (eight["ops_per_episode"] - four["ops_per_episode"]) / 4

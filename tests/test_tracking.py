@@ -12,16 +12,15 @@ import pytest
 
 from tpo_bench.bench import tracking
 from tpo_bench.bench.build import ConfigError, build
-from tpo_bench.bench.runner import run
 from tpo_bench.bench.config import check_overrides
-from conftest import REPO, TINY, compose, wait_for
+from conftest import REPO, TINY, compose, train_here, wait_for
 
 TRACKED = ("error", "loss", "reward_mean", "grad_norm")
 
 
 def _train(tmp_path: Path, logger: str, *extra: str):
     spec = build(compose(*TINY, f"logger={logger}", f"output_root={tmp_path}", *extra))
-    assert run(spec)["status"] == "completed"
+    assert train_here(spec)["status"] == "completed"
     return spec, pd.read_parquet(spec.run_dir / "metrics.parquet")
 
 
@@ -145,7 +144,7 @@ def test_a_failing_logger_warns_once_and_the_parquet_stands(tmp_path, monkeypatc
     monkeypatch.setattr(tracking.Tracker, "warned", set())
     spec, df = _train(tmp_path, "tensorboard")
     plain = build(compose(*TINY, f"output_root={tmp_path / 'plain'}"))
-    run(plain)
+    train_here(plain)
     expected = pd.read_parquet(plain.run_dir / "metrics.parquet").drop(columns="wall_s")
     pd.testing.assert_frame_equal(df.drop(columns="wall_s"), expected)
     assert capsys.readouterr().err.count("logger=tensorboard failed at step 0 (OSError: disk full)") == 1

@@ -6,7 +6,7 @@ import pandas as pd
 import pytest
 import yaml
 
-from conftest import REPO, run_bench, run_dirs
+from conftest import REPO, job_here, run_bench, run_dirs, train_here
 
 optuna = pytest.importorskip("optuna")  # the `tune` extra (CI installs it with `test`)
 from optuna.trial import TrialState  # noqa: E402
@@ -29,24 +29,6 @@ def load(out, name="demo-tpo"):
 def counted(study):
     skip = set(study.user_attrs.get("interrupted", []))
     return [t for t in study.trials if t.state.is_finished() and t.number not in skip]
-
-
-def run_in_process(*overrides):
-    """One run as `python -m bench OVERRIDES` trains it (its command line checked, its
-    job's spec built, runner.run), in process; torch's thread count restored after."""
-    import torch
-
-    from tpo_bench.bench.config import check_overrides, compose
-    from tpo_bench.bench.jobs import explicit_keys, job_specs
-    from tpo_bench.bench.runner import run
-
-    check_overrides(list(overrides))
-    [spec] = job_specs(compose(*overrides), explicit_keys(overrides))
-    threads = torch.get_num_threads()
-    try:
-        assert run(spec)["status"] == "completed"
-    finally:
-        torch.set_num_threads(threads)
 
 
 def last_error(run_dir):
@@ -100,8 +82,8 @@ def test_study_resumes_without_rerunning_and_best_config_runs(out, tmp_path):
     tuned = out / "tuned" / "demo-tpo" / "algo" / "tpo_tuned.yaml"
     assert "# @package _global_" in tuned.read_text()
     other = tmp_path / "rerun"
-    run_in_process("algo=tpo_tuned", f"hydra.searchpath=[file://{out / 'tuned' / 'demo-tpo'}]", *TINY,
-                   "seed=0", f"output_root={other}")
+    assert train_here(job_here("algo=tpo_tuned", f"hydra.searchpath=[file://{out / 'tuned' / 'demo-tpo'}]",
+                               *TINY, "seed=0", f"output_root={other}"))["status"] == "completed"
     [rerun] = run_dirs(other)
     config = json.loads((rerun / "config.json").read_text())
     assert config["algo"]["name"] == "tpo_tuned" and config["algo"]["impl"] == "tpo"
@@ -172,7 +154,8 @@ def test_swept_seeds_and_an_unknown_objective_are_refused():
         refuse_seed_sweeps(OverridesParser.create().parse_overrides([*TINY, "seed=0,1"]))
     refuse_seed_sweeps(OverridesParser.create().parse_overrides([*TINY, "seed=3"]))  # one seed: its first
     with pytest.raises(Refused, match="objective='best'"):
-        OptunaSweeper(objective="best")._check_opts()
+        OptunaSweeper(objective="best").check_opts()
+    OptunaSweeper(objective="final").check_opts()  # a valid objective passes
 
 
 def test_space_schema():

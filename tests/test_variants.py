@@ -3,7 +3,6 @@ import copy
 import functools
 import json
 import math
-from pathlib import Path
 
 import pytest
 import torch
@@ -20,16 +19,6 @@ from tpo_bench.bench.optim import build_optimizer
 import conftest
 from conftest import REPO
 from tpo_bench.tasks.seq import SeqTask, target_tokens
-
-
-@pytest.fixture(autouse=True, scope="module")
-def one_thread():
-    """Torch on one thread, as a run has it (threads=1): these tensors are small, and on a
-    busy machine a second intra-op thread costs far more than it gives."""
-    before = torch.get_num_threads()
-    torch.set_num_threads(1)
-    yield
-    torch.set_num_threads(before)
 
 
 @functools.lru_cache(maxsize=None)

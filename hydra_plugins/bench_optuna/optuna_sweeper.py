@@ -66,7 +66,8 @@ class OptunaSweeper(BenchSweeper):
 
     # ------------------------------------------------------------ planning (no side effects)
 
-    def _check_opts(self) -> None:
+    def check_opts(self) -> None:
+        """The sweeper's own options (hydra.sweeper.*), checked before any study is planned."""
         o = self.opts
         for key in ("n_trials", "seeds", "final_window", "n_jobs", "rerun_seeds"):
             if not isinstance(o[key], int) or isinstance(o[key], bool) or o[key] < 1:
@@ -175,7 +176,7 @@ class OptunaSweeper(BenchSweeper):
         if self._slurm:  # before a study database or sweep folder is made
             self._refuse_without_slurm()
         try:
-            self._check_opts()
+            self.check_opts()
             parser = OverridesParser.create(config_loader=self.hydra_context.config_loader)
             parsed = parser.parse_overrides(self._parse_config() + list(arguments))
             refuse_seed_sweeps(parsed)
