@@ -25,6 +25,7 @@ import subprocess
 import sys
 import tarfile
 import time
+import warnings
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 from pathlib import Path
@@ -126,7 +127,9 @@ def locate(job: Job, repo: Path) -> Path:
     seed, rest = int(job.overrides[0].split("=", 1)[1]), job.overrides[1:]
     if (job.root, rest) not in _HASHES:
         ov = (*rest, f"output_root={root}")
-        spec = build(compose(*ov), explicit_keys(ov))
+        with warnings.catch_warnings():  # a build's warnings are for its run: none starts here
+            warnings.simplefilter("ignore", UserWarning)
+            spec = build(compose(*ov), explicit_keys(ov))
         _HASHES[job.root, rest] = (spec.task.name, spec.algo_name, spec.config_hash)
     task, algo, h = _HASHES[job.root, rest]
     return schema.find_run(root, h, seed) or schema.run_dir(root, task, algo, h, seed)
