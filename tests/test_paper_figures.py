@@ -107,6 +107,29 @@ def test_extra_runs_go_to_the_companion_and_pngs_are_wide(table, tmp_path, drawn
     assert {"pg", "ce", "grpo_no_kl", "ppo"} <= labels and "tpo" not in labels
 
 
+@pytest.mark.slow  # draws the three figures, each rendering its two siblings
+def test_a_shared_companion_is_the_same_whichever_figure_draws_it(table, tmp_path, monkeypatch):
+    """Figures 10, 11 and 14 share one companion file: each draws the runs none of them
+    draws, under a title naming all three, so the file does not depend on the last writer."""
+    close, saved = P.plt.close, []
+    monkeypatch.setattr(P.plt, "close", saved.append)  # each saved figure, kept to be read
+    sharing = sorted(s.name for s in P.PAPER.values() if s.companion == "mechanism_h8")
+    assert len(sharing) == 3
+    got = []
+    for name in sharing:
+        saved.clear()
+        paths = P.draw(name, table, tmp_path / name)
+        assert [p.name for p in paths[2:]] == ["mechanism_h8.png", "mechanism_h8.pdf"], name
+        comp = saved[-1]
+        got.append((comp._suptitle.get_text(),
+                    sorted(l.get_label() for ax in comp.axes for l in ax.get_lines())))
+        for fig in saved:
+            close(fig)
+    numbers = sorted(P.PAPER[n].number for n in sharing)
+    assert got[0][0].startswith(f"Companion to Figures {numbers[0]}, {numbers[1]} and {numbers[2]}")
+    assert got[0][1] and got[1:] == got[:-1]
+
+
 def test_every_paper_figure_has_a_preset_and_an_unrun_panel_says_so(drawn):
     assert sorted(s.number for s in P.PAPER.values()) == list(range(1, 18))
     fig, got = drawn("gradient_norms", empty=True)

@@ -71,3 +71,13 @@ def test_a_pass_that_still_shows_a_difference_says_so():
             assert excludes == ("excludes the paper's value" in r["notes"]), (section, r["algorithm"])
             seen += excludes
     assert seen >= 1
+
+
+def test_every_interval_the_report_states_is_at_the_rules_level():
+    """The table's interval column and every central interval the report states (its notes
+    and its prose) name the one level the intervals are computed at (verdicts.LEVEL)."""
+    level = f"{V.LEVEL * 100:g} %"
+    assert f"| {level} interval |" in TEXT
+    stated = re.findall(r"central\s+(\d+(?:\.\d+)?)\s+%", TEXT)
+    assert stated, "no central interval stated in the report"
+    assert {f"{s} %" for s in stated} == {level}

@@ -47,7 +47,8 @@ def numbers(name: str, df: pd.DataFrame, paper: pd.DataFrame, seeds: dict) -> li
 
 
 
-def section(name: str, df, out_page: Path, fig_dir: Path, paper, seeds) -> str:
+def section(name: str, df, out_page: Path, fig_dir: Path, lines: list[dict],
+            seeds_png: Path | None) -> str:
     spec = paper_figures.PAPER[name]
     info = {}
     paths = paper_figures.draw(name, df, fig_dir, info=info)
@@ -61,13 +62,10 @@ def section(name: str, df, out_page: Path, fig_dir: Path, paper, seeds) -> str:
         rel = Path(os.path.relpath(png, out_page.parent)).as_posix()
         what = "Ours, in the paper's form" if png.stem == name else "Companion: our runs not in the paper's figure"
         text += [f"**{what}** (`{png.as_posix()}`):", "", f"![{png.stem}]({rel})", ""]
-    lines = numbers(name, df, paper, seeds)
-    groups = {l["_group"]: figures.SeedGroup(l["algorithm"], l["_per_seed"], seeds[l["_group"]])
-              for l in lines if l["_group"] in seeds and l["_per_seed"]}
-    if groups:  # the paper's per-seed values are known: ours beside them
-        png = figures.draw_seed_distributions(list(groups.values()), R.SEEDS_TITLE, fig_dir, dpi=DPI)[0]
-        rel = Path(os.path.relpath(png, out_page.parent)).as_posix()
-        text += [f"**Per seed, ours beside the paper's** (`{png.as_posix()}`):", "", f"![{png.stem}]({rel})", ""]
+    if seeds_png is not None:  # the paper's per-seed values are known: ours beside them
+        rel = Path(os.path.relpath(seeds_png, out_page.parent)).as_posix()
+        text += [f"**Per seed, ours beside the paper's** (`{seeds_png.as_posix()}`: every "
+                 "configuration whose paper seeds are known):", "", f"![{seeds_png.stem}]({rel})", ""]
     text += [f"**Seeds per line.** {paper_figures.seed_note(drawn)}.", ""]
     if lines:
         shown = [{k: l[k] for k in SHOWN} for l in lines]
@@ -106,6 +104,12 @@ def write(df: pd.DataFrame, out_page: Path, fig_dir: Path) -> Path:
             "per task a table in percent, best line first (final error = error at the last "
             "step). Given the committed table without `--add-runs`, it also reads the "
             "committed runs beside it (`reproduction/runs/`: terminal, dense, mechanism, llm).", ""]
-    body = [section(name, df, out_page, fig_dir, paper, seeds) for name in paper_figures.ORDER]
+    lines = {name: numbers(name, df, paper, seeds) for name in paper_figures.ORDER}
+    groups = R.seed_figure_groups(lines.items(), seeds)
+    seeds_png = (figures.draw_seed_distributions([g for _, g in groups.values()], R.SEEDS_TITLE,
+                                                 fig_dir, dpi=DPI)[0] if groups else None)
+    shown = {name for name, ls in lines.items() if any(l["_group"] in groups and l["_per_seed"] for l in ls)}
+    body = [section(name, df, out_page, fig_dir, lines[name], seeds_png if name in shown else None)
+            for name in paper_figures.ORDER]
     io.write_text(out_page, "\n".join(head + body))
     return out_page

@@ -642,14 +642,26 @@ def draw(name: str, df: pd.DataFrame, out_dir, dpi: int = DPI, info: dict | None
     if info is not None:
         info["drawn"] = drawn
     paths = _save(fig, out_dir / name, dpi)
-    rest = df[~df["config_hash"].isin(drawn.hashes)]
     if spec.companion:
+        # one file for a companion several figures share (Figures 10, 11, 14: mechanism_h8):
+        # the runs none of them draws, titled with all of them, so whichever figure draws it
+        # last the file is the same
+        siblings = [s for s in PAPER.values() if s.companion == spec.companion]
+        numbers = sorted(s.number for s in siblings)
+        shared = len(numbers) > 1
+        hashes = set(drawn.hashes)
+        for other in siblings if shared else ():
+            if other.name != name:
+                other_fig, other_drawn = render(other.name, df)
+                plt.close(other_fig)
+                hashes |= set(other_drawn.hashes)
+        rest = df[~df["config_hash"].isin(hashes)]
+        which = (f"Figures {', '.join(map(str, numbers[:-1]))} and {numbers[-1]}: our runs not "
+                 "in the paper's figures" if shared
+                 else f"Figure {spec.number}: our runs not in the paper's figure")
         try:
-            comp = figures.render(spec.companion, rest,
-                                  title=f"Companion to Figure {spec.number}: our runs not in the paper's figure")
+            comp = figures.render(spec.companion, rest, title=f"Companion to {which}")
         except figures.NoData:
             return paths
-        # one file for a companion several figures share (Figures 10, 11, 14: mechanism_h8)
-        shared = sum(s.companion == spec.companion for s in PAPER.values()) > 1
         paths += _save(comp, out_dir / (spec.companion if shared else f"{name}_companion"), dpi)
     return paths

@@ -97,8 +97,9 @@ SEEDS_TITLE = "Terminal reward, H = 10: per-seed final error, ours and the paper
 SEEDS_CAPTION = ("Per-seed final error, prompt-matched, where the paper's seeds are known "
                  "(`analysis/paper/paper_seeds.csv`: its artifact's 20 per method): the outcome is "
                  "bimodal, so the empirical distributions are drawn side by side (ours solid, the "
-                 "paper's dashed), with the count of seeds below 1 % and a two-sample rank-sum "
-                 "permutation test, as in the rows' notes above (notes, not verdicts).")
+                 "paper's dashed), with the count of seeds below 1 % and the p-value of a two-sample "
+                 "rank-sum permutation test of the two sets of seeds (a reading, not a verdict; "
+                 "the rows' notes compare seed means instead).")
 PER_SEED_SHOWN = 10  # with few seeds a mean hides a bimodal outcome; list them
 LOG_FLOOR = 1e-8  # float32 resolution near 1 is ~1e-7
 
@@ -270,7 +271,8 @@ def number_line(row, sel, paper_seeds: dict | None = None, provenance: dict | No
     if 0 < len(ours.per_seed) <= PER_SEED_SHOWN:
         notes.append("per seed: " + ", ".join(number_text(v, 2) for v in sorted(ours.per_seed)))
     if row["metric"].startswith("steps_to_") and row["seeds"] and ours.n_seeds > int(row["seeds"]):
-        notes.append(f"the paper's statistic at its {row['seeds']} seeds: median and central 95 % "
+        notes.append(f"the paper's statistic at its {row['seeds']} seeds: median and central "
+                     f"{V.LEVEL * 100:g} % "
                      f"over {row['seeds']}-seed subsets of our {ours.n_seeds} (the crossing of all "
                      f"{ours.n_seeds}: {number_text(ours.all_seeds)})")
     if len(ours.by_seeds) >= 3 and row["seeds"] and ours.n_seeds < int(row["seeds"]):
@@ -706,6 +708,19 @@ class Progress:
         print(f"report: {what} [{now - self.start:.1f} s]", file=sys.stderr, flush=True)
 
 
+def seed_figure_groups(sections, paper_seeds: dict) -> dict:
+    """The per-seed figure's panels: each configuration whose paper seeds are known, from its
+    first row (prompt-matched) over (section, number lines) in order -> (section, SeedGroup).
+    Drawn once from all sections, so the one file is the same whoever draws it."""
+    groups = {}
+    for name, lines in sections:
+        for l in lines:
+            if l["_group"] in paper_seeds and l["_per_seed"] and l["_group"] not in groups:
+                groups[l["_group"]] = (name, figures.SeedGroup(l["algorithm"], l["_per_seed"],
+                                                               paper_seeds[l["_group"]]))
+    return dict(sorted(groups.items()))  # panels in one order, whichever section comes first
+
+
 def judged_anything(lines: list[dict]) -> bool:
     """Whether some number row has runs (formula checks need none) or some claim found any."""
     return any((l["_runs"] if "algorithm" in l else l["ours"]) for l in lines)
@@ -739,7 +754,10 @@ def build(df: pd.DataFrame, out: Path, fig_dir: Path, runs_root: Path | None = N
     n_figures = sum((name in figures.FIGURES or name in paper_figures.PAPER) and not sel.empty
                     for name, _, sel, *_ in judged)
     progress(f"drawing {n_figures} figure{'s' * (n_figures != 1)} into {fig_dir}")
-    sections, parts, seed_groups = [], [], {}
+    seed_groups = seed_figure_groups(((name, numbers) for name, _, _, numbers, *_ in judged), paper_seeds)
+    seeds_png = (figures.draw_seed_distributions([g for _, g in seed_groups.values()], SEEDS_TITLE,
+                                                 fig_dir)[0] if seed_groups else None)
+    sections, parts = [], []
     for name, exp, sel, numbers, claims, paired in judged:
         text = [f"## {exp.title} (`{name}`)", ""]
         if sel.empty:
@@ -761,18 +779,9 @@ def build(df: pd.DataFrame, out: Path, fig_dir: Path, runs_root: Path | None = N
                     text += [f"(No figure: {e}.)", ""]
         if numbers:
             text += [md_table(numbers), ""]
-        groups = []
-        for l in numbers:  # one panel per configuration, from its first row (prompt-matched)
-            if l["_group"] in paper_seeds and l["_per_seed"] and l["_group"] not in seed_groups:
-                seed_groups[l["_group"]] = name
-                groups.append(figures.SeedGroup(l["algorithm"], l["_per_seed"], paper_seeds[l["_group"]]))
-        if groups:
-            try:
-                png = figures.draw_seed_distributions(groups, SEEDS_TITLE, fig_dir)[0]
-                text += [SEEDS_CAPTION, "",
-                         f"![{figures.SEEDS_FIGURE}]({Path(os.path.relpath(png, out.parent)).as_posix()})", ""]
-            except figures.NoData as e:
-                text += [f"(No figure: {e}.)", ""]
+        if name in {section for section, _ in seed_groups.values()}:
+            text += [SEEDS_CAPTION, "",
+                     f"![{figures.SEEDS_FIGURE}]({Path(os.path.relpath(seeds_png, out.parent)).as_posix()})", ""]
         if claims:
             text += ["Claims:", "", md_table(claims), ""]
         if paired:
