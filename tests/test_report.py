@@ -658,6 +658,96 @@ def test_findings_mnist_holdout_numbers_are_the_committed_data():
     assert val["dg"] == pytest.approx(float(m[4]), abs=0.005)
 
 
+def _findings_and_generated_report():
+    """findings.md on one line, and the committed report without the findings it embeds
+    (the section from its "## What we found" heading to the next "## " heading)."""
+    from conftest import REPO
+    findings = " ".join((REPO / "reproduction" / "findings.md").read_text().split())
+    text = (REPO / "reproduction" / "REPRODUCTION.md").read_text()
+    start = text.index("\n## What we found")
+    end = text.index("\n## ", start + 1)
+    return findings, text[:start] + text[end:]
+
+
+def _report_section(generated, name):
+    start = generated.index(f"(`{name}`)\n")
+    return generated[start:generated.index("\n## ", start)]
+
+
+def test_findings_intervals_and_seed_counts_are_the_reports():
+    """An interval "[a, b]" (numbers or "never") or a count "n/m seeds reached" quoted in
+    the findings is a cell or note of the generated tables, verbatim: a number copied from
+    an earlier report, or a 95 % bootstrap beside the tables' 90 % interval, fails."""
+    findings, generated = _findings_and_generated_report()
+    intervals = re.findall(r"\[(?:-?[\d.]+|never), (?:-?[\d.]+|never)\]", findings)
+    assert len(intervals) >= 4, intervals
+    cells = set(re.findall(r"\| (\[[^]|]+\]) \|", generated))
+    assert not [i for i in intervals if i not in cells], [i for i in intervals if i not in cells]
+    counts = re.findall(r"\d+/\d+ seeds reached", findings)
+    assert counts and not [c for c in counts if c not in generated], counts
+    # the task-variant entry's counts belong to the sequential reverse-copy rows, in its order
+    m = re.search(r"under reverse copy none of our (\d+) PPO seeds and (\d+) of our (\d+) GRPO_token seeds "
+                  r"ever get below 1 % \(the table's \"(\d+/\d+ seeds reached)\" and \"(\d+/\d+ seeds reached)\"",
+                  findings)
+    assert m, "the sequential reverse-copy seed counts are not quoted"
+    rows = {r[2]: r[9] for r in ([c.strip() for c in line.split("|")[1:-1]]
+                                 for line in _report_section(generated, "task_variants").splitlines()
+                                 if "reward=sequential, target=reverse_copy |" in line)}
+    assert rows["ppo"].startswith(m[4]) and rows["grpo_token"].startswith(m[5]), rows
+    assert m[4] == f"0/{m[1]} seeds reached"
+    assert m[5] == f"{int(m[3]) - int(m[2])}/{m[3]} seeds reached"
+
+
+def test_findings_mnist_gaps_are_the_reports_rows():
+    """The MNIST-levels entry quotes ours minus the paper for every final-error row of the
+    `mnist` table: each gap is recomputed from that row's paper and ours cells."""
+    findings, generated = _findings_and_generated_report()
+    rows = [[c.strip() for c in line.split("|")[1:-1]] for line in
+            _report_section(generated, "mnist").splitlines() if "| final_error_pct |" in line]
+    gaps = {r[2]: float(r[5].split(" ± ")[0]) - float(r[4]) for r in rows if r[3] == "final_error_pct"}
+    assert set(gaps) == {"tpo", "pg", "grpo", "group_pg"}, gaps
+    quoted = dict(re.findall(r"(Group PG|GRPO|TPO|PG) by \+(\d\.\d\d)", findings))
+    assert {k.lower().replace(" ", "_") for k in quoted} == set(gaps), quoted
+    for name, value in quoted.items():
+        assert gaps[name.lower().replace(" ", "_")] == pytest.approx(float(value), abs=0.005), name
+    assert "about one point above" not in findings
+
+
+def test_findings_tabular_misalignment_and_stale_grpo_are_the_committed_data():
+    """The tabular-claims entry quotes where TPO's seed-mean misalignment first and last
+    falls below 1e-6 and where each method ends; the stale-actor entry quotes GRPO's final
+    error at D = 0 and 1000. Each is recomputed from results.parquet."""
+    from conftest import REPO
+    findings, _ = _findings_and_generated_report()
+    d = pd.read_parquet(REPO / "reproduction" / "results.parquet",
+                        columns=["experiment", "task.name", "task.delay", "algo.name", "seed", "step",
+                                 "misalignment", "error"])
+    curve = {(task, algo): g.groupby("step")["misalignment"].mean()
+             for (task, algo), g in d[d["task.name"].str.startswith("tabular")].groupby(["task.name", "algo.name"])}
+    m = re.search(r"single-context runs: TPO's first falls below 1e-6 at step (\d+), is last below it at "
+                  r"step (\d+) and rises again to (\S+) at the last step \((\d+)\); DG's ends at (\S+); "
+                  r"GRPO's climbs back to ([\d.]+)\. In the multi-context runs TPO's is first below 1e-6 at "
+                  r"step (\d+), last at step (\d+), and ends at ([\d.e-]+)\.", findings)
+    assert m, "the misalignment levels are not quoted"
+    for task, first, last in (("tabular_single", m[1], m[2]), ("tabular_multi", m[7], m[8])):
+        tpo = curve[task, "tpo"]
+        below = tpo.index[tpo.abs() < 1e-6]
+        assert (below.min(), below.max()) == (int(first), int(last)), task
+    single_end = {a: c.iloc[-1] for (t, a), c in curve.items() if t == "tabular_single"}
+    assert curve["tabular_single", "tpo"].index[-1] == int(m[4])
+    for algo, quoted in (("tpo", m[3]), ("dg", m[5]), ("grpo", m[6])):
+        assert float(f"{single_end[algo]:.2g}") == float(quoted), algo
+    assert float(f"{curve['tabular_multi', 'tpo'].iloc[-1]:.2g}") == float(m[9])
+    s = d[d["experiment"] == "mnist_stale"]
+    last = s[s["step"] == s.groupby(["algo.name", "task.delay", "seed"])["step"].transform("max")]
+    final = last.groupby(["algo.name", "task.delay"])["error"].mean() * 100
+    g = re.search(r"GRPO does not \(final error ([\d.]+) % at D = 0, ([\d.]+) % at D = 1000\)", findings)
+    assert g, "the stale GRPO finals are not quoted"
+    assert final["grpo", 0] == pytest.approx(float(g[1]), abs=0.005)
+    assert final["grpo", 1000] == pytest.approx(float(g[2]), abs=0.005)
+    assert final["grpo", 1000] < final["grpo", 0]  # the heading: GRPO does not collapse
+
+
 def test_hand_written_findings_name_no_verdict():
     """Verdicts live in the generated tables only: the hand-written findings inserted into
     the report may quote numbers and explain them, never label them."""
