@@ -71,13 +71,13 @@ EXPERIMENTS = {e.name: e for e in [
     Experiment("mnist", "MNIST contextual bandit", (MNIST,)),
     Experiment("mnist_holdout", "MNIST contextual bandit, scored on a 10k validation split",
                ({**MNIST, "holdout": 10000},),
-               note="A level check for `mnist`: the offline test file holds only the first "
-                    "3,000 MNIST test images (the paper scores all 10,000). These runs train "
-                    "on the first 50k training images and report the error on the other 10k "
-                    "(`task.holdout=10000`); `test_error` still records the 3,000 test images. "
-                    "A split of the training file shares its writers with the training images, "
-                    "so it is no like-for-like stand-in for the full test set: why our `mnist` "
-                    "levels differ from the paper's is unexplained (`findings.md`)."),
+               note="The rows comparable with the paper's: the offline test file holds only "
+                    "the first 3,000 MNIST test images (the paper scores all 10,000), so these "
+                    "runs train on the first 50k training images and report the error on the "
+                    "other 10k (`task.holdout=10000`); `test_error` still records the 3,000 test "
+                    "images. One difference remains: a split of the training file shares its "
+                    "writers with the training images, where the test set's are others. Why "
+                    "our `mnist` levels differ from the paper's is unexplained (`findings.md`)."),
     Experiment("mnist_stale", "MNIST with stale actors (our extension)",
                ({"task": "mnist", "task.name": "mnist_stale", "holdout": 0},)),
     Experiment("vocab_sweep", "Dense token reversal: vocabulary sweep",
