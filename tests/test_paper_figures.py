@@ -448,3 +448,14 @@ def test_the_llm_figure_names_each_paper_panel_not_run_beside_ours(table):
     assert "ours" in mine.get_title() and "spell_backward" in mine.get_title()
     assert [l.get_label() for l in curves(mine)] == ["TPO", "GRPO"]
     P.plt.close(fig)
+
+
+def test_mnist_test_error_panels_say_the_test_file_is_the_first_3000_images(drawn, table):
+    said = "first 3,000 of 10,000 images"
+    for name in ("hero", "mnist"):
+        a = drawn(name)[0].axes[0]
+        assert said in a.get_title().replace("\n", " "), name
+    stale = figures.render("mnist_stale", table)
+    titles = [ax.get_title().replace("\n", " ") for ax in stale.axes]
+    assert len(titles) == 4 and all(said in t for t in titles), titles
+    P.plt.close(stale)

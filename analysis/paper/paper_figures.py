@@ -116,7 +116,7 @@ def _mech(name, number, experiment, panels, paper, ncols=2, companion=None):
 
 PAPER = {f.name: f for f in [
     PaperFigure("hero", 1, "hero", (
-        Panel("(a) MNIST, test file (first 3,000 images)",
+        Panel(f"(a) MNIST, {figures.MNIST_TEST}",
               _lines("tpo", "grpo", "dg"), {"task": "mnist"},
               ylim=(0.025, 0.15), xlabel="Step", ylabel="Classification error"),
         Panel("(b) Token reversal (sparse reward)", _lines("tpo", "grpo", "dg"),
@@ -146,7 +146,7 @@ PAPER = {f.name: f for f in [
           "0.05 and drops to zero; GRPO, DG and PG stay near 0.1-0.5.", companion="tabular_multi",
         seeds=100),
     PaperFigure("mnist", 4, "mnist", (
-        Panel("(a) Learning curves", _lines("tpo", "dg", "group_pg", "grpo", "pg"), scale="log",
+        Panel(f"(a) Learning curves, {figures.MNIST_TEST}", _lines("tpo", "dg", "group_pg", "grpo", "pg"), scale="log",
               ylim=(0.025, 0.15), xlabel="Step", ylabel="Classification error"),
         Panel("(b) Extra gain on concentrated mistakes", _lines("tpo", "dg"), kind="bars",
               xlabel="Wrong-class concentration", ylabel=r"Excess gain in $p_y$",
