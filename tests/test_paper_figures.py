@@ -447,6 +447,7 @@ def test_the_llm_figure_names_each_paper_panel_not_run_beside_ours(table):
     [mine] = fig.axes[3:]
     assert "ours" in mine.get_title() and "spell_backward" in mine.get_title()
     assert [l.get_label() for l in curves(mine)] == ["TPO", "GRPO"]
+    check_text_inside(fig)
     P.plt.close(fig)
 
 
