@@ -379,3 +379,30 @@ def test_a_key_named_per_line_is_named_on_every_panel(table):
     assert len(styles) == 1
     assert "K per line" in title_of(fig) and not any("K 8" in ax.get_title() for ax in fig.axes)
     plot.plt.close(fig)
+
+
+def test_final_values_at_zero_show_on_a_log_panel_and_are_named(table):
+    """A log axis cannot show 0: a final panel with values at 0 draws them on a symlog
+    axis (linear below a stated floor) and names them inside the panel."""
+    zero = table.copy()
+    eta = experiments.select(zero, "eta_sweep")
+    at = eta.index[eta["algo.eta"].isin([0.25, 2.0])]
+    zero.loc[at, "error"] = 0.0
+    fig = figures.render("eta_sweep", zero)
+    final = fig.axes[1]
+    assert final.get_yscale() == "symlog" and final.get_ylim()[0] < 0 < final.get_ylim()[1]
+    at_zero = {x for l in final.get_lines() for x, y in zip(l.get_xdata(), l.get_ydata()) if y == 0}
+    assert {0.25, 2.0} <= at_zero  # drawn, at 0
+    [note] = [c for c in final.get_children() if getattr(c, "get_gid", lambda: None)() == "zeros"]
+    text = " ".join(t.get_text() for t in note.get_texts()).replace("\n", " ")
+    assert "final error 0:" in text and "eta = 0.25, 2" in text and "linear below" in text, text
+    plot.plt.close(fig)
+    # every value at 0: the floor is LOG_FLOOR and the panel is not blank
+    dense = experiments.select(zero, "dg_epochs")
+    zero.loc[dense.index[dense["task.reward"] != "terminal"], "error"] = 0.0
+    fig = figures.render("dg_epochs", zero)
+    variants = fig.axes[1]
+    assert variants.get_yscale() == "symlog"
+    assert variants.yaxis.get_transform().linthresh == style.LOG_FLOOR
+    assert any(len(l.get_ydata()) and not np.any(l.get_ydata()) for l in variants.get_lines())
+    plot.plt.close(fig)

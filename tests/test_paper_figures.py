@@ -456,3 +456,30 @@ def test_a_narrow_log_axis_labels_its_minor_ticks_in_percent():
     shown = [t.get_text() for t in ax.yaxis.get_ticklabels(minor=True) if t.get_text()]
     assert shown and all(re.fullmatch(r"\d+(\.\d+)?", t) for t in shown), shown
     P.plt.close(fig)
+
+
+def test_the_llm_figure_names_each_paper_panel_not_run_beside_ours(table):
+    ours = pd.concat([run("llm", algo, {"impl": "llm", "name": "llm", "dataset": "spell_backward"})
+                      for algo in ("tpo", "grpo")], ignore_index=True)
+    ours["pass_at_1"] = 1 - ours["error"]
+    fig, _ = P.render("llm", pd.concat([table, ours], ignore_index=True))
+    papers = [p.title for p in P.PAPER["llm"].panels]
+    assert [ax.get_title() for ax in fig.axes[:3]] == papers  # the paper's three tasks, first
+    for ax in fig.axes[:3]:
+        assert not curves(ax) and "TPO, GRPO: not run" in panel_notes(ax), ax.get_title()
+    [mine] = fig.axes[3:]
+    assert "ours" in mine.get_title() and "spell_backward" in mine.get_title()
+    assert [l.get_label() for l in curves(mine)] == ["TPO", "GRPO"]
+    check_text_inside(fig)
+    P.plt.close(fig)
+
+
+def test_mnist_test_error_panels_say_the_test_file_is_the_first_3000_images(drawn, table):
+    said = "first 3,000 of 10,000 images"
+    for name in ("hero", "mnist"):
+        a = drawn(name)[0].axes[0]
+        assert said in a.get_title().replace("\n", " "), name
+    stale = figures.render("mnist_stale", table)
+    titles = [ax.get_title().replace("\n", " ") for ax in stale.axes]
+    assert len(titles) == 4 and all(said in t for t in titles), titles
+    P.plt.close(stale)

@@ -15,6 +15,7 @@ analysis/labels.py, as for the per-task figures: an algorithm looks the same in 
 from __future__ import annotations
 
 import math
+import textwrap
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -67,6 +68,8 @@ BAG, SEQ = "bag_of_tokens", "sequential"
 EXACT = "exact-match error"
 VARIANT = "variant"  # derived column: reward and target in the paper's short words
 CURVES_1PCT = dict(hline=0.01)
+# What an MNIST test-error panel is measured on: the bundled test file (the paper scores all 10,000)
+MNIST_TEST = "test file (first 3,000 of 10,000 images)"
 
 
 def _sweep(name, x, xlabel, **kw):
@@ -76,7 +79,7 @@ def _sweep(name, x, xlabel, **kw):
 
 FIGURES = {f.name: f for f in [
     Figure("hero", (
-        Panel("MNIST bandit", {"task": "mnist"}, xlabel="update", ylabel="test error"),
+        Panel(f"MNIST bandit, {MNIST_TEST}", {"task": "mnist"}, xlabel="update", ylabel="test error"),
         Panel("terminal reward, H = 10 (40-ep. moving avg.)", {"task": "seq"},
               scale="linear", smooth=40, ylabel=EXACT),
     ), ncols=2),
@@ -89,15 +92,16 @@ FIGURES = {f.name: f for f in [
         Panel("misalignment to CE", y=("misalignment",), xlabel="step", ylabel="1 - cos(g, CE)"),
     ), ncols=2),
     # the paper's MNIST numbers include steps to 5 % error
-    Figure("mnist", (Panel("MNIST bandit", xlabel="update", ylabel="test error", hline=0.05),), ncols=1),
+    Figure("mnist", (Panel(f"MNIST bandit, {MNIST_TEST}", xlabel="update", ylabel="test error",
+                           hline=0.05),), ncols=1),
     Figure("mnist_holdout", (
         Panel("validation split (10k held-out training images)", xlabel="update",
               ylabel="validation error", hline=0.05),
-        Panel("test file (first 3,000 test images), same networks", y=("test_error",),
+        Panel(f"{MNIST_TEST}, same networks", y=("test_error",),
               xlabel="update", ylabel="test error", hline=0.05),
     ), ncols=2),
     Figure("mnist_stale", tuple(
-        Panel(f"D = {d}", {"D": d}, xlabel="update", ylabel="test error")
+        Panel(f"D = {d}, {MNIST_TEST}", {"D": d}, xlabel="update", ylabel="test error")
         for d in (0, 10, 100, 1000))),
     Figure("vocab_sweep", tuple(
         Panel(f"V = {v}", {"V": v}, scale="linear", **CURVES_1PCT) for v in (2, 4, 8, 16))),
@@ -165,6 +169,7 @@ class Entry:
     parts: list
     ns: set
     tail: str = ""
+    zeros: list = field(default_factory=list)  # final / steps: the x values whose value is 0
 
 
 def _style(styles: dict, algo: str, label: str) -> str:
@@ -212,7 +217,7 @@ def _points(ax, p: Panel, d: pd.DataFrame, per_line=(), styles=None) -> list[Ent
     drawn = []
     for key, g in d.groupby(["algo.name", *series], sort=True):
         key = key if isinstance(key, tuple) else (key,)
-        xs, ys, es, ns, never = [], [], [], set(), 0
+        xs, ys, es, ns, never, zeros = [], [], [], set(), 0, []
         for xv, gx in g.groupby(xcol, sort=True):
             wide = stats.seed_curves(pick_config(gx), p.y[0])
             if wide.empty:
@@ -228,6 +233,8 @@ def _points(ax, p: Panel, d: pd.DataFrame, per_line=(), styles=None) -> list[Ent
                 value, err = last.mean(), stats.standard_error(last)
             xs.append(ticks.index(xv) if categorical else xv)
             ys.append(value)
+            if value <= 0:
+                zeros.append(xv)
             es.append(err)
             ns.add(wide.shape[1])
         if not xs and not never:
@@ -240,10 +247,33 @@ def _points(ax, p: Panel, d: pd.DataFrame, per_line=(), styles=None) -> list[Ent
         parts += [f"{never} never"] if never else []
         line = ax.errorbar(xs, ys, yerr=es, color=color_for(key[0]), marker="o", ms=4, capsize=2,
                            ls=_style(styles, key[0], label_text(key[0], parts)))
-        drawn.append(Entry(line, key[0], parts, ns))
+        drawn.append(Entry(line, key[0], parts, ns, zeros=zeros))
     if categorical:
         ax.set_xticks(range(len(ticks)), ticks, rotation=45, ha="right", fontsize=LEGEND_PT)
     return drawn
+
+
+def show_zeros(ax, p: Panel, drawn: list[Entry]) -> None:
+    """A log-scaled final / steps panel with values at 0, which a log axis cannot show:
+    a symlog axis, linear from 0 up to a floor a decade at or below the smallest value
+    above 0 (at most LOG_FLOOR), logarithmic above it; a note inside the panel names the
+    floor and the points at 0."""
+    from matplotlib.patches import Patch
+    ys = [y for e in drawn for y in e.handle.lines[0].get_ydata()]
+    above = [y for y in ys if y > 0]
+    floor = min(LOG_FLOOR, 10 ** math.floor(math.log10(min(above)))) if above else LOG_FLOOR
+    ax.set_yscale("symlog", linthresh=floor)
+    # room below 0 for the markers at 0, above the highest point for the note
+    ax.set_ylim(bottom=-0.25 * floor, top=max([*ys, 10 * floor]) * 5)
+    x = short_key(ALIASES.get(p.x, p.x))
+    at = "; ".join(f"{e.algo}{' ' + ' '.join(e.parts) if e.parts else ''} at "
+                   + (f"every {x}" if len(e.zeros) == len(e.handle.lines[0].get_ydata()) > 1
+                      else f"{x} = {', '.join(fmt(v) for v in e.zeros)}")
+                   for e in drawn if e.zeros)
+    text = textwrap.fill(f"{p.ylabel} 0: {at}; axis linear below {fmt(floor)}", 46)
+    note = ax.legend([Patch(visible=False)], [text], loc="best", fontsize=LEGEND_PT, handlelength=0,
+                     handletextpad=0, borderpad=0.3, frameon=True, framealpha=0.85, edgecolor="none")
+    note.set_gid("zeros")
 
 
 PANEL_H = 2.4  # inches of one panel, title and axes labels included
@@ -291,8 +321,11 @@ def render(name: str, df: pd.DataFrame, title: str | None = None):
         entries += drawn
         if not drawn:
             ax.text(0.5, 0.5, "no data", ha="center", va="center", transform=ax.transAxes)
+        elif p.scale == "log" and any(e.zeros for e in drawn):
+            show_zeros(ax, p, drawn)
         else:
             ax.set_yscale(p.scale)
+        if drawn:
             if p.xscale == "log":
                 ax.set_xscale("log", base=2)
         if p.hline is not None and p.kind == "curve" and drawn:

@@ -116,7 +116,7 @@ def _mech(name, number, experiment, panels, paper, ncols=2, companion=None):
 
 PAPER = {f.name: f for f in [
     PaperFigure("hero", 1, "hero", (
-        Panel("(a) MNIST, test file (first 3,000 images)",
+        Panel(f"(a) MNIST, {figures.MNIST_TEST}",
               _lines("tpo", "grpo", "dg"), {"task": "mnist"},
               ylim=(0.025, 0.15), xlabel="Step", ylabel="Classification error"),
         Panel("(b) Token reversal (sparse reward)", _lines("tpo", "grpo", "dg"),
@@ -146,7 +146,7 @@ PAPER = {f.name: f for f in [
           "0.05 and drops to zero; GRPO, DG and PG stay near 0.1-0.5.", companion="tabular_multi",
         seeds=100),
     PaperFigure("mnist", 4, "mnist", (
-        Panel("(a) Learning curves", _lines("tpo", "dg", "group_pg", "grpo", "pg"), scale="log",
+        Panel(f"(a) Learning curves, {figures.MNIST_TEST}", _lines("tpo", "dg", "group_pg", "grpo", "pg"), scale="log",
               ylim=(0.025, 0.15), xlabel="Step", ylabel="Classification error"),
         Panel("(b) Extra gain on concentrated mistakes", _lines("tpo", "dg"), kind="bars",
               xlabel="Wrong-class concentration", ylabel=r"Excess gain in $p_y$",
@@ -197,11 +197,13 @@ PAPER = {f.name: f for f in [
         Panel("Knights & Knaves - Qwen3-1.7B", _lines("tpo", "grpo"),
               {"task.dataset": "knights_knaves"}, y="reward_mean", xlabel="Step",
               ylabel="Accuracy", ylim=(0, 1)),
-    ), 3, "Qwen3-1.7B (top) and R1-Distill-Qwen-1.5B (bottom), K 16: GSM8K held-out "
+    ), 4, "Qwen3-1.7B (top) and R1-Distill-Qwen-1.5B (bottom), K 16: GSM8K held-out "
           "accuracy, TPO reaches 50 % ~10 steps before GRPO, both end ~0.85; graph "
           "colouring train score, TPO ~0.95, GRPO falls to ~0.1 on Qwen3; Knights & Knaves "
-          "level. Our panels: the LLM runs that exist.", companion=None,
-        label="Drawn from the LLM runs that exist (reproduction/runs/llm), not the paper's models"),
+          "level. The paper's panels each say whether we ran them; after them, a panel per "
+          "dataset of ours (\"ours\" in its title).", companion=None,
+        label="A panel titled \"ours\" is our LLM run (reproduction/runs/llm), not the paper's "
+              "task or models"),
     _mech("gradient_norms", 10, "diagnostics", (
         Panel("(a)", _lines("tpo", "grpo", "ppo", "dg"), MECH, y="grad_norm", smooth=50,
               ylabel="Gradient L2 norm", legend=True),
@@ -547,8 +549,8 @@ def render(name: str, df: pd.DataFrame):
     spec = PAPER[name]
     sel = rows_for(spec, df)
     panels = list(spec.panels)
-    if spec.experiment == "llm":
-        panels = llm_panels(sel) or panels
+    if spec.experiment == "llm":  # the paper's panels, each drawn or saying "not run", then ours
+        panels += llm_panels(sel, skip={p.where.get("task.dataset") for p in panels})
     drawn = Drawn()
     with plt.rc_context(PAPER_RC):
         fig, axes, ncols = _grid(spec, len(panels))
@@ -603,13 +605,16 @@ def render(name: str, df: pd.DataFrame):
     return fig, drawn
 
 
-def llm_panels(sel: pd.DataFrame) -> list[Panel]:
-    """Figure 9's layout from the LLM runs that exist: one panel per dataset, held-out
-    pass@1 (accuracy) against step, a line per method."""
+def llm_panels(sel: pd.DataFrame, skip=()) -> list[Panel]:
+    """A panel per dataset of our LLM runs that none of the paper's panels shows (skip:
+    the paper's datasets): held-out pass@1 (accuracy) against step, a line per method;
+    its title says it is ours."""
     if sel.empty or "task.dataset" not in sel.columns:
         return []
     out = []
     for ds, d in sel.groupby("task.dataset", sort=True):
+        if ds in skip:
+            continue
         algos = [a for a in PAPER_STYLE if a in set(d["algo.name"])] + sorted(
             set(d["algo.name"]) - set(PAPER_STYLE))
         y = "pass_at_1" if "pass_at_1" in d.columns and d["pass_at_1"].notna().any() else "reward_mean"
