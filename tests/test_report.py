@@ -769,3 +769,10 @@ def test_an_unbounded_interval_is_printed_not_a_crash():
     """One seed of a row gives an interval without bounds: the report says so."""
     from tpo_bench.analysis.paper.report import number_text
     assert (number_text(float("-inf")), number_text(float("inf")), number_text(12345.4), number_text(0.012345)) == ("-∞", "∞", "12345", "0.0123")
+
+
+def test_number_text_never_writes_a_rounded_value_as_an_exponent():
+    """Per-seed finals near 100 % at two digits read as 100, not 1e+02; small values keep
+    their digits."""
+    assert [report.number_text(v, 2) for v in (99.7, 9.96, 0.00039, 5.414)] == ["100", "10", "0.00039", "5.4"]
+    assert report.number_text(99.96) == "100" and report.number_text(None) == "never"

@@ -198,7 +198,10 @@ def number_text(v, digits: int = 3) -> str:
         return "nan" if np.isnan(v) else ("∞" if v > 0 else "-∞")
     if isinstance(v, (int, np.integer)) or abs(v) >= 10 ** digits:
         return f"{int(round(v))}"
-    return f"{v:.{digits}g}"
+    text = f"{v:.{digits}g}"
+    if "e+" in text:  # rounded up past the digits (99.7 to 2: "1e+02"): positional instead
+        return np.format_float_positional(v, precision=digits, unique=False, fractional=False, trim="-")
+    return text
 
 
 def seed_tails(row, ours: Ours, paper_seeds: dict) -> tuple | None:
