@@ -57,6 +57,18 @@ def test_every_mnist_test_error_row_says_which_images_and_names_the_comparable_r
     assert all("the comparable row" in r["notes"] for r in holdout)
 
 
+def test_the_summary_counts_the_comparable_mnist_rows():
+    """Each MNIST number on the test file repeats the validation split's row, which the
+    summary counts: the comparable one."""
+    test_file = pages.section_tables(TEXT, "mnist")[0]
+    holdout = pages.section_tables(TEXT, "mnist_holdout")[0]
+    assert test_file and holdout
+    assert all("repeats a row of `mnist_holdout`" in r["notes"] for r in test_file), test_file
+    assert not any("repeats a row" in r["notes"] for r in holdout)
+    assert [n for n, _ in report.counting_order(report.EXPERIMENTS)].index("mnist_holdout") \
+        < [n for n, _ in report.counting_order(report.EXPERIMENTS)].index("mnist")
+
+
 def test_a_pass_that_still_shows_a_difference_says_so():
     # "reproduced" is equivalence within the margin; when the interval also excludes the
     # paper's value (MNIST TPO on the 3,000-image test file: [3.76, 3.96] against 2.9) the

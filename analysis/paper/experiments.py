@@ -42,6 +42,9 @@ class Experiment:
     note: str = ""  # for the report, where the paper gives no numbers of its own
     lr: float = PAPER_LR  # the paper's learning rate for these runs (science §Language models's LLMs: 1e-5)
     run_args: str = ""  # what the preset's command needs beyond +experiment=<name>
+    # the section whose repeats of the same paper numbers this one's rows are counted before
+    # in the summary (its rows are the comparable ones)
+    counted_before: str = ""
 
     @property
     def labels(self) -> tuple[str, ...]:
@@ -70,7 +73,7 @@ EXPERIMENTS = {e.name: e for e in [
     Experiment("tabular_multi", "Tabular bandit, multiple contexts", ({"task": "tabular_multi"},)),
     Experiment("mnist", "MNIST contextual bandit", (MNIST,)),
     Experiment("mnist_holdout", "MNIST contextual bandit, scored on a 10k validation split",
-               ({**MNIST, "holdout": 10000},),
+               ({**MNIST, "holdout": 10000},), counted_before="mnist",
                note="The rows comparable with the paper's: the offline test file holds only "
                     "the first 3,000 MNIST test images (the paper scores all 10,000), so these "
                     "runs train on the first 50k training images and report the error on the "

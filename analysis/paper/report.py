@@ -595,7 +595,7 @@ def _seed_span(values) -> str:
 def mark_repeats(lines: list[dict], section: str, first: dict) -> None:
     """A row whose paper number or claim an earlier row already judges is a repeat: shown
     in its table with a note, counted only where it first appears. first: paper key ->
-    section, filled in report order."""
+    section, filled in counting order (counting_order)."""
     for l in lines:
         if l["_key"] in first:
             l["_repeat_of"] = first[l["_key"]]
@@ -606,8 +606,8 @@ def mark_repeats(lines: list[dict], section: str, first: dict) -> None:
 
 
 def summarise(parts: list[dict], table_runs: frozenset = frozenset()) -> tuple[list[dict], list[str]]:
-    """The summary: every paper number and claim counted once, in the first section that
-    judges it (mark_repeats), and every run once, in the first section with paper numbers
+    """The summary: every paper number and claim counted once, in the section that judges it
+    first in counting order (mark_repeats, counting_order), and every run once, in the first section with paper numbers
     that uses it. parts: per section, in report order, {"name", "lines" (number and claim
     rows of number_line / ordering_line), "runs" (its run ids)}. Returns the table and the
     lines of text under it."""
@@ -711,6 +711,16 @@ class Progress:
         print(f"report: {what} [{now - self.start:.1f} s]", file=sys.stderr, flush=True)
 
 
+def counting_order(experiments: dict) -> list[tuple]:
+    """(name, experiment) in the order the summary counts their rows (mark_repeats): report
+    order, but a section with `counted_before` set just before the section it names."""
+    order = [n for n in experiments if not experiments[n].counted_before]
+    for n, e in experiments.items():
+        if e.counted_before:
+            order.insert(order.index(e.counted_before), n)
+    return [(n, experiments[n]) for n in order]
+
+
 def seed_figure_groups(sections, paper_seeds: dict) -> dict:
     """The per-seed figure's panels: each configuration whose paper seeds are known, from its
     first row (prompt-matched) over (section, number lines) in order -> (section, SeedGroup).
@@ -739,7 +749,7 @@ def build(df: pd.DataFrame, out: Path, fig_dir: Path, runs_root: Path | None = N
     paper_seeds = load_paper_seeds()
     progress(f"verdicts: {len(paper)} paper rows in {len(EXPERIMENTS)} sections")
     judged, first = [], {}
-    for i, (name, exp) in enumerate(EXPERIMENTS.items()):
+    for i, (name, exp) in enumerate(counting_order(EXPERIMENTS)):
         progress(f"verdicts: section {i + 1} of {len(EXPERIMENTS)} ({name})", every=30)
         sel = experiments.select(df, name) if not df.empty else df
         rows = paper[paper["experiment"] == name]
@@ -751,6 +761,7 @@ def build(df: pd.DataFrame, out: Path, fig_dir: Path, runs_root: Path | None = N
             flag_post_hoc(numbers, claims, name, sel, provenance)
         paired = [l for _, r in rows[rows["kind"] == "ordering"].iterrows() for l in paired_lines(r, sel)]
         judged.append((name, exp, sel, numbers, claims, paired))
+    judged.sort(key=lambda j: list(EXPERIMENTS).index(j[0]))  # back in report order
     if not any(judged_anything(numbers + claims) for *_, numbers, claims, _ in judged):
         raise NothingToReport("no row of the results table matches any paper number or claim "
                               "(analysis/paper/paper_numbers.csv)")
