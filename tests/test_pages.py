@@ -17,7 +17,7 @@ def _check(name, block):
         f"{pages.PAGES[name]}: block {block} is stale; run `python -m analysis.paper.pages`")
 
 
-@pytest.mark.parametrize("block", ["verdicts", "paired", "status", "cost"])
+@pytest.mark.parametrize("block", ["verdicts", "paired", "status", "cost", "margins"])
 def test_reproducing_page_is_generated_from_the_committed_report_and_runs(block):
     _check("reproducing", block)
 
@@ -43,3 +43,10 @@ def test_fill_rewrites_only_the_blocks():
     text = "prose 1\n<!-- generated:a -->\nold\n<!-- /generated:a -->\nprose 2\n"
     assert pages.fill(text, {"a": lambda: "new"}) == (
         "prose 1\n<!-- generated:a -->\nnew\n<!-- /generated:a -->\nprose 2\n")
+
+
+def test_the_margins_block_lists_every_family_the_rules_declare():
+    from tpo_bench.analysis.paper import verdicts as V
+    block = committed_blocks("reproducing")["margins"]
+    for name, m in V.MARGINS.items():
+        assert f"`{name}`" in block and f"{m.delta:g}" in block, name

@@ -189,11 +189,17 @@ def readings_block(board: Path = BOARD) -> str:
     return "\n".join(lines)
 
 
+def margins_block() -> str:
+    """Every family's margin as the rules declare it (verdicts.MARGINS), with its derivation."""
+    from tpo_bench.analysis.paper.report import margin_rows
+    return md(margin_rows(), ["family", "δ", "derived from the paper's numbers"])
+
+
 def reproducing_blocks(report: Path = REPORT, runs: Path = RUNS) -> dict:
     return {"verdicts": lambda: verdict_block(report.read_text()),
             "paired": lambda: paired_block(report.read_text()),
             "status": lambda: status_block(runs), "cost": lambda: cost_block(runs),
-            "power": power_block}
+            "power": power_block, "margins": margins_block}
 
 
 BLOCKS = {"reproducing": reproducing_blocks(), "leaderboard": {"board": board_block,

@@ -554,12 +554,15 @@ def md_table(lines: list[dict]) -> str:
     return "\n".join(rows)
 
 
-def margins_table() -> str:
+def margin_rows() -> list[dict]:
     """The declared margins, each with the reasoning it was derived by."""
-    lines = [{"family": f"`{name}`", "δ": (f"× {m.delta:g}" if m.scale == "ratio" else f"± {m.delta:g}"),
-              "derived from the paper's numbers": m.why} for name, m in V.MARGINS.items()]
+    return [{"family": f"`{name}`", "δ": (f"× {m.delta:g}" if m.scale == "ratio" else f"± {m.delta:g}"),
+             "derived from the paper's numbers": m.why} for name, m in V.MARGINS.items()]
+
+
+def margins_table() -> str:
     return "Margins (`verdicts.MARGINS`; the family of each row is a column of `paper_numbers.csv`):\n\n" \
-        + md_table(lines)
+        + md_table(margin_rows())
 
 
 def rule_log(parts: list[dict]) -> str:
