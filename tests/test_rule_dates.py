@@ -3,6 +3,7 @@ whose rule took effect after their runs had started."""
 import json
 import subprocess
 
+import pandas as pd
 import pytest
 
 from tpo_bench.analysis.paper import pages, rule_dates
@@ -58,15 +59,22 @@ def test_the_committed_report_flags_its_post_hoc_verdicts():
         assert f"| {r.commit} |" in report, r.commit
     rows = pages.section_tables(report, "terminal_h_sweep")[0]
     ran = [r for r in rows if not r["verdict"].startswith((V.NOT_RUN, V.NEEDS_GPU))]
-    newest = max(rule_dates.RULES, key=lambda r: rule_dates.timestamp(r.date))
-    # a method whose committed H = 9 runs all started after the newest rule (the study
-    # queue's) is judged by rules fixed before its data; every other row's runs predate it
+    # the newest rule judging every row here; a method at an H whose runs all started after
+    # it (the study queue's, none in the committed table) is judged by rules fixed before
+    # its data; every other row's runs predate it
+    newest = max((r for r in rule_dates.RULES
+                  if all(rule_dates.governs(r, row, "terminal_h_sweep") for row in ran)),
+                 key=lambda r: rule_dates.timestamp(r.date))
+    table = pd.read_parquet(REPO / "reproduction" / "results.parquet", columns=["task.name", "algo.name"])
+    in_table = set(map(tuple, table.drop_duplicates().to_numpy()))
     starts = {}
-    for summary in (REPO / "reproduction" / "runs" / "terminal" / "reverse_h9").glob("*/*/seed=*/summary.json"):
-        starts.setdefault(summary.parts[-4], []).append(json.loads(summary.read_text())["started_at"])
-    after = {a for a, s in starts.items() if min(s) > rule_dates.timestamp(newest.date)}
-    fresh = [r for r in ran if "H=9," in r["setting"] and r["algorithm"] in after]
+    for summary in (REPO / "reproduction" / "runs" / "terminal").glob("reverse_h*/*/*/seed=*/summary.json"):
+        task, algo = summary.parts[-5], summary.parts[-4]
+        starts.setdefault((task, algo), []).append(json.loads(summary.read_text())["started_at"])
+    after = {k for k, s in starts.items() if min(s) > rule_dates.timestamp(newest.date) and k not in in_table}
+    fresh = [r for r in ran if (f"reverse_h{r['setting'].split(',')[0].removeprefix('H=')}",
+                                r["algorithm"]) in after]
     old = [r for r in ran if r not in fresh]
-    assert old and all(r["rules set after its runs"].startswith("post hoc: ") for r in old)
+    assert fresh and old and all(r["rules set after its runs"].startswith("post hoc: ") for r in old)
     assert all(newest.commit in r["rules set after its runs"] for r in old)
     assert all(r["rules set after its runs"] == "" for r in fresh)
