@@ -65,15 +65,22 @@ def test_the_committed_report_flags_its_post_hoc_verdicts():
     newest = max((r for r in rule_dates.RULES
                   if all(rule_dates.governs(r, row, "terminal_h_sweep") for row in ran)),
                  key=lambda r: rule_dates.timestamp(r.date))
-    table = pd.read_parquet(REPO / "reproduction" / "results.parquet", columns=["task.name", "algo.name"])
+    # a configuration: (task, method, matching)
+    table = pd.read_parquet(REPO / "reproduction" / "results.parquet",
+                            columns=["task.name", "algo.name", "match"])
     in_table = set(map(tuple, table.drop_duplicates().to_numpy()))
     starts = {}
     for summary in (REPO / "reproduction" / "runs" / "terminal").glob("reverse_h*/*/*/seed=*/summary.json"):
-        task, algo = summary.parts[-5], summary.parts[-4]
-        starts.setdefault((task, algo), []).append(json.loads(summary.read_text())["started_at"])
+        match = json.loads((summary.parent / "config.json").read_text())["match"]
+        key = (summary.parts[-5], summary.parts[-4], match)
+        starts.setdefault(key, []).append(json.loads(summary.read_text())["started_at"])
     after = {k for k, s in starts.items() if min(s) > rule_dates.timestamp(newest.date) and k not in in_table}
-    fresh = [r for r in ran if (f"reverse_h{r['setting'].split(',')[0].removeprefix('H=')}",
-                                r["algorithm"]) in after]
+
+    def config(row):  # a grouped method's interaction-matched row reads its prompt-matched runs
+        h, match = row["setting"].split(",")[0].removeprefix("H="), row["setting"].split("match=")[1]
+        key = (f"reverse_h{h}", row["algorithm"], match.split(",")[0].strip())
+        return key if key in starts else (*key[:2], "prompts")
+    fresh = [r for r in ran if config(r) in after]
     old = [r for r in ran if r not in fresh]
     assert fresh and old and all(r["rules set after its runs"].startswith("post hoc: ") for r in old)
     assert all(newest.commit in r["rules set after its runs"] for r in old)
