@@ -130,6 +130,27 @@ def test_a_shared_companion_is_the_same_whichever_figure_draws_it(table, tmp_pat
     assert got[0][1] and got[1:] == got[:-1]
 
 
+@pytest.mark.slow  # draws the three figures sharing a companion, twice
+def test_a_shared_companion_renders_each_sibling_once_per_table(table, tmp_path, monkeypatch):
+    """The first of the three figures sharing a companion renders its siblings to find the
+    runs they draw; the later ones render only themselves. A different table (here a copy)
+    renders them again, never reusing the first table's runs."""
+    rendered, render = [], P.render
+
+    def counting(name, df):
+        rendered.append((name, id(df)))
+        return render(name, df)
+    monkeypatch.setattr(P, "render", counting)
+    monkeypatch.setattr(P, "_DRAWN_FROM", {})  # nothing drawn yet
+    sharing = sorted(s.name for s in P.PAPER.values() if s.companion == "mechanism_h8")
+    for df in (table, table.copy()):
+        for i, name in enumerate(sharing):
+            rendered.clear()
+            P.draw(name, df, tmp_path)
+            assert sorted(n for n, _ in rendered) == (sharing if i == 0 else [name]), name
+            assert {at for _, at in rendered} == {id(df)}
+
+
 def test_every_paper_figure_has_a_preset_and_an_unrun_panel_says_so(drawn):
     assert sorted(s.number for s in P.PAPER.values()) == list(range(1, 18))
     fig, got = drawn("gradient_norms", empty=True)

@@ -12,6 +12,7 @@ with no runs, or a metric no run records, is drawn empty with a one-line reason.
 from __future__ import annotations
 
 import math
+import weakref
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -636,6 +637,26 @@ def _save(fig, path: Path, dpi: int) -> list[Path]:
     return paths
 
 
+# name -> (the table it drew from, the config hashes it drew): a companion several figures
+# share renders each sibling once per table, not once per figure that draws it
+_DRAWN_FROM: dict[str, tuple[weakref.ref, frozenset]] = {}
+
+
+def _remember(name: str, df: pd.DataFrame, drawn: Drawn) -> frozenset:
+    _DRAWN_FROM[name] = (weakref.ref(df), frozenset(drawn.hashes))
+    return _DRAWN_FROM[name][1]
+
+
+def drawn_hashes(name: str, df: pd.DataFrame) -> frozenset:
+    """The config hashes figure `name` draws from df (rendered, unless this table drew it)."""
+    seen = _DRAWN_FROM.get(name)
+    if seen is not None and seen[0]() is df:
+        return seen[1]
+    fig, drawn = render(name, df)
+    plt.close(fig)
+    return _remember(name, df, drawn)
+
+
 def draw(name: str, df: pd.DataFrame, out_dir, dpi: int = DPI, info: dict | None = None) -> list[Path]:
     """Draw a paper figure as `<name>.png/.pdf` and, where the experiment ran more than
     the paper's lines, `<name>_companion.png/.pdf`; returns the paths (PNG, then PDF, of
@@ -644,6 +665,7 @@ def draw(name: str, df: pd.DataFrame, out_dir, dpi: int = DPI, info: dict | None
     out_dir.mkdir(parents=True, exist_ok=True)
     spec = PAPER[name]
     fig, drawn = render(name, df)
+    _remember(name, df, drawn)
     if info is not None:
         info["drawn"] = drawn
     paths = _save(fig, out_dir / name, dpi)
@@ -657,9 +679,7 @@ def draw(name: str, df: pd.DataFrame, out_dir, dpi: int = DPI, info: dict | None
         hashes = set(drawn.hashes)
         for other in siblings if shared else ():
             if other.name != name:
-                other_fig, other_drawn = render(other.name, df)
-                plt.close(other_fig)
-                hashes |= set(other_drawn.hashes)
+                hashes |= drawn_hashes(other.name, df)
         rest = df[~df["config_hash"].isin(hashes)]
         which = (f"Figures {', '.join(map(str, numbers[:-1]))} and {numbers[-1]}: our runs not "
                  "in the paper's figures" if shared
