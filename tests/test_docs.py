@@ -1,6 +1,10 @@
 """The documentation's code runs as printed: the README's quickstart sweep (at a small
 size), the extending page's algorithm and task (as plug-ins), every script, module and
-launcher the docs name exists, and the site builds with `mkdocs build --strict`."""
+launcher the docs name exists, and the site builds with `mkdocs build --strict`. The
+numbers the docs quote from committed data are that data's (the fault campaign, the
+paper's own inconsistencies, where the committed runs ran, the figure page's verdicts);
+tests/test_pages.py, test_speed.py and test_layernorm.py check the others."""
+import json
 import re
 import shlex
 import subprocess
@@ -74,6 +78,80 @@ def test_the_committed_report_links_figures_that_exist():
     assert links and all((report.parent / link).is_file() for link in links), links
     readme_images = re.findall(r"!\[[^\]]*\]\(([^)]+)\)", README.read_text())
     assert readme_images and all((REPO / link).is_file() for link in readme_images)
+
+
+def _prose(path) -> str:
+    return " ".join(path.read_text().split())  # prose wraps anywhere
+
+
+def test_the_reliability_page_shows_the_recorded_fault_campaign():
+    """docs/reliability.md's campaign table is the last lines of the committed output, and
+    every trial it counts ran."""
+    data = (DOCS / "data" / "faults_campaign_seed1.txt").read_text().splitlines()
+    table = [line for line in data if line.startswith("|")]
+    page = (DOCS / "reliability.md").read_text()
+    assert len(table) == 3 and [line for line in table if line not in page] == []
+    trials = int(table[2].split("|")[1])
+    assert sum(line.startswith("[faults] trial ") for line in data) == trials
+    assert f"--trials {trials} --seed 1" in page
+    assert f"(all {trials} trials ran)" in _prose(DOCS / "reliability.md")
+
+
+def test_the_papers_inconsistencies_named_on_the_science_page_are_in_its_numbers():
+    """docs/science.md: TPO_token at eta = 1 is quoted at different step counts in different
+    tables, and TPO at K = 32 with 4 epochs differs between the K sweep and the epoch and
+    masking sweeps (analysis/paper/paper_numbers.csv)."""
+    from tpo_bench.analysis.paper import report
+
+    paper = report.load_paper()
+    values = lambda group: paper[paper["replicate_group"] == group].groupby("experiment")["value"].first()
+    token = values("dense-V2-bag-revcopy-tpo_token")
+    assert {"vocab_sweep", "task_variants", "eta_sweep"} <= set(token.index) and token.nunique() > 1, token
+    k32 = values("mech-tpo-K32-e4")
+    assert k32["k_sweep"] != k32["epoch_sweep"] == k32["zero_variance_masking"], k32
+    text = _prose(DOCS / "science.md")
+    assert "TPO_token at eta = 1 is quoted at different step counts in different tables" in text
+    assert ("TPO at K = 32 with 4 epochs differs between the K sweep and the epoch and masking sweeps"
+            in text)
+
+
+def test_the_committed_runs_ran_where_the_reproduction_readme_says():
+    """reproduction/README.md: torch's version, the CPU and one torch thread per run, as
+    every committed run's summary.json records them."""
+    said = re.search(r"with torch (\S+), fp32, one torch thread per run", _prose(REPO / "reproduction" / "README.md"))
+    assert said, "reproduction/README.md no longer names the torch version"
+    runs = [json.loads(p.read_text()) for p in (REPO / "reproduction" / "runs").glob("**/summary.json")]
+    assert len(runs) > 100
+    assert {(s["versions"]["torch"], s["device"], s["threads"]) for s in runs} == {(said[1], "cpu", 1)}
+
+
+def _md_rows(text: str) -> list[dict]:
+    """Every markdown table's rows, as dicts keyed by their table's header."""
+    from tpo_bench.analysis.paper.pages import _cells
+
+    rows, header = [], None
+    for line in text.splitlines():
+        if not line.startswith("|"):
+            header = None
+        elif header is None:
+            header = _cells(line)
+        elif not set(line) <= set("|-: "):
+            rows.append(dict(zip(header, _cells(line))))
+    return rows
+
+
+def test_the_figures_pages_verdicts_are_the_committed_reports():
+    """docs/figures.md (`analysis/plot.py --page`) quotes each paper number as the committed
+    report does: its paper value, our value, seeds and verdict."""
+    page = DOCS / "figures.md"
+    if not page.is_file():
+        pytest.skip("no docs/figures.md in this checkout")
+    cols = ["algorithm", "setting", "metric", "paper", "ours", "seeds", "verdict"]
+    report = {tuple(r[c] for c in cols) for r in _md_rows((REPO / "reproduction" / "REPRODUCTION.md").read_text())
+              if set(cols) <= set(r)}
+    shown = [tuple(r[c] for c in cols) for r in _md_rows(page.read_text()) if "verdict" in r]
+    assert len(shown) > 50
+    assert [s for s in shown if s not in report] == []
 
 
 @pytest.mark.slow

@@ -1,10 +1,13 @@
 """tasks/_layernorm.py: LayerNorm over a leading seed axis. Against F.layer_norm the
 forward is equal and the gradients close; a seed's slice of the stacked computation is
 that seed alone bit for bit (on the CPU, one thread); its op count does not grow with S."""
+import re
+
 import pytest
 import torch
 import torch.nn.functional as F
 
+from conftest import REPO
 from tpo_bench.tasks._layernorm import LN_EPS, layer_norm
 
 pytestmark = pytest.mark.usefixtures("one_thread")  # bit-for-bit claims
@@ -65,3 +68,28 @@ def test_its_op_count_does_not_grow_with_the_seeds():
         return count.ops
 
     assert ops(1) == ops(8) == ops(32)
+
+
+def test_its_op_count_against_the_fused_kernels_is_the_performance_pages():
+    """docs/performance.md: 7 ops per call under autograd (forward and backward) and 2
+    without, where F.layer_norm's fused kernels take 2 and 1."""
+    from tpo_bench.tools.speed import OpCount
+
+    x, w, b, dy = _case(1, 5, 8)
+
+    def ops(fn, grad, s=slice(None)):  # s: the single run's tensors without the seed axis
+        leaves = [t[s].clone().requires_grad_(grad) for t in (x, w, b)]
+        with OpCount() as count:
+            out = fn(*leaves)
+            if grad:
+                out.backward(dy[s])
+        return count.ops
+
+    fused = lambda x, w, b: F.layer_norm(x, (x.shape[-1],), w, b, LN_EPS)
+    counts = [ops(layer_norm, True), ops(layer_norm, False), ops(fused, True, 0), ops(fused, False, 0)]
+    page = " ".join((REPO / "docs" / "performance.md").read_text().split())
+    said = re.search(r"It costs the single run (\d+) ops per LayerNorm call under autograd \(forward and "
+                     r"backward\) and (\d+) without, where `F.layer_norm`'s fused kernels take (\d+) and (\d+)",
+                     page)
+    assert said, "docs/performance.md no longer quotes the LayerNorm op counts"
+    assert [int(v) for v in said.groups()] == counts

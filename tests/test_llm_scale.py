@@ -1,7 +1,8 @@
 """The paper-scale LLM presets' probe (tools.llm_scale) on the ~13k-parameter micro
 architecture: its token counts, the LoRA adapters' size counted by hand, what a dtype
 does to AdamW's steps at the paper's learning rate, the size guard's parameter count of
-the full Qwen3-1.7B architecture (never built), and the CSV the command writes."""
+the full Qwen3-1.7B architecture (never built), the CSV the command writes, and the CPU
+model's size the LLM page quotes."""
 import csv
 
 import pytest
@@ -41,6 +42,16 @@ def qwen3_size(arch: dict) -> int:
     q, kv = arch["num_attention_heads"] * hd, arch["num_key_value_heads"] * hd
     layer = d * q + 2 * d * kv + q * d + 3 * d * f + 2 * hd + 2 * d
     return arch["vocab_size"] * d + arch["num_hidden_layers"] * layer + d
+
+
+def test_the_cpu_models_size_is_the_one_the_llm_page_quotes():
+    """docs/llm.md's ~0.8M-parameter default model: conf/task/arch/tiny_qwen3.yaml, counted."""
+    from conftest import REPO
+
+    for task in ("llm_chain_sum", "llm_spell_backward"):
+        arch = compose(f"task={task}")["task"]["arch"]
+        page = " ".join((REPO / "docs" / "llm.md").read_text().split())
+        assert page.count(f"{qwen3_size(arch) / 1e6:.1f}M-parameter") == 2, qwen3_size(arch)
 
 
 def test_the_probe_counts_tokens_and_adapters(tmp_path):

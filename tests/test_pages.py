@@ -1,6 +1,14 @@
 """The docs pages' generated blocks (analysis/paper/pages.py) are what the committed data
-gives: a number on docs/reproducing.md or docs/leaderboard.md cannot drift from it."""
+gives: a number on docs/reproducing.md or docs/leaderboard.md cannot drift from it. The
+numbers their prose quotes are recomputed here too: the rules' margins, the power table's
+reading, the queue's cost, the committed table's size, the leaderboard's tasks and seeds."""
+import math
+import statistics
+
+import pandas as pd
 import pytest
+
+from conftest import REPO
 
 from tpo_bench.analysis.paper import pages
 
@@ -50,3 +58,78 @@ def test_the_margins_block_lists_every_family_the_rules_declare():
     block = committed_blocks("reproducing")["margins"]
     for name, m in V.MARGINS.items():
         assert f"`{name}`" in block and f"{m.delta:g}" in block, name
+
+
+def prose(name):
+    """A page's hand-written text (its generated blocks left out), each run of whitespace
+    one space (prose wraps anywhere)."""
+    return " ".join(pages.BLOCK.sub("", pages.PAGES[name].read_text()).split())
+
+
+def quoted(name, *phrases):
+    missing = [p for p in phrases if p not in prose(name)]
+    assert not missing, f"{pages.PAGES[name]} does not say (the committed data gives): {missing}"
+
+
+def test_the_rules_prose_quotes_the_declared_margins():
+    from tpo_bench.analysis.paper import report
+    from tpo_bench.analysis.paper import verdicts as V
+
+    M = V.MARGINS
+    paper = report.load_paper()
+    mnist = paper[(paper["experiment"] == "mnist") & (paper["kind"] == "number")].set_index(["metric", "algo"])["value"]
+    grpo = report.load_paper_seeds()["terminal-grpo-H10"]
+    tpo = report.load_paper_seeds()["terminal-tpo-H10"]
+    term = M["terminal_error"]
+    steps = lambda algo: f"~{int(mnist['steps_to_5pct', algo].lstrip('~')):,}"
+    assert V.replicate_margin(term, tpo) is term
+    quoted("reproducing",
+           f"± {term.delta:g} points for the terminal-reward table",
+           f"between two independent {len(grpo)}-seed means",
+           f"({sum(v == 0 for v in grpo)} of its {len(grpo)} at 0 %, {sum(v == 100 for v in grpo)} at 100 %; "
+           f"standard error {statistics.stdev(grpo) / math.sqrt(len(grpo)):.1f} points), so its row's δ is "
+           f"± {V.replicate_margin(term, grpo).delta:.1f}; TPO's stays ± {term.delta:g}",
+           f"× {M['vocab_steps'].delta:.2f} for Table 1 and × {M['variants_steps'].delta:.2f} for Table 2",
+           f"± {M['mnist_error'].delta:g} points, half the gap from TPO ({mnist['final_error_pct', 'tpo']} %) to "
+           f"the nearest method, PG ({mnist['final_error_pct', 'pg']} %); steps to 5 % × "
+           f"{M['mnist_steps'].delta:.2f}, √(DG's {steps('dg')} / TPO's {steps('tpo')})",
+           f"3× their error (mean {3 * statistics.mean(tpo):.0f} % against {statistics.mean(tpo):.1f} %)",
+           f"(with replacement, {pages.POWER_DRAWS:,} per cell)")
+
+
+def test_the_power_prose_reads_the_committed_power_table():
+    """docs/reproducing.md: a GRPO rerun passes its row only about half the time at the
+    paper's seed count (the committed power table's GRPO column at 20 seeds)."""
+    rows = [line.split("|")[1:-1] for line in committed_blocks("reproducing")["power"].splitlines()[2:]]
+    at = {int(r[0]): float(r[2].strip().rstrip("%")) for r in rows}
+    assert "A GRPO rerun passes its row only about half the time at the paper's seed count" in prose("reproducing")
+    assert abs(at[20] - 50) <= 10, at
+
+
+def test_the_queue_prose_quotes_the_queues_cost_and_the_tables_size():
+    from tpo_bench.tools import study
+
+    stages = study.load()
+    mech = study.jobs(stages, only="a_mechanism")
+    k32 = {j.cost_s for j in mech if "algo.k=32" in j.overrides and not any(
+        o.startswith("algo.epochs=") for o in j.overrides)}
+    assert k32 == {7.5 * 2000}  # "about 7.5 s an episode ..., so a 2,000-episode run is ~4 CPU-hours"
+    size = (REPO / "reproduction" / "results.parquet").stat().st_size
+    quoted("reproducing",
+           "about 7.5 s an episode after start-up, so a 2,000-episode run is "
+           f"~{7.5 * 2000 / 3600:.0f} CPU-hours",
+           f"the mechanism stage alone is ~{sum(j.cost_s for j in mech) / 3600 / 2:.0f} hours on two cores",
+           f"writes `reproduction/results.parquet` ({size / 1e6:.1f} MB,")
+
+
+def test_the_leaderboard_prose_quotes_its_tasks_seeds_and_readings():
+    df = pd.read_parquet(pages.BOARD / "results.parquet", columns=["task.name", "algo.name", "config_hash", "seed"])
+    seeds = df.drop_duplicates().groupby(["task.name", "algo.name", "config_hash"])["seed"].nunique()
+    readings = committed_blocks("leaderboard")["readings"].splitlines()
+    words = {5: "five", 10: "ten"}
+    assert seeds.min() == seeds.max()
+    quoted("leaderboard",
+           f"across {words[df['task.name'].nunique()]} tasks",
+           f"{seeds.min()} seeds each",
+           f"With {seeds.min()} pairs the smallest possible p is 1/{2 ** seeds.min()}",
+           f"({words[len(readings)]} of them)")

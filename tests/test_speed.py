@@ -168,6 +168,107 @@ def test_the_performance_page_shows_the_committed_measurements(csv):
     assert table in (REPO / "docs" / "performance.md").read_text()
 
 
+PERF = REPO / "reproduction" / "perf"
+H10 = "algo=tpo task=reverse_h10"  # profile.csv's two configs
+K32 = "+experiment=zero_variance_masking task=reverse_h8 task.batch_size=256 algo=tpo algo.k=32"
+WORDS = {1: "one", 2: "two", 3: "three", 4: "four", 5: "five", 6: "six", 7: "seven", 8: "eight"}
+
+
+def _prose() -> str:
+    """docs/performance.md with each run of whitespace one space (prose wraps anywhere)."""
+    return " ".join((REPO / "docs" / "performance.md").read_text().split())
+
+
+def _quoted(page: str, *phrases: str) -> None:
+    missing = [p for p in phrases if p not in page]
+    assert not missing, f"docs/performance.md does not say (the committed data gives): {missing}"
+
+
+def test_the_performance_pages_prose_quotes_the_profile_and_the_flop_counts():
+    """The shares, seconds and FLOP ratios the prose reads off profile.csv, vs_artifact.csv
+    and tools.speed.seq_episode_flops."""
+    from tpo_bench.tools.speed import seq_episode_flops, transformer_flops_per_token
+
+    prof = pd.read_csv(PERF / "profile.csv")
+    share = {(c, part, n): s for c, part, n, s in prof[["config", "part", "name", "share"]].itertuples(index=False)}
+    cpu = prof.groupby("config")["cpu_s_per_episode"].first()
+    art = pd.read_csv(PERF / "vs_artifact.csv")
+    ours_s, art_s, ratio = art["ours_cpu_s"].median(), art["artifact_cpu_s"].median(), art["ratio_cpu"].median()
+    h10, k32 = build(compose(*H10.split())), build(compose(*K32.split()))
+    flops = seq_episode_flops(h10)
+    # the artifact's episode: the whole 2H-token sequence re-run per generated token, each
+    # prompt once per answer in training (forward and backward, about 3 forwards, per epoch)
+    B, H, K, E = h10.task.batch_size, h10.task.sequence_length, h10.algo.k, h10.algo.epochs
+    art_flops = B * K * (H * 2 * H + E * 3 * 2 * H) * transformer_flops_per_token(h10.task.vocab_size, ctx=H)
+    mm = share[H10, "op", "matmul"]
+    rest = sum(share[H10, "op", n] for n in ("elementwise", "copies", "layer norm"))
+    goal = art_s / 3
+    left = goal - mm * ours_s
+    _quoted(_prose(),
+            f"costs {cpu[K32]:.1f} CPU-s per episode",
+            f"about {cpu[K32] * 2000 / 3600:.1f} CPU-hours per seed",
+            f"That is {cpu[K32] / cpu[H10]:.0f} times a reverse_h10 TPO episode for "
+            f"{seq_episode_flops(k32) / flops:.1f} times its FLOPs",
+            f"KV-cached and {100 * share[H10, 'phase', 'generation']:.0f}% of the episode",
+            f"An episode is {flops / 1e9:.1f} GFLOP",
+            f"about {art_flops / 1e9:.0f} GFLOP ({art_flops / flops:.1f}x)",
+            f"At {ratio:.2f}x the time, XLA's fused program runs about {art_flops / flops / ratio:.1f}x more FLOPs",
+            f"Matmuls are {100 * mm:.0f}% of the episode",
+            f"about {round(flops / 1e9 / (mm * cpu[H10]), -1):.0f} GFLOP per CPU-second",  # to 10
+            f"tanh GELU {100 * share[H10, 'op', 'gelu']:.0f}%",
+            f"sequences {100 * share[H10, 'op', 'attention']:.0f}%",
+            f"copies and LayerNorm {100 * rest:.0f}%",
+            f"autograd and Python {100 * share[H10, 'op', 'other']:.0f}%",
+            f"3x means {goal:.2f} CPU-s per episode against the artifact's {art_s:.2f}",
+            f"({100 * mm:.0f}% of {ours_s:.2f} s) that leaves about {left:.2f} s")
+    assert round(3 * (1 - left / ((1 - mm) * ours_s))) == 2  # "removing two thirds"
+
+
+def test_the_performance_pages_prose_quotes_the_artifact_rounds():
+    art = pd.read_csv(PERF / "vs_artifact.csv")
+    core = pd.concat([art["ours_cpu_s"] / art["ours_wall_s"], art["artifact_cpu_s"] / art["artifact_wall_s"]])
+    compile_s = art["artifact_compile_cpu_s"]
+    [episodes] = art["episodes"].unique()
+    _quoted(_prose(),
+            f"over {len(art)} rounds of {episodes} episodes",
+            f"load average {art['load_avg_1m'].min():.0f} to {art['load_avg_1m'].max():.0f} over the rounds",
+            f"each side got {100 * core.min():.0f} % to {100 * core.max():.0f} % of its core",
+            f"varies by {compile_s.max() / compile_s.min():.2f}x in the table")
+
+
+def test_the_performance_pages_prose_quotes_the_candidates():
+    cand = pd.read_csv(PERF / "candidates.csv").groupby("candidate", sort=False)["speedup"].median()
+    best = cand["inductor, sigmoid-form gelu, matmul attention"]
+    train = pd.read_csv(PERF / "profile.csv").query("config == @H10 and name == 'training'")["share"].iloc[0]
+    ratio = pd.read_csv(PERF / "vs_artifact.csv")["ratio_cpu"].median()
+    _quoted(_prose(),
+            f"compiling the whole training step pays {cand['inductor']:.2f}x on the CPU, with rewritten "
+            f"GELU and attention {best:.2f}x",
+            f"makes the eager step slower ({cand['eager, sigmoid-form gelu']:.2f}x, the table below)",
+            f"would reach about {ratio / (1 - train * (1 - 1 / best)):.1f}x the artifact "
+            f"(training is {100 * train:.0f}% of it; {ratio:.2f}x eager)")
+    assert round(4 * (1 - 1 / best)) == 1  # "saves a quarter of the training phase"
+
+
+def test_the_performance_pages_prose_quotes_the_op_counts_and_the_loop():
+    ops = pd.read_csv(PERF / "ops.csv")
+    by = ops.set_index(["case", "algo", "seeds"])["ops_per_episode"]
+    single = by.xs(1, level="seeds")
+    x = {S: by.xs(S, level="seeds") / single for S in (8, 32)}
+    per_seed = (by.xs(32, level="seeds") - by.xs(8, level="seeds")) / 24
+    loop = pd.read_csv(PERF / "vs_loop.csv")
+    best = loop.groupby("algo")["speedup"].max()
+    _quoted(_prose(),
+            f"met ({x[32].min():.2f}-{x[32].max():.2f}x; {x[8].min():.2f}-{x[8].max():.2f}x at S = 8)",
+            f"{by['reverse_h10', 'tpo', 32]:,.0f} - {by['reverse_h10', 'tpo', 8]:,.0f} = "
+            f"{by['reverse_h10', 'tpo', 32] - by['reverse_h10', 'tpo', 8]:.0f} over 24 seeds",
+            f"a batched episode's {ops['ops_per_episode'].min():,.0f} to {ops['ops_per_episode'].max():,.0f} ops",
+            f"{WORDS[(loop['speedup'] > 1).sum()]} of the {WORDS[len(loop)]} rounds came out ahead",
+            f"TPO's best ({best['tpo']:.2f}x) and GRPO's best ({best['grpo']:.2f}x)")
+    assert per_seed.nunique() == 1, per_seed  # "..., likewise in the other cases"
+    _quoted(_prose(), f"Each added seed costs {per_seed.iloc[0]:.0f} ops per episode")
+
+
 @pytest.mark.slow  # starts a process
 def test_the_performance_page_quotes_the_recorded_artifact_comparison():
     """docs/performance.md carries the artifact comparison as `python -m tools.vs_artifact
