@@ -81,7 +81,7 @@ is the 90 % two-sided interval, i.e. two one-sided tests at 5 % each (TOST).
   another replicate): δ is the family's, widened to the paper's own replicate noise where
   that is larger, {z:.3g} × √2 × the paper's seed SE (the central 90 % of the difference
   between two independent means of its seeds): ± {delta_tpo:.3g} for TPO (the family's),
-  ± {delta_grpo:.3g} for GRPO, whose seeds either solve or stall near 100 % (SE {se_grpo:.2g}
+  ± {delta_grpo:.3g} for GRPO, whose seeds spread from solved to stalled (SE {se_grpo:.2g}
   pts at 20 seeds). The pass rates this gives on redraws of the paper's own seeds, for a
   correct method and for wrong ones (the other method's seeds; TPO's seeds with 3× their
   error), are in `docs/reproducing.md` and asserted by `tests/test_power.py`. A permutation
