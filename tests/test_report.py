@@ -357,6 +357,17 @@ def test_measure_on_a_hand_table():
     assert report.measure(four, "steps_to_5pct", n_paper=4).value == 2
 
 
+def test_one_seed_prints_no_standard_error():
+    """A row with one seed has no SE (its interval is unbounded): the ours cell prints the
+    value alone; two seeds print value ± SE."""
+    rows = pd.DataFrame({"seed": [0, 0, 1, 1], "step": [0, 1] * 2, "error": [0.5, 0.993, 0.5, 0.2]})
+    one = report.measure(rows[rows["seed"] == 0], "final_error_pct")
+    two = report.measure(rows, "final_error_pct")
+    assert report.ours_text(one) == "99.3"
+    assert report.ours_text(two) == f"{report.number_text(two.value)} ± {report.number_text(two.se, 2)}"
+    assert two.se > 0
+
+
 # ---- the report CLI on a synthetic table ----
 
 @pytest.mark.slow  # long in process

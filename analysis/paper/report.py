@@ -243,6 +243,12 @@ def unjudged(row) -> str:
     return V.UNJUDGED.get(row["family"], "")
 
 
+def ours_text(ours: Ours) -> str:
+    """Our value and its SE, "22.2 ± 7.7"; one seed has no SE to print."""
+    se = ours.se is not None and ours.value is not None and not ours.source and (ours.n_seeds or 0) > 1
+    return number_text(ours.value) + (f" ± {number_text(ours.se, 2)}" if se else "")
+
+
 def number_line(row, sel, paper_seeds: dict | None = None, provenance: dict | None = None) -> dict:
     """One table row. Keys starting with "_" are for the summary's counting, not shown.
     provenance (run_provenance): adds what the row's runs were recorded under."""
@@ -312,9 +318,8 @@ def number_line(row, sel, paper_seeds: dict | None = None, provenance: dict | No
             and (ours.lo > printed.value + printed.r or ours.hi < printed.value - printed.r)):
         notes.append("inside the margin, but our interval excludes the paper's value: a "
                      "difference is shown, smaller than the margin")
-    se = f" ± {number_text(ours.se, 2)}" if ours.se is not None and ours.value is not None and not ours.source else ""
     interval = "" if ours.source else f"[{number_text(ours.lo)}, {number_text(ours.hi)}]"
-    return {**out, "ours": number_text(ours.value) + se, "90 % interval": interval,
+    return {**out, "ours": ours_text(ours), "90 % interval": interval,
             "seeds": (f"{ours.n_seeds} (< {row['seeds']})" if hidden["_below"]
                       else str(ours.n_seeds or "formula")), "verdict": verdict,
             "notes": "; ".join(notes), **prov, **hidden}
