@@ -23,6 +23,31 @@ PRESET_JOBS = {
 }
 
 
+# Numbers the docs spell out as words.
+WORDS = {1: "one", 2: "two", 3: "three", 4: "four", 5: "five", 6: "six", 7: "seven", 8: "eight",
+         9: "nine", 10: "ten"}
+
+
+def one_line(text: str) -> str:
+    """Text with each run of whitespace one space: prose wraps anywhere."""
+    return " ".join(text.split())
+
+
+def md_rows(text: str) -> list[dict]:
+    """Every markdown table's rows, as dicts keyed by their table's header."""
+    from tpo_bench.analysis.paper.pages import _cells
+
+    rows, header = [], None
+    for line in text.splitlines():
+        if not line.startswith("|"):
+            header = None
+        elif header is None:
+            header = _cells(line)
+        elif not set(line) <= set("|-: "):
+            rows.append(dict(zip(header, _cells(line))))
+    return rows
+
+
 def run_bench(*args: str, cwd: Path = REPO, env: dict | None = None,
               check: bool = True) -> subprocess.CompletedProcess:
     proc = subprocess.run([sys.executable, "-m", "bench", *args], cwd=cwd, text=True,

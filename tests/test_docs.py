@@ -14,7 +14,7 @@ import pandas as pd
 import pytest
 import yaml
 
-from conftest import REPO
+from conftest import REPO, md_rows, one_line
 from tpo_bench.contract import schema
 
 README = REPO / "README.md"
@@ -80,10 +80,6 @@ def test_the_committed_report_links_figures_that_exist():
     assert readme_images and all((REPO / link).is_file() for link in readme_images)
 
 
-def _prose(path) -> str:
-    return " ".join(path.read_text().split())  # prose wraps anywhere
-
-
 def test_the_reliability_page_shows_the_recorded_fault_campaign():
     """docs/reliability.md's campaign table is the last lines of the committed output, and
     every trial it counts ran."""
@@ -94,7 +90,7 @@ def test_the_reliability_page_shows_the_recorded_fault_campaign():
     trials = int(table[2].split("|")[1])
     assert sum(line.startswith("[faults] trial ") for line in data) == trials
     assert f"--trials {trials} --seed 1" in page
-    assert f"(all {trials} trials ran)" in _prose(DOCS / "reliability.md")
+    assert f"(all {trials} trials ran)" in one_line((DOCS / "reliability.md").read_text())
 
 
 def test_the_papers_inconsistencies_named_on_the_science_page_are_in_its_numbers():
@@ -109,7 +105,7 @@ def test_the_papers_inconsistencies_named_on_the_science_page_are_in_its_numbers
     assert {"vocab_sweep", "task_variants", "eta_sweep"} <= set(token.index) and token.nunique() > 1, token
     k32 = values("mech-tpo-K32-e4")
     assert k32["k_sweep"] != k32["epoch_sweep"] == k32["zero_variance_masking"], k32
-    text = _prose(DOCS / "science.md")
+    text = one_line((DOCS / "science.md").read_text())
     assert "TPO_token at eta = 1 is quoted at different step counts in different tables" in text
     assert ("TPO at K = 32 with 4 epochs differs between the K sweep and the epoch and masking sweeps"
             in text)
@@ -118,38 +114,22 @@ def test_the_papers_inconsistencies_named_on_the_science_page_are_in_its_numbers
 def test_the_committed_runs_ran_where_the_reproduction_readme_says():
     """reproduction/README.md: torch's version, the CPU and one torch thread per run, as
     every committed run's summary.json records them."""
-    said = re.search(r"with torch (\S+), fp32, one torch thread per run", _prose(REPO / "reproduction" / "README.md"))
-    assert said, "reproduction/README.md no longer names the torch version"
+    said = re.search(r"with torch (\S+), fp32, one torch thread per run",
+                     one_line((REPO / "reproduction" / "README.md").read_text()))
+    assert said, "reproduction/README.md does not name the torch version"
     runs = [json.loads(p.read_text()) for p in (REPO / "reproduction" / "runs").glob("**/summary.json")]
     assert len(runs) > 100
     assert {(s["versions"]["torch"], s["device"], s["threads"]) for s in runs} == {(said[1], "cpu", 1)}
-
-
-def _md_rows(text: str) -> list[dict]:
-    """Every markdown table's rows, as dicts keyed by their table's header."""
-    from tpo_bench.analysis.paper.pages import _cells
-
-    rows, header = [], None
-    for line in text.splitlines():
-        if not line.startswith("|"):
-            header = None
-        elif header is None:
-            header = _cells(line)
-        elif not set(line) <= set("|-: "):
-            rows.append(dict(zip(header, _cells(line))))
-    return rows
 
 
 def test_the_figures_pages_verdicts_are_the_committed_reports():
     """docs/figures.md (`analysis/plot.py --page`) quotes each paper number as the committed
     report does: its paper value, our value, seeds and verdict."""
     page = DOCS / "figures.md"
-    if not page.is_file():
-        pytest.skip("no docs/figures.md in this checkout")
     cols = ["algorithm", "setting", "metric", "paper", "ours", "seeds", "verdict"]
-    report = {tuple(r[c] for c in cols) for r in _md_rows((REPO / "reproduction" / "REPRODUCTION.md").read_text())
+    report = {tuple(r[c] for c in cols) for r in md_rows((REPO / "reproduction" / "REPRODUCTION.md").read_text())
               if set(cols) <= set(r)}
-    shown = [tuple(r[c] for c in cols) for r in _md_rows(page.read_text()) if "verdict" in r]
+    shown = [tuple(r[c] for c in cols) for r in md_rows(page.read_text()) if "verdict" in r]
     assert len(shown) > 50
     assert [s for s in shown if s not in report] == []
 

@@ -7,7 +7,7 @@ import pytest
 import torch
 import torch.nn.functional as F
 
-from conftest import REPO
+from conftest import REPO, one_line
 from tpo_bench.tasks._layernorm import LN_EPS, layer_norm
 
 pytestmark = pytest.mark.usefixtures("one_thread")  # bit-for-bit claims
@@ -87,9 +87,9 @@ def test_its_op_count_against_the_fused_kernels_is_the_performance_pages():
 
     fused = lambda x, w, b: F.layer_norm(x, (x.shape[-1],), w, b, LN_EPS)
     counts = [ops(layer_norm, True), ops(layer_norm, False), ops(fused, True, 0), ops(fused, False, 0)]
-    page = " ".join((REPO / "docs" / "performance.md").read_text().split())
+    page = one_line((REPO / "docs" / "performance.md").read_text())
     said = re.search(r"It costs the single run (\d+) ops per LayerNorm call under autograd \(forward and "
                      r"backward\) and (\d+) without, where `F.layer_norm`'s fused kernels take (\d+) and (\d+)",
                      page)
-    assert said, "docs/performance.md no longer quotes the LayerNorm op counts"
+    assert said, "docs/performance.md does not quote the LayerNorm op counts"
     assert [int(v) for v in said.groups()] == counts

@@ -8,7 +8,7 @@ import statistics
 import pandas as pd
 import pytest
 
-from conftest import REPO
+from conftest import REPO, WORDS, compose, one_line
 
 from tpo_bench.analysis.paper import pages
 
@@ -63,7 +63,7 @@ def test_the_margins_block_lists_every_family_the_rules_declare():
 def prose(name):
     """A page's hand-written text (its generated blocks left out), each run of whitespace
     one space (prose wraps anywhere)."""
-    return " ".join(pages.BLOCK.sub("", pages.PAGES[name].read_text()).split())
+    return one_line(pages.BLOCK.sub("", pages.PAGES[name].read_text()))
 
 
 def quoted(name, *phrases):
@@ -107,17 +107,22 @@ def test_the_power_prose_reads_the_committed_power_table():
 
 
 def test_the_queue_prose_quotes_the_queues_cost_and_the_tables_size():
+    """The mechanism study's K = 32 configuration: its cost per episode in the committed
+    profile (as docs/performance.md quotes it), and the queue's estimate per run."""
     from tpo_bench.tools import study
 
-    stages = study.load()
-    mech = study.jobs(stages, only="a_mechanism")
-    k32 = {j.cost_s for j in mech if "algo.k=32" in j.overrides and not any(
-        o.startswith("algo.epochs=") for o in j.overrides)}
-    assert k32 == {7.5 * 2000}  # "about 7.5 s an episode ..., so a 2,000-episode run is ~4 CPU-hours"
+    mech = study.jobs(study.load(), only="a_mechanism")
+    k32 = {j.overrides[1:]: j.cost_s for j in mech  # overrides[0] is the seed
+           if "algo.k=32" in j.overrides and not any(o.startswith("algo.epochs=") for o in j.overrides)}
+    [cost] = set(k32.values())
+    [episodes] = {compose(*o)["task"]["episodes"] for o in k32}
+    cpu = pd.read_csv(REPO / "reproduction" / "perf" / "profile.csv").groupby("config")["cpu_s_per_episode"].first()
+    [per_episode] = [s for config, s in cpu.items() if tuple(config.split()) in k32]
     size = (REPO / "reproduction" / "results.parquet").stat().st_size
     quoted("reproducing",
-           "about 7.5 s an episode after start-up, so a 2,000-episode run is "
-           f"~{7.5 * 2000 / 3600:.0f} CPU-hours",
+           f"configuration at {per_episode:.1f} CPU-s an episode, about {per_episode * episodes / 3600:.1f} "
+           f"CPU-hours for a {episodes:,}-episode run",
+           f"`study.yaml` estimates {cost:,.0f} CPU-s (~{cost / 3600:.1f} CPU-hours) a K = 32 run",
            f"the mechanism stage alone is ~{sum(j.cost_s for j in mech) / 3600 / 2:.0f} hours on two cores",
            f"writes `reproduction/results.parquet` ({size / 1e6:.1f} MB,")
 
@@ -126,10 +131,9 @@ def test_the_leaderboard_prose_quotes_its_tasks_seeds_and_readings():
     df = pd.read_parquet(pages.BOARD / "results.parquet", columns=["task.name", "algo.name", "config_hash", "seed"])
     seeds = df.drop_duplicates().groupby(["task.name", "algo.name", "config_hash"])["seed"].nunique()
     readings = committed_blocks("leaderboard")["readings"].splitlines()
-    words = {5: "five", 10: "ten"}
     assert seeds.min() == seeds.max()
     quoted("leaderboard",
-           f"across {words[df['task.name'].nunique()]} tasks",
+           f"across {WORDS[df['task.name'].nunique()]} tasks",
            f"{seeds.min()} seeds each",
            f"With {seeds.min()} pairs the smallest possible p is 1/{2 ** seeds.min()}",
-           f"({words[len(readings)]} of them)")
+           f"({WORDS[len(readings)]} of them)")

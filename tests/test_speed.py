@@ -12,7 +12,7 @@ from tpo_bench.bench.optim import build_optimizer
 from tpo_bench.bench.build import build
 from tpo_bench.bench.engine import train_episode
 from tpo_bench.tools.speed import transformer_flops_per_token
-from conftest import PRESET_JOBS, REPO, TINY, bench_here, compose
+from conftest import PRESET_JOBS, REPO, TINY, WORDS, bench_here, compose, one_line
 from tpo_bench.tasks.transformer import Transformer
 
 
@@ -171,12 +171,10 @@ def test_the_performance_page_shows_the_committed_measurements(csv):
 PERF = REPO / "reproduction" / "perf"
 H10 = "algo=tpo task=reverse_h10"  # profile.csv's two configs
 K32 = "+experiment=zero_variance_masking task=reverse_h8 task.batch_size=256 algo=tpo algo.k=32"
-WORDS = {1: "one", 2: "two", 3: "three", 4: "four", 5: "five", 6: "six", 7: "seven", 8: "eight"}
 
 
 def _prose() -> str:
-    """docs/performance.md with each run of whitespace one space (prose wraps anywhere)."""
-    return " ".join((REPO / "docs" / "performance.md").read_text().split())
+    return one_line((REPO / "docs" / "performance.md").read_text())
 
 
 def _quoted(page: str, *phrases: str) -> None:
@@ -204,9 +202,10 @@ def test_the_performance_pages_prose_quotes_the_profile_and_the_flop_counts():
     rest = sum(share[H10, "op", n] for n in ("elementwise", "copies", "layer norm"))
     goal = art_s / 3
     left = goal - mm * ours_s
+    thirds = {1: "a third", 2: "two thirds"}
     _quoted(_prose(),
             f"costs {cpu[K32]:.1f} CPU-s per episode",
-            f"about {cpu[K32] * 2000 / 3600:.1f} CPU-hours per seed",
+            f"about {cpu[K32] * k32.task.episodes / 3600:.1f} CPU-hours per seed",
             f"That is {cpu[K32] / cpu[H10]:.0f} times a reverse_h10 TPO episode for "
             f"{seq_episode_flops(k32) / flops:.1f} times its FLOPs",
             f"KV-cached and {100 * share[H10, 'phase', 'generation']:.0f}% of the episode",
@@ -220,8 +219,8 @@ def test_the_performance_pages_prose_quotes_the_profile_and_the_flop_counts():
             f"copies and LayerNorm {100 * rest:.0f}%",
             f"autograd and Python {100 * share[H10, 'op', 'other']:.0f}%",
             f"3x means {goal:.2f} CPU-s per episode against the artifact's {art_s:.2f}",
-            f"({100 * mm:.0f}% of {ours_s:.2f} s) that leaves about {left:.2f} s")
-    assert round(3 * (1 - left / ((1 - mm) * ours_s))) == 2  # "removing two thirds"
+            f"({100 * mm:.0f}% of {ours_s:.2f} s) that leaves about {left:.2f} s",
+            f"removing {thirds[round(3 * (1 - left / ((1 - mm) * ours_s)))]} of all non-matmul work")
 
 
 def test_the_performance_pages_prose_quotes_the_artifact_rounds():
@@ -241,13 +240,14 @@ def test_the_performance_pages_prose_quotes_the_candidates():
     best = cand["inductor, sigmoid-form gelu, matmul attention"]
     train = pd.read_csv(PERF / "profile.csv").query("config == @H10 and name == 'training'")["share"].iloc[0]
     ratio = pd.read_csv(PERF / "vs_artifact.csv")["ratio_cpu"].median()
+    quarters = {1: "a quarter", 2: "half", 3: "three quarters"}
     _quoted(_prose(),
             f"compiling the whole training step pays {cand['inductor']:.2f}x on the CPU, with rewritten "
             f"GELU and attention {best:.2f}x",
             f"makes the eager step slower ({cand['eager, sigmoid-form gelu']:.2f}x, the table below)",
             f"would reach about {ratio / (1 - train * (1 - 1 / best)):.1f}x the artifact "
-            f"(training is {100 * train:.0f}% of it; {ratio:.2f}x eager)")
-    assert round(4 * (1 - 1 / best)) == 1  # "saves a quarter of the training phase"
+            f"(training is {100 * train:.0f}% of it; {ratio:.2f}x eager)",
+            f"saves {quarters[round(4 * (1 - 1 / best))]} of the training phase")
 
 
 def test_the_performance_pages_prose_quotes_the_op_counts_and_the_loop():
