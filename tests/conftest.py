@@ -35,16 +35,16 @@ def one_line(text: str) -> str:
 
 def md_rows(text: str) -> list[dict]:
     """Every markdown table's rows, as dicts keyed by their table's header."""
-    from tpo_bench.analysis.paper.pages import _cells
+    from tpo_bench.analysis.paper.pages import cells
 
     rows, header = [], None
     for line in text.splitlines():
         if not line.startswith("|"):
             header = None
         elif header is None:
-            header = _cells(line)
+            header = cells(line)
         elif not set(line) <= set("|-: "):
-            rows.append(dict(zip(header, _cells(line))))
+            rows.append(dict(zip(header, cells(line))))
     return rows
 
 

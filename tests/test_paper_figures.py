@@ -141,7 +141,7 @@ def test_a_shared_companion_renders_each_sibling_once_per_table(table, tmp_path,
         rendered.append((name, id(df)))
         return render(name, df)
     monkeypatch.setattr(P, "render", counting)
-    monkeypatch.setattr(P, "_DRAWN_FROM", {})  # nothing drawn yet
+    monkeypatch.setattr(P, "DRAWN_FROM", {})  # nothing drawn yet
     sharing = sorted(s.name for s in P.PAPER.values() if s.companion == "mechanism_h8")
     for df in (table, table.copy()):
         for i, name in enumerate(sharing):

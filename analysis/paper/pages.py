@@ -33,7 +33,8 @@ POWER_DRAWS = 1000
 ALPHA = 0.05
 
 
-def _cells(line: str) -> list[str]:
+def cells(line: str) -> list[str]:
+    """A markdown table row's cells, stripped (an escaped \\| stays inside its cell)."""
     return [c.strip() for c in re.split(r"(?<!\\)\|", line.strip())[1:-1]]
 
 
@@ -43,11 +44,11 @@ def section_tables(markdown: str, section: str) -> list[list[dict]]:
     tables, rows, header = [], [], None
     for line in body.splitlines() + [""]:
         if line.startswith("|"):
-            cells = _cells(line)
+            row = cells(line)
             if header is None:
-                header = cells
+                header = row
             elif not set(line) <= set("|-: "):
-                rows.append(dict(zip(header, cells)))
+                rows.append(dict(zip(header, row)))
         elif header is not None:
             tables.append(rows)
             rows, header = [], None

@@ -639,17 +639,17 @@ def _save(fig, path: Path, dpi: int) -> list[Path]:
 
 # name -> (the table it drew from, the config hashes it drew): a companion several figures
 # share renders each sibling once per table, not once per figure that draws it
-_DRAWN_FROM: dict[str, tuple[weakref.ref, frozenset]] = {}
+DRAWN_FROM: dict[str, tuple[weakref.ref, frozenset]] = {}
 
 
 def _remember(name: str, df: pd.DataFrame, drawn: Drawn) -> frozenset:
-    _DRAWN_FROM[name] = (weakref.ref(df), frozenset(drawn.hashes))
-    return _DRAWN_FROM[name][1]
+    DRAWN_FROM[name] = (weakref.ref(df), frozenset(drawn.hashes))
+    return DRAWN_FROM[name][1]
 
 
 def drawn_hashes(name: str, df: pd.DataFrame) -> frozenset:
     """The config hashes figure `name` draws from df (rendered, unless this table drew it)."""
-    seen = _DRAWN_FROM.get(name)
+    seen = DRAWN_FROM.get(name)
     if seen is not None and seen[0]() is df:
         return seen[1]
     fig, drawn = render(name, df)
