@@ -35,17 +35,9 @@ def one_line(text: str) -> str:
 
 def md_rows(text: str) -> list[dict]:
     """Every markdown table's rows, as dicts keyed by their table's header."""
-    from tpo_bench.analysis.paper.pages import cells
+    from tpo_bench.analysis.paper.pages import tables
 
-    rows, header = [], None
-    for line in text.splitlines():
-        if not line.startswith("|"):
-            header = None
-        elif header is None:
-            header = cells(line)
-        elif not set(line) <= set("|-: "):
-            rows.append(dict(zip(header, cells(line))))
-    return rows
+    return [row for table in tables(text) for row in table]
 
 
 def run_bench(*args: str, cwd: Path = REPO, env: dict | None = None,

@@ -38,11 +38,10 @@ def cells(line: str) -> list[str]:
     return [c.strip() for c in re.split(r"(?<!\\)\|", line.strip())[1:-1]]
 
 
-def section_tables(markdown: str, section: str) -> list[list[dict]]:
-    """The markdown tables of one report section (`## ... (`section`)`), as row dicts."""
-    body = markdown.split(f"(`{section}`)", 1)[1].split("\n## ", 1)[0]
-    tables, rows, header = [], [], None
-    for line in body.splitlines() + [""]:
+def tables(markdown: str) -> list[list[dict]]:
+    """Every markdown table in the text, each as its rows keyed by its header."""
+    found, rows, header = [], [], None
+    for line in markdown.splitlines() + [""]:
         if line.startswith("|"):
             row = cells(line)
             if header is None:
@@ -50,9 +49,14 @@ def section_tables(markdown: str, section: str) -> list[list[dict]]:
             elif not set(line) <= set("|-: "):
                 rows.append(dict(zip(header, row)))
         elif header is not None:
-            tables.append(rows)
+            found.append(rows)
             rows, header = [], None
-    return tables
+    return found
+
+
+def section_tables(markdown: str, section: str) -> list[list[dict]]:
+    """The markdown tables of one report section (`## ... (`section`)`), as row dicts."""
+    return tables(markdown.split(f"(`{section}`)", 1)[1].split("\n## ", 1)[0])
 
 
 def md(rows: list[dict], cols: list[str]) -> str:
@@ -68,11 +72,11 @@ def verdict_block(report: str) -> str:
 
 
 def paired_block(report: str) -> str:
-    tables = [t for t in section_tables(report, "terminal_h_sweep") if t and "reading" in t[0]]
-    if not tables:
+    readings = [t for t in section_tables(report, "terminal_h_sweep") if t and "reading" in t[0]]
+    if not readings:
         return "No paired comparison yet: no H has runs of TPO and another method on one seed."
-    cols = list(tables[0][0])
-    return md(tables[0], cols)
+    cols = list(readings[0][0])
+    return md(readings[0], cols)
 
 
 def summaries(root: Path = RUNS) -> list[dict]:
