@@ -78,6 +78,8 @@ def test_number_verdict():
     # below the minimum seed count nothing is claimed, however narrow the interval
     assert V.number_verdict(P("6.9"), term, 6.9, 6.9, V.MIN_SEEDS - 1) == f"inconclusive ({V.MIN_SEEDS - 1} seeds)"
     assert V.number_verdict(P("6.9"), term, 50.0, 60.0, V.MIN_SEEDS - 1).startswith(V.INCONCLUSIVE)
+    # a single seed reads as one seed, not "1 seeds"
+    assert V.number_verdict(P("6.9"), term, 6.9, 6.9, 1) == "inconclusive (1 seed)"
 
 
 def test_bound_verdict():

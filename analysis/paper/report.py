@@ -331,7 +331,7 @@ def _claim_once(sel, row, left, op, right, cond_extra=None):
         return [ours_for(sel, row, algo, {**(cond_extra or {}), **quals}) for algo, quals in items]
     a, b = get(left), get(right)
     name = lambda it: it[0] + "".join(f"[{k}={v}]" for k, v in it[1].items())  # noqa: E731
-    text = ", ".join(f"{name(it)} {number_text(o.value)} ({o.n_seeds} seeds)"
+    text = ", ".join(f"{name(it)} {number_text(o.value)} ({V.seeds(o.n_seeds)})"
                      for it, o in zip(left + right, a + b) if o is not None)
     ran_a, ran_b = [o for o in a if o is not None], [o for o in b if o is not None]
     complete = len(ran_a) == len(a) and len(ran_b) == len(b)
@@ -787,8 +787,8 @@ def build(df: pd.DataFrame, out: Path, fig_dir: Path, runs_root: Path | None = N
         else:
             n_runs = len(sel[["config_hash", "seed"]].drop_duplicates())
             seeds = sel.groupby("config_hash")["seed"].nunique()
-            span = f"{seeds.min()}" if seeds.min() == seeds.max() else f"{seeds.min()}–{seeds.max()}"
-            text += [f"Runs: {n_runs} ({len(seeds)} configurations, {span} seeds each). "
+            span = V.seeds(seeds.min()) if seeds.min() == seeds.max() else f"{seeds.min()}–{seeds.max()} seeds"
+            text += [f"Runs: {n_runs} ({len(seeds)} configurations, {span} each). "
                      f"Hardware: {hardware(sel, runs_root, given_hw)}.", ""]
             if name in paper_figures.PAPER:  # the paper's form, then its companion
                 for png in paper_figures.draw(name, df, fig_dir)[::2]:

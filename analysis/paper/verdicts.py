@@ -49,12 +49,17 @@ MIN_SEEDS = 5
 REPLICATE_Z = 1.6448536269514722
 
 
+def seeds(n: int) -> str:
+    """'1 seed', '3 seeds'."""
+    return f"{n} seed" if n == 1 else f"{n} seeds"
+
+
 def inconclusive(n: int) -> str:
-    return f"{INCONCLUSIVE} ({n} seeds)"
+    return f"{INCONCLUSIVE} ({seeds(n)})"
 
 
 def not_distinguishable(n: int) -> str:
-    return f"{NOT_DISTINGUISHABLE} ({n} seeds)"
+    return f"{NOT_DISTINGUISHABLE} ({seeds(n)})"
 
 
 _RULES = """\
