@@ -163,6 +163,21 @@ def test_rows_no_rule_judges_keep_their_status_whatever_runs_exist(tmp_path, no_
     assert f"2 {V.NEEDS_GPU}" in text  # named in the summary's sentence, not dropped
 
 
+def test_rule_log_reads_moves_with_keys_as_printed():
+    """A rule log lists the rows present in both reports whose verdict changed; a cell's
+    escaped pipe is a pipe of its key, not a column break."""
+    from tpo_bench.analysis.paper.rule_log import moves, moves_markdown
+
+    def report_text(v1, v2):
+        return ("## Claims (`x`)\n\n| citation | claim | verdict |\n|---|---|---|\n"
+                f"| Fig 1 | \\|a\\| < b | {v1} |\n| Fig 2 | c | {v2} |\n")
+    moved = moves(report_text(V.HOLDS, V.HOLDS), report_text(V.FAILS, V.HOLDS))
+    assert moved[["key", "verdict_before", "verdict_after"]].values.tolist() == [
+        ["Fig 1 · |a| < b", V.HOLDS, V.FAILS]]
+    assert moves_markdown(moves(report_text(V.HOLDS, V.FAILS), report_text(V.HOLDS, V.FAILS))) \
+        == "(no verdict moved)"
+
+
 @pytest.mark.slow  # long in process
 def test_the_papers_llm_rows_need_weights_and_a_gpu(tmp_path, no_figures):
     """science §Language models's seven LLM numbers and claims are listed with the status, none judged, even

@@ -26,16 +26,14 @@ from pathlib import Path
 
 import pandas as pd
 
+from tpo_bench.analysis.paper import pages
+
 ROOT = Path(__file__).resolve().parents[2]
 TREE = ("analysis", "conf", "contract", "tasks")
 SECTION = re.compile(r"^## .*\(`(\w+)`\)\s*$")
 # Number rows are keyed by what the paper printed and where; claim rows by the claim.
 NUMBER_KEY = ["citation", "setting", "algorithm", "metric", "paper"]
 CLAIM_KEY = ["citation", "claim"]  # a claim keeps its identity when its metric is redefined
-
-
-def _cells(line: str) -> list[str]:
-    return [c.strip().replace("\\|", "|") for c in re.split(r"(?<!\\)\|", line.strip())[1:-1]]
 
 
 def verdict_rows(markdown: str) -> pd.DataFrame:
@@ -49,7 +47,7 @@ def verdict_rows(markdown: str) -> pd.DataFrame:
         if section is None or not line.startswith("|"):
             header = None
             continue
-        cells = _cells(line)
+        cells = [c.replace("\\|", "|") for c in pages.cells(line)]  # keys read as printed
         if header is None:
             header = cells
             continue
