@@ -14,6 +14,8 @@ from typing import Any, BinaryIO, Iterator
 
 import pandas as pd
 
+from tpo_bench import ROOMS
+
 REPO_ROOT = Path(__file__).resolve().parent.parent
 
 
@@ -176,9 +178,14 @@ def package_versions() -> dict[str, str]:
     return out
 
 
+# What "-dirty" looks at: the harness's code and packaging. A resumed run's own committed
+# records (checkpoint, metrics) change as it trains; that is data, not other code.
+CODE_PATHS = (*ROOMS, "pyproject.toml")
+
+
 def git_commit() -> str | None:
-    """The checkout's commit ("-dirty" with uncommitted changes to tracked files), or None
-    when the code does not run from a checkout of its own."""
+    """The checkout's commit ("-dirty" with uncommitted changes to tracked code files,
+    CODE_PATHS), or None when the code does not run from a checkout of its own."""
     try:
         # A non-editable install sits in site-packages, which may lie inside some other
         # repository (a venv in a project folder): that repository's commit is not ours.
@@ -191,7 +198,8 @@ def git_commit() -> str | None:
         if sha.returncode != 0:
             return None
         dirty = subprocess.run(["git", "-C", str(REPO_ROOT), "status", "--porcelain",
-                                "--untracked-files=no"], capture_output=True, text=True, timeout=5)
+                                "--untracked-files=no", "--", *CODE_PATHS],
+                               capture_output=True, text=True, timeout=5)
         return sha.stdout.strip() + ("-dirty" if dirty.stdout.strip() else "")
     except (OSError, subprocess.SubprocessError):
         return None

@@ -155,3 +155,29 @@ def test_cpu_kernels_changed_on_resume_is_recorded(tmp_path, capsys):
     run_here(tmp_path, *SLOW)  # the resume: the runner's, in here
     assert f"CPU kernels ['{theirs}', '{ours}'] across attempts" in capsys.readouterr().out
     assert [a["cpu_kernels"] for a in summary(d)["attempts_log"]] == [theirs, ours]
+
+
+@pytest.mark.slow  # git in subprocesses
+def test_dirty_means_uncommitted_code_not_a_resumed_runs_own_records(tmp_path, monkeypatch):
+    """A checkout whose committed run records change as a resumed run trains is not -dirty;
+    a changed code file is."""
+    import subprocess
+
+    from tpo_bench.contract import io
+
+    def git(*args):
+        subprocess.run(["git", "-C", str(tmp_path), *args], check=True, capture_output=True)
+    (tmp_path / "tasks").mkdir()
+    (tmp_path / "tasks" / "t.py").write_text("x = 1\n")
+    (tmp_path / "runs").mkdir()
+    (tmp_path / "runs" / "metrics.parquet").write_text("step 0\n")
+    git("init", "-q")
+    git("add", ".")
+    git("-c", "user.name=t", "-c", "user.email=t@t", "commit", "-qm", "c")
+    monkeypatch.setattr(io, "REPO_ROOT", tmp_path.resolve())
+    clean = io.git_commit()
+    assert clean and len(clean) == 40
+    (tmp_path / "runs" / "metrics.parquet").write_text("step 0\nstep 100\n")
+    assert io.git_commit() == clean
+    (tmp_path / "tasks" / "t.py").write_text("x = 2\n")
+    assert io.git_commit() == clean + "-dirty"
