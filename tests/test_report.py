@@ -127,7 +127,10 @@ def test_ordering_verdicts():
     # over settings: 7 of 8 needed; fails as soon as 2 failed, whatever is still to run
     assert V.count_verdict(7, 1, 7, 8) == V.HOLDS
     assert V.count_verdict(3, 2, 7, 8) == V.FAILS
-    assert V.count_verdict(3, 1, 7, 8) == V.NOT_RUN
+    assert V.count_verdict(0, 0, 7, 8) == V.NOT_RUN
+    # some settings ran, too few to decide: not "not run yet"
+    assert V.count_verdict(3, 1, 7, 8, n_run=4) == "inconclusive (4 of 8 settings run)"
+    assert V.count_verdict(0, 1, 7, 8, n_run=1) == "inconclusive (1 of 8 settings run)"
     assert V.count_verdict(2, 1, 4, 4) == V.FAILS  # "in every column": one failure is enough
     left, op, right = V.parse_claim("tpo[D=1000] ~ tpo[D=0]")
     assert left == [("tpo", {"D": "1000"})] and op == "~" and right == [("tpo", {"D": "0"})]

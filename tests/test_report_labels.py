@@ -93,3 +93,12 @@ def test_every_interval_the_report_states_is_at_the_rules_level():
     stated = re.findall(r"central\s+(\d+(?:\.\d+)?)\s+%", TEXT)
     assert stated, "no central interval stated in the report"
     assert {f"{s} %" for s in stated} == {level}
+
+
+def test_not_run_yet_is_never_said_of_a_row_with_results():
+    """A row whose 'ours' column shows results is judged (or inconclusive, saying why),
+    never labelled as not run."""
+    ran = [(r.get("citation"), r["verdict"]) for t in pages.tables(TEXT) for r in t
+           if r.get("verdict") == V.NOT_RUN and r.get("ours")]
+    assert not ran
+    assert any(r.get("verdict") == V.NOT_RUN for t in pages.tables(TEXT) for r in t)  # the label is read

@@ -48,6 +48,10 @@ def test_scopes_pick_their_rows():
     assert not rule_dates.governs(rule("steps"), final, "vocab_sweep")
     assert rule_dates.governs(rule("known seeds"), final, "terminal_h_sweep")
     assert not rule_dates.governs(rule("known seeds"), steps, "terminal_h_sweep")
+    over, once = {"claim": "a > b", "_over": True}, {"claim": "a > b", "_over": False}
+    assert rule_dates.governs(rule("claims over settings"), over, "dg_epochs")
+    assert not rule_dates.governs(rule("claims over settings"), once, "dg_epochs")
+    assert not rule_dates.governs(rule("claims over settings"), final, "dg_epochs")
     assert rule_dates.governs(rule("algo:dg"), steps, "x") and not rule_dates.governs(rule("algo:dg"), final, "x")
     assert rule_dates.governs(rule("section:a,b"), final, "b") and not rule_dates.governs(rule("section:a"), final, "b")
 

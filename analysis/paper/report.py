@@ -351,7 +351,7 @@ def _claim_once(sel, row, left, op, right, cond_extra=None):
 def ordering_line(row, sel) -> dict:
     left, op, right = V.parse_claim(row["value"])
     out = {"citation": row["citation"], "claim": row["value"], "metric": row["metric"]}
-    hidden = {"_key": paper_key(row), "_formula": False}
+    hidden = {"_key": paper_key(row), "_formula": False, "_over": bool(row["over"])}
     if unjudged(row):
         return {**out, "ours": "", "verdict": unjudged(row), "notes": row["note"], **hidden}
     if not row["over"]:
@@ -375,8 +375,8 @@ def ordering_line(row, sel) -> dict:
     text = f"holds in {held} of {len(results)}" + (f"; fails at {'; '.join(failed)}" if failed else "")
     if unsure:
         text += "; inconclusive at " + "; ".join(f"{s} ({v.split('(')[1]}" for s, v in unsure)
-    verdict = V.count_verdict(held, len(failed), need, out_of)
-    if verdict == V.NOT_RUN and held + len(unsure) >= need:
+    verdict = V.count_verdict(held, len(failed), need, out_of, len(results))
+    if verdict.startswith(V.INCONCLUSIVE) and held + len(unsure) >= need:
         verdict = V.inconclusive(min(int(v.split("(")[1].split()[0]) for _, v in unsure))
     notes = row["note"] + (f" (needs {need})" if row["note"] else f"needs {need}")
     return {**out, "ours": text if results else "", "verdict": verdict, "notes": notes, **hidden}

@@ -18,7 +18,8 @@ class Rule:
     commit: str
     date: str  # ISO 8601, the commit's date
     what: str
-    scope: str  # "numbers", "claims", "all", "steps", "known seeds", or "section:<name>,..."
+    scope: str  # "numbers", "claims", "claims over settings", "all", "steps", "known seeds",
+    # or "section:<name>,..." or "algo:<name>,..."
     moved: int  # verdicts it moved on the committed data (analysis/paper/rule_log.py COMMIT)
 
 
@@ -63,6 +64,8 @@ def governs(rule: Rule, line: dict, section: str) -> bool:
         return number
     if rule.scope == "claims":
         return not number
+    if rule.scope == "claims over settings":
+        return not number and bool(line.get("_over"))
     if rule.scope == "steps":
         return number and line["metric"].startswith("steps_to_")
     if rule.scope == "known seeds":

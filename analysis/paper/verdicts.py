@@ -118,12 +118,14 @@ is the 90 % two-sided interval, i.e. two one-sided tests at 5 % each (TOST).
   inequality already violated between items that ran, or, for a claim over several
   settings ("in 7 of 8 variants"), more settings failed than the claim can spare. *Holds*
   only when every item ran with at least {min_seeds} seeds and every inequality holds;
-  *inconclusive (n seeds)* when it holds on fewer seeds; "a ~ b" holds when
+  *inconclusive (n seeds)* when it holds on fewer seeds; *inconclusive (k of n settings
+  run)* for a claim over settings of which too few have run to decide; "a ~ b" holds when
   |a − b| ≤ 2 × max(SE_a, SE_b).
 - Notes, not ways to pass: the paper's replicate spread (its values for one configuration
   in different tables) and, where its per-seed values are known, where our n-seed mean
   falls among the means of n of its seeds.
-- *Not run yet*: no results for that row (or for a claim, none that contradict it yet).
+- *Not run yet*: no results for that row (for a claim on one setting: not every item
+  has run, and those that have do not contradict it).
 - *{needs_gpu}*: the paper's LLM results (science §Language models; family `llm_rlvr`), read from its text
   and figure, from pretrained 1.5–1.7B models on GPUs. This project has had neither the
   weights nor a GPU, so they are listed with this status and never judged, whatever runs
@@ -305,13 +307,14 @@ def close_verdict(a, se_a, b, se_b, n_seeds: int | None = None) -> str:
     return inconclusive(n_seeds) if n_seeds is not None and n_seeds < MIN_SEEDS else HOLDS
 
 
-def count_verdict(n_holding: int, n_failed: int, at_least: int, out_of: int) -> str:
-    """A claim over out_of settings that holds in at least at_least of them."""
+def count_verdict(n_holding: int, n_failed: int, at_least: int, out_of: int, n_run: int = 0) -> str:
+    """A claim over out_of settings that holds in at least at_least of them; n_run: the
+    settings with results so far (some, yet too few to decide: inconclusive, saying how many)."""
     if n_failed > out_of - at_least:
         return FAILS
     if n_holding >= at_least:
         return HOLDS
-    return NOT_RUN
+    return f"{INCONCLUSIVE} ({n_run} of {out_of} settings run)" if n_run else NOT_RUN
 
 
 CLAIM = re.compile(r"^\s*(.+?)\s*([<>~])\s*(.+?)\s*$")
