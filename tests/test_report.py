@@ -181,6 +181,23 @@ def test_rule_log_reads_moves_with_keys_as_printed():
         == "(no verdict moved)"
 
 
+@pytest.mark.slow  # git archive and a report in a child process
+def test_rule_log_writes_each_report_with_its_own_trees_code(tmp_path):
+    """The report before and after a rule change is computed by the code of that commit,
+    not by whatever tpo_bench is installed: a tree whose label text is edited writes it."""
+    from tpo_bench.analysis.paper.rule_log import extract, report_at
+
+    tree = extract("HEAD", tmp_path / "tree")
+    rules = tree / "analysis" / "paper" / "verdicts.py"
+    assert f'"{V.NOT_RUN}"' in rules.read_text()
+    rules.write_text(rules.read_text().replace(f'"{V.NOT_RUN}"', '"not run (edited tree)"'))
+    df = results_table()
+    results = tmp_path / "results.parquet"
+    df[df["experiment"] == "terminal_h_sweep"].to_parquet(results)
+    text = report_at(tree, results, tmp_path / "report.md")
+    assert "| not run (edited tree) |" in text and f"| {V.NOT_RUN} |" not in text
+
+
 @pytest.mark.slow  # long in process
 def test_the_papers_llm_rows_need_weights_and_a_gpu(tmp_path, no_figures):
     """science §Language models's seven LLM numbers and claims are listed with the status, none judged, even

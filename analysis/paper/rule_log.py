@@ -5,11 +5,12 @@ after a commit, on one results table, row by row.
                                       [--worktree]
     python -m analysis.paper.rule_log ...
 
-For each COMMIT it extracts what the report is computed from (TREE: `analysis/`, `conf/`,
-and `contract/` and `tasks/` where the commit has them) at COMMIT^ and at COMMIT (`git
-archive`, into a temporary folder; the checkout is not touched), writes both reports
-without figures and prints every row whose verdict differs, as markdown (either layout
-of analysis/: the report in analysis/paper/, or in analysis/ before it moved). --worktree
+For each COMMIT it extracts what the report is computed from (TREE: the `tpo_bench`
+package and the folders it links, where the commit has them) at COMMIT^ and at COMMIT
+(`git archive`, into a temporary folder; the checkout is not touched), writes both reports
+without figures, each with the code of its own tree (the driver refuses to run any other,
+such as an installed tpo_bench), and prints every row whose verdict differs, as markdown
+(a commit from before the tpo_bench package imports `analysis` from its tree). --worktree
 compares HEAD with the working tree instead: run it before committing a rule change and
 paste its output into the commit message. A rule judged on data it was changed after
 must say what it moved; this is how the report's rule-change log is computed.
@@ -29,7 +30,7 @@ import pandas as pd
 from tpo_bench.analysis.paper import pages
 
 ROOT = Path(__file__).resolve().parents[2]
-TREE = ("analysis", "conf", "contract", "tasks")
+TREE = ("tpo_bench", "analysis", "conf", "contract", "tasks", "algorithms", "bench", "tools", "integrations")
 SECTION = re.compile(r"^## .*\(`(\w+)`\)\s*$")
 # Number rows are keyed by what the paper printed and where; claim rows by the claim.
 NUMBER_KEY = ["citation", "setting", "algorithm", "metric", "paper"]
@@ -80,14 +81,30 @@ def moves_markdown(table: pd.DataFrame) -> str:
 
 _DRIVER = """
 import os, sys
-sys.path.insert(0, sys.argv[1])
-if os.path.isfile(os.path.join(sys.argv[1], "analysis", "paper", "report.py")):
-    from tpo_bench.analysis.paper import figures, report
-else:  # a commit from before analysis/paper/
-    from tpo_bench.analysis import figures, report
+from pathlib import Path
+tree = os.path.realpath(sys.argv[1])
+sys.path.insert(0, tree)
+package = "tpo_bench.analysis" if os.path.isdir(os.path.join(tree, "tpo_bench")) else "analysis"
+if os.path.isfile(os.path.join(tree, "analysis", "paper", "report.py")):
+    package += ".paper"
+figures = __import__(package + ".figures", fromlist=["x"])
+report = __import__(package + ".report", fromlist=["x"])
+if not os.path.realpath(report.__file__).startswith(tree + os.sep):
+    sys.exit(f"rule_log: the report imported from {report.__file__}, not from the tree {tree}")
 def no_figure(*a, **k):
     raise figures.NoData("figures skipped")
+def named(name, df, out_dir, *a, **k):  # verdicts never depend on a figure: name, not draw
+    os.makedirs(out_dir, exist_ok=True)
+    return [Path(out_dir) / f"{name}.png", Path(out_dir) / f"{name}.pdf"]
 figures.draw = no_figure
+if hasattr(figures, "draw_seed_distributions"):
+    figures.draw_seed_distributions = lambda groups, title, out_dir, *a, **k: named(
+        getattr(figures, "SEEDS_FIGURE", "seeds"), None, out_dir)
+try:
+    paper_figures = __import__(package + ".paper_figures", fromlist=["x"])
+    paper_figures.draw = named
+except ImportError:  # a tree from before the paper's own figure forms
+    pass
 extra = [a for root in sys.argv[5:] for a in ("--add-runs", root)]
 sys.exit(report.main(["--results", sys.argv[2], "--out", sys.argv[3], "--findings", sys.argv[4], *extra]))
 """
@@ -136,7 +153,7 @@ def main(argv=None) -> int:
                 tree.mkdir()
                 for part in TREE:
                     if (ROOT / part).is_dir():
-                        shutil.copytree(ROOT / part, tree / part,
+                        shutil.copytree(ROOT / part, tree / part, symlinks=True,
                                         ignore=shutil.ignore_patterns("__pycache__"))
             else:
                 tree = extract(new, tmp / f"{i}b")
