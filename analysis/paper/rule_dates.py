@@ -48,6 +48,9 @@ RULES = (
          "margins widened to the paper's replicate noise where its seeds are known", "numbers", 18),
     Rule("8df8c18", "2026-12-04T18:56:35+00:00", "the summary counts MNIST's numbers on the "
          "validation-split rows, the test-file rows as their repeats", "section:mnist,mnist_holdout", 0),
+    Rule("1303e4e", "2026-12-04T23:47:57+00:00", "a claim over settings of which some, too few to "
+         "decide, have run is inconclusive (k of n settings run), not 'not run yet'",
+         "claims over settings", 1),
 )
 
 
