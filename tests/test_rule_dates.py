@@ -89,3 +89,15 @@ def test_the_committed_report_flags_its_post_hoc_verdicts():
     assert fresh and old and all(r["rules set after its runs"].startswith("post hoc: ") for r in old)
     assert all(newest.commit in r["rules set after its runs"] for r in old)
     assert all(r["rules set after its runs"] == "" for r in fresh)
+
+
+def test_the_committed_report_flags_a_settings_claim_rule_on_settings_claims_only():
+    """A rule scoped to claims over settings marks those claims post hoc where their runs
+    predate it, and no claim on one setting."""
+    rule = next(r for r in rule_dates.RULES if r.scope == "claims over settings")
+    report = (REPO / "reproduction" / "REPRODUCTION.md").read_text()
+    claims = [r for t in pages.tables(report) for r in t if "claim" in r and r.get("ours")]
+    over = [r for r in claims if r["verdict"].startswith(V.INCONCLUSIVE) and "settings run)" in r["verdict"]]
+    assert over and all(rule.commit in r["rules set after its runs"] for r in over)
+    once = [r for r in claims if not r["ours"].startswith("holds in ")]  # over settings: "holds in k of n"
+    assert once and not any(rule.commit in r["rules set after its runs"] for r in once)
