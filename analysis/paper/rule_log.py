@@ -5,12 +5,10 @@ after a commit, on one results table, row by row.
                                       [--worktree]
     python -m analysis.paper.rule_log ...
 
-For each COMMIT it extracts what the report is computed from (TREE: the `tpo_bench`
-package and the folders it links, where the commit has them) at COMMIT^ and at COMMIT
-(`git archive`, into a temporary folder; the checkout is not touched), writes both reports
-without figures, each with the code of its own tree (the driver refuses to run any other,
-such as an installed tpo_bench), and prints every row whose verdict differs, as markdown
-(a commit from before the tpo_bench package imports `analysis` from its tree). --worktree
+For each COMMIT it extracts what the report is computed from (TREE) at COMMIT^ and at
+COMMIT (`git archive`, into a temporary folder), writes both reports without figures, each
+with its own tree's code (the driver refuses any other, such as an installed tpo_bench),
+and prints every row whose verdict differs, as markdown. --worktree
 compares HEAD with the working tree instead: run it before committing a rule change and
 paste its output into the commit message. A rule judged on data it was changed after
 must say what it moved; this is how the report's rule-change log is computed.
