@@ -84,6 +84,19 @@ def cpu_kernels() -> str:
     return torch.backends.cpu.get_cpu_capability()
 
 
+def cpu_model() -> str | None:
+    """The CPU an attempt ran on, as /proc/cpuinfo names it ("vendor_id: model name"; None
+    where there is no such file). At one kernel instruction set, an Intel and an AMD CPU
+    still round matrix products differently: MKL takes code paths of its own on each."""
+    try:
+        lines = Path("/proc/cpuinfo").read_text().splitlines()
+    except OSError:
+        return None
+    found = [next((line.split(":", 1)[1].strip() for line in lines if line.startswith(name)), "")
+             for name in ("vendor_id", "model name")]
+    return ": ".join(f for f in found if f) or None
+
+
 def _attempt_record(prev: dict, spec: RunSpec, threads: int, identity_: dict,
                     batched: bool) -> dict[str, Any]:
     """summary.json's fields that describe this attempt and every one before it: a run
@@ -93,7 +106,8 @@ def _attempt_record(prev: dict, spec: RunSpec, threads: int, identity_: dict,
     log.append({"attempt": len(log) + 1, "started_at": time.time(), "pid": os.getpid(),
                 "host": rundir.whoami()["host"], "git_commit": identity_["git_commit"],
                 "code_fingerprint": spec.code_fingerprint,
-                "threads": threads, "cpu_kernels": cpu_kernels(), "batch_seeds": batched,
+                "threads": threads, "cpu_kernels": cpu_kernels(), "cpu": cpu_model(),
+                "batch_seeds": batched,
                 "slurm_job_id": os.environ.get("SLURM_JOB_ID")})
     # Runs from before the attempt log: their attempt count and the commit they started under.
     earlier = 0 if spec.force else max(prev.get("attempts", 0) - (len(log) - 1), 0)

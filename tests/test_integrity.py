@@ -9,7 +9,7 @@ import pandas as pd
 import pytest
 import torch
 
-from conftest import metrics, run_bench, run_dirs, run_here, summary, wait_for
+from conftest import cpu_vendor, metrics, run_bench, run_dirs, run_here, summary, wait_for
 from integrity_runs import SLOW, interrupted_run, reference, start, the_run  # reference: a fixture
 
 
@@ -155,6 +155,8 @@ def test_cpu_kernels_changed_on_resume_is_recorded(tmp_path, capsys):
     run_here(tmp_path, *SLOW)  # the resume: the runner's, in here
     assert f"CPU kernels ['{theirs}', '{ours}'] across attempts" in capsys.readouterr().out
     assert [a["cpu_kernels"] for a in summary(d)["attempts_log"]] == [theirs, ours]
+    # and the CPU itself: one instruction set, two vendors' MKL paths round otherwise
+    assert summary(d)["attempts_log"][-1]["cpu"].startswith(cpu_vendor() + ": ")
 
 
 @pytest.mark.slow  # git in subprocesses
