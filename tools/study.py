@@ -95,8 +95,9 @@ def load(path: Path = QUEUE) -> list[dict]:
 
 
 def jobs(stages: list[dict], only: str | None = None) -> list[Job]:
-    """Every run of the queue in order: seed-major within a sweep, so that at any stopping
-    point a sweep's methods have the same seeds."""
+    """Every run of the queue in order: seed-major within a sweep (within the whole stage
+    where it says `interleave: true`), so that at any stopping point its lines have the
+    same seeds."""
     names = [s["name"] for s in stages]
     if only is not None and only not in names:
         raise ValueError(f"--stage {only!r}: no such stage; the stages: {', '.join(names)}")
@@ -104,11 +105,11 @@ def jobs(stages: list[dict], only: str | None = None) -> list[Job]:
     for s in stages:
         if only is not None and s["name"] != only:
             continue
-        for sw in s["sweeps"]:
-            lo, hi = sw["seeds"]
-            for seed in range(lo, hi):
-                for combo in _expand(sw["args"]):
-                    out.append(Job(s["name"], sw["root"], (f"seed={seed}", *combo), float(sw["cost_s"])))
+        mine = [Job(s["name"], sw["root"], (f"seed={seed}", *combo), float(sw["cost_s"]))
+                for sw in s["sweeps"] for seed in range(*sw["seeds"]) for combo in _expand(sw["args"])]
+        if s.get("interleave"):  # seed-major across the stage's sweeps: any prefix is balanced
+            mine.sort(key=lambda j: int(j.overrides[0].split("=", 1)[1]))
+        out += mine
     return out
 
 
