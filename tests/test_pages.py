@@ -25,7 +25,7 @@ def _check(name, block):
         f"{pages.PAGES[name]}: block {block} is stale; run `python -m analysis.paper.pages`")
 
 
-@pytest.mark.parametrize("block", ["verdicts", "paired", "status", "cost", "margins"])
+@pytest.mark.parametrize("block", ["verdicts", "registered", "paired", "status", "cost", "margins"])
 def test_reproducing_page_is_generated_from_the_committed_report_and_runs(block):
     _check("reproducing", block)
 
@@ -33,6 +33,13 @@ def test_reproducing_page_is_generated_from_the_committed_report_and_runs(block)
 @pytest.mark.parametrize("block", ["board", "readings"])
 def test_leaderboard_page_is_generated_from_the_committed_board(block):
     _check("leaderboard", block)
+
+
+def test_the_readmes_claim_line_is_the_reports_registered_outcome():
+    _check("readme", "claim")
+    line = committed_blocks("readme")["claim"]
+    outcome = pages.registered_block(pages.REPORT.read_text())
+    assert line.split("H): ", 1)[1].split(". Seeds", 1)[0] in outcome
 
 
 @pytest.mark.slow

@@ -54,6 +54,22 @@ RULES = (
 )
 
 
+@dataclass(frozen=True)
+class Registration:
+    """An analysis registered before the runs it judges: the commit its files last changed
+    in and that commit's date (tests/test_registered.py checks both, and that every run it
+    judges, but those it lists as seen, started after that date)."""
+    name: str
+    commit: str
+    date: str
+    files: tuple
+
+
+TERMINAL_H_SWEEP = Registration(
+    "terminal_h_sweep", "33a39c4", "2026-12-06T02:10:03+00:00",
+    ("reproduction/registered/terminal_h_sweep.md", "analysis/paper/registered.py"))
+
+
 def timestamp(iso: str) -> float:
     return datetime.fromisoformat(iso).astimezone(timezone.utc).timestamp()
 
