@@ -117,13 +117,15 @@ def test_steps_and_never_verdicts():
 def test_ordering_verdicts():
     assert V.ordering_verdict([6.9], [14.5, 66.6, 12.0], "<", 20) == V.HOLDS
     assert V.ordering_verdict([6.9], [14.5, 66.6, 12.0], "<", 3) == "inconclusive (3 seeds)"
-    assert V.ordering_verdict([6.9, 13.0], [12.0], "<", 3) == V.FAILS  # fails at any seed count
+    assert V.ordering_verdict([6.9, 13.0], [12.0], "<", 3) == "inconclusive (3 seeds)"  # fails needs seeds too
+    assert V.ordering_verdict([6.9, 13.0], [12.0], "<", 5) == V.FAILS
     assert V.ordering_verdict([None], [200], ">", 20) == V.HOLDS  # PPO never, DG at 200
     assert V.ordering_verdict([None], [None], ">", 20) == V.FAILS
     assert V.ordering_verdict([], [1.0], "<") == V.FAILS
     assert V.close_verdict(3.0, 0.2, 3.3, 0.1, 20) == V.HOLDS
     assert V.close_verdict(3.0, 0.2, 3.3, 0.1, 3) == "inconclusive (3 seeds)"
     assert V.close_verdict(3.0, 0.2, 4.0, 0.1, 20) == V.FAILS
+    assert V.close_verdict(3.0, 0.2, 4.0, 0.1, 4) == "inconclusive (4 seeds)"
     # over settings: 7 of 8 needed; fails as soon as 2 failed, whatever is still to run
     assert V.count_verdict(7, 1, 7, 8) == V.HOLDS
     assert V.count_verdict(3, 2, 7, 8) == V.FAILS

@@ -114,11 +114,12 @@ is the 90 % two-sided interval, i.e. two one-sided tests at 5 % each (TOST).
 - **Formula check** rows (per-context weights) are computed from the science page's formulas, not from
   runs: *reproduced (formula check)* when the formula rounds to the printed value.
 - **Ordering claims** ("TPO lowest", "PPO later than DG or never") compare our seed means
-  ("never" later than any step). *Fails* as soon as the results so far contradict it: an
-  inequality already violated between items that ran, or, for a claim over several
-  settings ("in 7 of 8 variants"), more settings failed than the claim can spare. *Holds*
-  only when every item ran with at least {min_seeds} seeds and every inequality holds;
-  *inconclusive (n seeds)* when it holds on fewer seeds; *inconclusive (k of n settings
+  ("never" later than any step), and only on at least {min_seeds} seeds per item, either
+  way: with fewer, *inconclusive (n seeds)*, whatever the means say. *Fails* as soon as
+  the results so far contradict it: an inequality already violated between items that
+  ran, or, for a claim over several settings ("in 7 of 8 variants"), more settings failed
+  than the claim can spare. *Holds* only when every item ran and every inequality holds;
+  *inconclusive (k of n settings
   run)* for a claim over settings of which too few have run to decide; "a ~ b" holds when
   |a − b| ≤ 2 × max(SE_a, SE_b).
 - Notes, not ways to pass: the paper's replicate spread (its values for one configuration
@@ -293,18 +294,16 @@ def ordering_verdict(left: list, right: list, op: str, n_seeds: int | None = Non
     not run yet is left out: a claim already violated by the items that ran fails.
     n_seeds: the fewest seeds among the items, for the holds-needs-power rule."""
     pairs = [(_inf(a), _inf(b)) for a in left for b in right]
-    ok = all(a < b if op == "<" else a > b for a, b in pairs)
-    if not pairs or not ok:
-        return FAILS
-    if n_seeds is not None and n_seeds < MIN_SEEDS:
+    if n_seeds is not None and n_seeds < MIN_SEEDS:  # either way: fails needs the seeds holds does
         return inconclusive(n_seeds)
-    return HOLDS
+    ok = all(a < b if op == "<" else a > b for a, b in pairs)
+    return HOLDS if pairs and ok else FAILS
 
 
 def close_verdict(a, se_a, b, se_b, n_seeds: int | None = None) -> str:
-    if abs(a - b) > 2 * max(se_a, se_b):
-        return FAILS
-    return inconclusive(n_seeds) if n_seeds is not None and n_seeds < MIN_SEEDS else HOLDS
+    if n_seeds is not None and n_seeds < MIN_SEEDS:
+        return inconclusive(n_seeds)
+    return FAILS if abs(a - b) > 2 * max(se_a, se_b) else HOLDS
 
 
 def count_verdict(n_holding: int, n_failed: int, at_least: int, out_of: int, n_run: int = 0) -> str:
