@@ -291,8 +291,9 @@ def number_line(row, sel, paper_seeds: dict | None = None, provenance: dict | No
     tails = seed_tails(row, ours, paper_seeds or {})
     if tails is not None:
         n_paper = len(paper_seeds[row["replicate_group"]])
-        notes.append(f"means of {ours.n_seeds} of the paper's {n_paper} seeds: {tails[0]:.1%} "
-                     f"at or below ours, {tails[1]:.1%} at or above")
+        if ours.n_seeds < n_paper:  # at the paper's count only one subset exists: no spread to place ours in
+            notes.append(f"means of {ours.n_seeds} of the paper's {n_paper} seeds: {tails[0]:.1%} "
+                         f"at or below ours, {tails[1]:.1%} at or above")
         theirs = paper_seeds[row["replicate_group"]]
         notes.append(f"seeds below {stats.SOLVED_PCT:g} % error: ours {stats.n_below(ours.per_seed)}/"
                      f"{ours.n_seeds}, the paper's {stats.n_below(theirs)}/{len(theirs)} "

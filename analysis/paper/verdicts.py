@@ -123,8 +123,8 @@ is the 90 % two-sided interval, i.e. two one-sided tests at 5 % each (TOST).
   run)* for a claim over settings of which too few have run to decide; "a ~ b" holds when
   |a − b| ≤ 2 × max(SE_a, SE_b).
 - Notes, not ways to pass: the paper's replicate spread (its values for one configuration
-  in different tables) and, where its per-seed values are known, where our n-seed mean
-  falls among the means of n of its seeds.
+  in different tables) and, where its per-seed values are known and we have fewer seeds
+  than it, where our n-seed mean falls among the means of n of its seeds.
 - *Not run yet*: no results for that row (for a claim on one setting: not every item
   has run, and those that have do not contradict it).
 - *{needs_gpu}*: the paper's LLM results (science §Language models; family `llm_rlvr`), read from its text
