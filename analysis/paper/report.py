@@ -40,8 +40,8 @@ from tpo_bench.contract.registry import TASKS
 PAPER = Path(__file__).with_name("paper_numbers.csv")
 PAPER_SEEDS = Path(__file__).with_name("paper_seeds.csv")
 SETTINGS = ["H", "V", "K", "B", "epochs", "eta", "match", "D", "reward", "target"]
-VERDICT_ORDER = [V.REPRODUCED, V.NOT_DISTINGUISHABLE, V.INCONCLUSIVE, V.DIFFERS, V.TOO_SHORT, V.HOLDS, V.FAILS, V.NOT_RUN,
-                 V.NEEDS_GPU]
+VERDICT_ORDER = [V.REPRODUCED, V.NOT_DISTINGUISHABLE, V.INCONCLUSIVE, V.DIFFERS, V.TOO_SHORT, V.HOLDS, V.FAILS,
+                 V.BEYOND, V.NOT_RUN, V.NEEDS_GPU]
 
 
 def verdict_kind(verdict: str) -> str:
@@ -235,6 +235,11 @@ def number_verdict(row, ours: Ours, paper_seeds: dict | None = None) -> str:
         paper = V.Paper("number", paper.value + float(row["offset"]), paper.r, approx=paper.approx)
     if row["metric"].startswith("steps_to_"):
         return V.steps_verdict(paper, margin, ours.value, ours.lo, ours.hi, n, ours.last_step)
+    own = known_seeds(row, paper_seeds or {})
+    if own and paper.kind == "number":
+        rate = V.own_seeds_pass_rate(paper, margin, own)
+        if rate < V.OWN_SEEDS_FLOOR:
+            return V.beyond(rate)
     return V.number_verdict(paper, margin, ours.lo, ours.hi, n)
 
 

@@ -14,12 +14,19 @@ import re
 import statistics
 from dataclasses import dataclass
 
+import numpy as np
+
 from tpo_bench.analysis import stats
 
 REPRODUCED, INCONCLUSIVE, DIFFERS = "reproduced", "inconclusive", "differs"
 # Neither shown close nor shown different: our interval reaches past the margin and also
 # covers the paper's value, so the data cannot tell a match from a miss yet.
 NOT_DISTINGUISHABLE = "not distinguishable"
+# A row the paper's own seeds for its configuration cannot pass (another replicate printed
+# a value those seeds do not give): no rerun could reproduce it, so it is not judged.
+BEYOND = "beyond the paper's own seeds"
+OWN_SEEDS_FLOOR = 0.05  # below this share of redraws passing, a row is beyond them
+OWN_SEEDS_DRAWS = 1000
 HOLDS, FAILS = "holds", "fails"
 TOO_SHORT, NOT_RUN = "run too short", "not run yet"
 FORMULA = "formula check"
@@ -122,6 +129,11 @@ is the 90 % two-sided interval, i.e. two one-sided tests at 5 % each (TOST).
   *inconclusive (k of n settings
   run)* for a claim over settings of which too few have run to decide; "a ~ b" holds when
   |a − b| ≤ 2 × max(SE_a, SE_b).
+- **A row beyond the paper's own seeds**: where the paper's per-seed values of a row's
+  configuration are known, as many of them redrawn with replacement ({draws:,} times) are a
+  rerun of its method; if fewer than {floor:.0%} of those redraws pass the row, it printed
+  a value its own seeds do not give (another replicate of the same configuration), and it
+  reads *{beyond} (k % of their redraws pass)*, not a verdict.
 - Notes, not ways to pass: the paper's replicate spread (its values for one configuration
   in different tables) and, where its per-seed values are known and we have fewer seeds
   than it, where our n-seed mean falls among the means of n of its seeds.
@@ -254,6 +266,23 @@ def replicate_margin(margin: Margin, paper_seeds) -> Margin:
     return Margin(noise, margin.scale, f"the paper's replicate noise over its {len(v)} seeds")
 
 
+def own_seeds_pass_rate(paper: Paper, margin: Margin, paper_seeds, draws: int = OWN_SEEDS_DRAWS,
+                        seed: int = 0) -> float:
+    """How often the paper's own seeds of the row's configuration, as many redrawn with
+    replacement (a rerun of its method), are judged reproduced against the row."""
+    v = np.asarray(paper_seeds, dtype=float)
+    rng = np.random.default_rng(seed)
+    hits = 0
+    for _ in range(draws):
+        lo, hi = stats.t_interval(v[rng.integers(0, len(v), len(v))], LEVEL)
+        hits += number_verdict(paper, margin, lo, hi, len(v)) == REPRODUCED
+    return hits / draws
+
+
+def beyond(rate: float) -> str:
+    return f"{BEYOND} ({rate:.0%} of their redraws pass)"
+
+
 def bound_verdict(paper: Paper, lo: float, hi: float, n: int) -> str:
     at = (paper.value, paper.value)
     if paper.op == ">":
@@ -345,7 +374,8 @@ def rules(paper_seeds: dict) -> str:
     per-seed final errors, for the widened margins it quotes."""
     tpo, grpo = paper_seeds["terminal-tpo-H10"], paper_seeds["terminal-grpo-H10"]
     term = MARGINS["terminal_error"]
-    return _RULES.format(min_seeds=MIN_SEEDS, needs_gpu=NEEDS_GPU, z=REPLICATE_Z,
+    return _RULES.format(min_seeds=MIN_SEEDS, needs_gpu=NEEDS_GPU, z=REPLICATE_Z, beyond=BEYOND,
+                         draws=OWN_SEEDS_DRAWS, floor=OWN_SEEDS_FLOOR,
                          delta_tpo=replicate_margin(term, tpo).delta,
                          delta_grpo=replicate_margin(term, grpo).delta,
                          se_grpo=statistics.stdev(grpo) / math.sqrt(len(grpo)))
