@@ -110,3 +110,14 @@ def test_no_row_places_our_mean_among_subsets_when_only_one_exists():
     same = [m.group(0) for m in re.finditer(r"means of (\d+) of the paper's (\d+) seeds", TEXT)
             if int(m.group(1)) >= int(m.group(2))]
     assert not same, same
+
+
+def test_rows_judged_on_another_matchings_runs_say_so():
+    """TPO and GRPO draw K candidates per prompt, so their prompt-matched runs are also the
+    interaction-matched configuration: those rows say whose runs they are."""
+    rows = pages.section_tables(TEXT, "terminal_h_sweep")[0]
+    inter = [r for r in rows if "match=interactions" in r["setting"] and r["algorithm"] in ("tpo", "grpo")
+             and r["ours"]]
+    assert inter and all("prompt-matched runs" in r["seeds"] for r in inter), [r["seeds"] for r in inter]
+    own = [r for r in rows if "match=interactions" in r["setting"] and r["algorithm"] in ("ppo", "dg") and r["ours"]]
+    assert own and not any("matched runs" in r["seeds"] for r in own)

@@ -325,9 +325,13 @@ def number_line(row, sel, paper_seeds: dict | None = None, provenance: dict | No
         notes.append("inside the margin, but our interval excludes the paper's value: a "
                      "difference is shown, smaller than the margin")
     interval = "" if ours.source else f"[{number_text(ours.lo)}, {number_text(ours.hi)}]"
-    return {**out, "ours": ours_text(ours), "90 % interval": interval,
-            "seeds": (f"{ours.n_seeds} (< {row['seeds']})" if hidden["_below"]
-                      else str(ours.n_seeds or "formula")), "verdict": verdict,
+    seeds = f"{ours.n_seeds} (< {row['seeds']})" if hidden["_below"] else str(ours.n_seeds or "formula")
+    other = experiments.borrowed_matching(rows, row["match"])
+    if other:
+        word = other.replace("prompts", "prompt").replace("interactions", "interaction")
+        seeds += f", {word}-matched runs"
+        notes.append(f"judged on the {word}-matched runs of the same configuration")
+    return {**out, "ours": ours_text(ours), "90 % interval": interval, "seeds": seeds, "verdict": verdict,
             "notes": "; ".join(notes), **prov, **hidden}
 
 
