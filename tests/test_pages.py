@@ -144,3 +144,12 @@ def test_the_leaderboard_prose_quotes_its_tasks_seeds_and_readings():
            f"{seeds.min()} seeds each",
            f"With {seeds.min()} pairs the smallest possible p is 1/{2 ** seeds.min()}",
            f"({WORDS[len(readings)]} of them)")
+
+
+def test_the_verdict_block_labels_its_spread_and_shared_runs():
+    block = committed_blocks("reproducing")["verdicts"]
+    assert pages.OURS in block.splitlines()[0] and "SE" in pages.OURS
+    # one mean under two rows: the interaction-matched row names whose runs it reads
+    rows = pages.tables(block)[0]
+    shared = [r for r in rows if r["algorithm"] == "tpo" and r["match"] == "interactions" and r[pages.OURS]]
+    assert shared and all("prompt-matched runs" in r["seeds"] for r in shared)

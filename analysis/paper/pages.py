@@ -69,8 +69,11 @@ def md(rows: list[dict], cols: list[str]) -> str:
 def verdict_block(report: str) -> str:
     numbers = section_tables(report, "terminal_h_sweep")[0]
     rows = [{"H": re.search(r"H=(\d+)", r["setting"]).group(1),
-             "match": re.search(r"match=(\w+)", r["setting"]).group(1), **r} for r in numbers]
-    return md(rows, ["H", "match", "algorithm", "paper", "ours", "seeds", "verdict", "provenance"])
+             "match": re.search(r"match=(\w+)", r["setting"]).group(1), OURS: r["ours"], **r} for r in numbers]
+    return md(rows, ["H", "match", "algorithm", "paper", OURS, "seeds", "verdict", "provenance"])
+
+
+OURS = "ours: mean ± SE"
 
 
 def paired_block(report: str) -> str:
