@@ -172,3 +172,22 @@ def test_a_run_with_num_iterations_is_recorded_at_every_step_with_what_trl_used(
     assert (config["algo"]["epochs"], config["algo"]["k"]) == (t.args.num_iterations, t.args.num_generations)
     assert OptimizerNames(config["optim"]["name"]) == t.args.optim
     assert "." not in config["task"]["trl_lr_scheduler_type"]
+
+
+@pytest.mark.slow
+def test_the_zoo_grpo_is_trl_dr_grpo_up_to_a_constant_not_trl_grpo(lib, tmp_path):
+    """On-policy, on the rows of a TRL step (TRL's own advantages, scale_rewards='group'),
+    the zoo's grpo gradient points where TRL's loss_type='dr_grpo' does (a constant apart:
+    sum over tokens / (rows x max_completion_length), std with Bessel's correction) and not
+    where loss_type='grpo' does (each completion's tokens averaged: lengths weigh in), as
+    docs/trl_verl.md says."""
+    t = lib.train(tmp_path, GRPO(), reward=lib.digit_share, max_steps=1, gradient_accumulation_steps=1,
+                  max_completion_length=8)
+    rows = t.checks[0]["rows"][0]
+    assert rows["completion_mask"].sum(-1).unique().numel() > 1  # lengths differ
+    assert (rows["advantages"] != 0).any()
+    cos = lib.gradient_cosines(t, rows, ("dr_grpo", "grpo"))
+    assert cos["dr_grpo"] > 1 - 1e-6, cos
+    assert cos["grpo"] < 0.999, cos
+    page = " ".join((Path(__file__).parents[1] / "docs" / "trl_verl.md").read_text().split())
+    assert 'the zoo\'s `grpo` is TRL\'s `loss_type="dr_grpo"`' in page
