@@ -835,9 +835,9 @@ def build(df: pd.DataFrame, out: Path, fig_dir: Path, runs_root: Path | None = N
         if provenance is not None:
             flag_post_hoc(numbers, claims, name, sel, provenance)
         paired = [l for _, r in rows[rows["kind"] == "ordering"].iterrows() for l in paired_lines(r, sel)]
-        if name == REGISTERED_EXPERIMENT:
-            claim_row = rows[(rows["kind"] == "ordering") & (rows["match"] == "prompts")].iloc[0]
-            outcome = registered.judge(registered_finals(claim_row, sel) if not sel.empty else {})
+        claim_rows = rows[(rows["kind"] == "ordering") & (rows["match"] == "prompts")]
+        if name == REGISTERED_EXPERIMENT and not claim_rows.empty:
+            outcome = registered.judge(registered_finals(claim_rows.iloc[0], sel) if not sel.empty else {})
         judged.append((name, exp, sel, numbers, claims, paired))
     judged.sort(key=lambda j: list(EXPERIMENTS).index(j[0]))  # back in report order
     if not any(judged_anything(numbers + claims) for *_, numbers, claims, _ in judged):
