@@ -4,7 +4,7 @@ Over the transitive closure of the imports (read from each file's import stateme
 start at the algorithm's and the task's modules and at HARNESS, within the harness
 (`tpo_bench.algorithms`, `.tasks`, `.contract`, `.bench`) and within a plugin's own
 package (its top-level package, or the folder of a top-level plugin module). Not covered:
-site-packages and dist-packages, analysis/ and tools/, modules imported by name at run
+site-packages and dist-packages, analysis/, tools/ and dev/, modules imported by name at run
 time (importlib), data files. Each file is normalised through Python's ast first
 (docstrings dropped, printed back by ast.unparse), so comments, docstrings and formatting
 do not count; anything that changes what the code does does. The git commit cannot say

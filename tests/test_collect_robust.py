@@ -1,5 +1,5 @@
 """collect, plot and migrate over damaged, partial, mixed-code, symlinked and stale run
-trees, with run directories made by hand (tools/bench_collect.py's `write_run`, shaped
+trees, with run directories made by hand (dev/bench_collect.py's `write_run`, shaped
 like the runner's): no training, each test well under a second."""
 import json
 import time
@@ -10,7 +10,7 @@ import pandas as pd
 import pytest
 
 from tpo_bench.analysis import collect
-from tpo_bench.tools.bench_collect import demo_config, write_run
+from dev.bench_collect import demo_config, write_run
 
 REPO = Path(__file__).resolve().parents[1]
 

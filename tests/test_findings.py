@@ -10,7 +10,7 @@ Sentences about "3 seeds" or "the first 5 seeds" name their seeds here explicitl
 seeds merged into the same configurations change the tables, not these checks.
 
 Not checked here, because no committed data holds them: the artifact's own runs and the
-cross-check table (`tools/crosscheck_artifact.py`, run on an artifact checkout outside this
+cross-check table (`dev/crosscheck_artifact.py`, run on an artifact checkout outside this
 repository), the 10x-learning-rate eta probe (its runs are not committed), and the values
 read off the paper's figures ("about 0.35 and 0.42", "about 3.2 % in its Figure 4").
 """

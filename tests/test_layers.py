@@ -2,7 +2,8 @@
 or inside a function, so a lazy import cannot hide an arrow): the harness imports itself
 only as tpo_bench.<room>; the contract imports none of the rest; tasks and algorithms never
 import each other nor the runner; analysis reads the records through the contract alone;
-the tools may import anything and nothing but the tests imports them; no import cycle.
+the tools may import any room and dev/ (the project's maintenance) anything, and only the
+tests and dev/ import those two; no import cycle.
 Inside analysis/: no cycle, the generic modules stay out of the paper's and the tuning's
 rooms. Nowhere (tests and tools included) does a module use another's underscore names.
 The runner, and analysis through the registry's tables, read no task or algorithm member
@@ -19,11 +20,12 @@ import pytest
 from conftest import REPO
 
 PACKAGES = ("contract", "bench", "tasks", "algorithms", "analysis", "hydra_plugins", "tools",
-            "integrations")
+            "integrations", "dev")
 NAMESPACE = "tpo_bench"  # every harness package is imported as tpo_bench.<package>
 HARNESS = ("contract", "bench", "tasks", "algorithms", "analysis", "tools", "conf", "integrations")
-# package -> the project packages it may import (itself always); none but tools may import
-# tools, and the tests may import any
+# package -> the project packages it may import (itself always); none but tools and dev may
+# import tools, none but dev may import dev (the checkout's maintenance, not installed), and
+# the tests may import any
 MAY_IMPORT = {
     "contract": set(),
     "tasks": {"contract"},
@@ -33,7 +35,8 @@ MAY_IMPORT = {
     "analysis": {"contract"},  # a preset's dataclass through contract.registry's tables
     # other trainers' hooks: rows -> Batch -> a registered algorithm's loss, curves -> run dirs
     "integrations": {"contract", "algorithms"},
-    "tools": set(PACKAGES),
+    "tools": set(PACKAGES) - {"dev"},
+    "dev": set(PACKAGES),
 }
 ANALYSIS_GENERIC = {"analysis.collect", "analysis.stats", "analysis.configs", "analysis.style",
                     "analysis.labels", "analysis.plot", "analysis.rekey"}

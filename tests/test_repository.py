@@ -7,7 +7,7 @@ import pytest
 pytestmark = pytest.mark.slow  # git subprocesses
 
 from conftest import REPO
-from tpo_bench.tools import history_growth
+from dev import history_growth
 
 
 def _git(cwd, *args):

@@ -378,7 +378,7 @@ def test_a_plugin_loss_edited_between_launches_is_not_silently_skipped(tmp_path)
     """As a user would: run, edit your plugin's loss, run again: refused naming both
     fingerprints; on_code_change=rerun trains it under the new code."""
     from conftest import run_bench, run_dirs
-    from tpo_bench.tools.faults import EDITS, PLUGIN
+    from dev.faults import EDITS, PLUGIN
     plugin = tmp_path / "plugin"
     plugin.mkdir()
     (plugin / "fault_plugin.py").write_text(PLUGIN)

@@ -2,8 +2,10 @@
 
 Each command runs one module as `python -m` would, its own arguments passed through
 (`tpo-bench run ...` is `python -m bench ...`, `tpo-bench plot ...` is
-`python analysis/plot.py ...`, `tpo-bench speed ...` is `python -m tools.speed ...`), so
-each keeps its own `--help` and exit codes. `tpo-bench` alone lists the commands.
+`python analysis/plot.py ...`, `tpo-bench study ...` is `python -m tools.study ...`), so
+each keeps its own `--help` and exit codes. `tpo-bench` alone lists the commands. The
+project's own benchmarks and cross-checks are no commands: `python -m dev.<name>` from a
+checkout.
 """
 import runpy
 import sys
@@ -18,20 +20,11 @@ COMMANDS = {
     "rule-log": ("tpo_bench.analysis.paper.rule_log", "which verdicts a rule change moved"),
     "pages": ("tpo_bench.analysis.paper.pages", "the generated parts of docs/reproducing.md and docs/leaderboard.md"),
     "tune-report": ("tpo_bench.analysis.tuning.report", "each optuna study's history and parameter importance"),
-    "bench-collect": ("tpo_bench.tools.bench_collect", "time collect over many small synthetic runs"),
-    "crosscheck-artifact": ("tpo_bench.tools.crosscheck_artifact",
-                            "the transformer stack against the paper's JAX artifact"),
-    "crosscheck-zoo": ("tpo_bench.tools.crosscheck_zoo", "the group-RL zoo against verl's and TRL's loss code"),
     "data": ("tpo_bench.tools.data", "stage (download and verify) a data set"),
-    "faults": ("tpo_bench.tools.faults", "a fault campaign: randomised trials of a fault"),
     "llm-base": ("tpo_bench.tools.llm_base", "build the base model an LLM task starts from"),
     "llm-scale": ("tpo_bench.tools.llm_scale", "an LLM task's memory and throughput"),
     "migrate": ("tpo_bench.tools.migrate", "re-key runs recorded before the preset names left the config hash"),
-    "same-metrics": ("tpo_bench.tools.same_metrics", "short runs in two checkouts, metrics compared bit for bit"),
-    "seed-batch-speed": ("tpo_bench.tools.seed_batch_speed", "seed batching, measured against a loop"),
-    "speed": ("tpo_bench.tools.speed", "the speed benchmark"),
     "study": ("tpo_bench.tools.study", "the reproduction's study queue"),
-    "vs-artifact": ("tpo_bench.tools.vs_artifact", "a single run against the paper's JAX artifact"),
 }
 
 

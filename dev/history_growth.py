@@ -1,7 +1,7 @@
 """What each commit adds to a clone: the objects reachable from it and not from its parent,
 and their size as git stores them.
 
-    python -m tools.history_growth REV [REV ...]     # e.g. 25ff8fc HEAD~3..HEAD
+    python -m dev.history_growth REV [REV ...]     # e.g. 25ff8fc HEAD~3..HEAD
 
 Packed objects count at their packed (compressed, possibly delta) size, loose ones at their
 compressed size: a fresh `git gc` can only shrink the figure. A range A..B lists each commit

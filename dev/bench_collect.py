@@ -1,6 +1,6 @@
 """Time `analysis/collect.py` over many small synthetic runs (a benchmark, not a test).
 
-    python -m tools.bench_collect [--runs 5000] [--configs 500] [--steps 3] [--keep DIR]
+    python -m dev.bench_collect [--runs 5000] [--configs 500] [--steps 3] [--keep DIR]
 
 Builds RUNS completed run directories shaped like the runner's (config.json, summary.json,
 metrics.parquet of STEPS rows of the demo task under TPO), spread over CONFIGS config

@@ -1,4 +1,4 @@
-"""Speed benchmark: `python -m tools.speed [--episodes N] [--threads T ...]`.
+"""Speed benchmark: `python -m dev.speed [--episodes N] [--threads T ...]`.
 
 Times each algorithm on its representative task after warm-up: episodes/s, ms per phase
 and achieved GFLOP/s against the measured fp32 matmul rate, beside a plain eager TPO
