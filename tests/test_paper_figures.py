@@ -504,3 +504,89 @@ def test_mnist_test_error_panels_say_the_test_file_is_the_first_3000_images(draw
     titles = [ax.get_title().replace("\n", " ") for ax in stale.axes]
     assert len(titles) == 4 and all(said in t for t in titles), titles
     P.plt.close(stale)
+
+
+# ---- one look per method in every figure ----
+
+def cielab(color: str) -> np.ndarray:
+    """sRGB colour -> CIELAB (D65), where distance is seen difference."""
+    rgb = np.array(P.plt.matplotlib.colors.to_rgb(color))
+    lin = np.where(rgb <= 0.04045, rgb / 12.92, ((rgb + 0.055) / 1.055) ** 2.4)
+    xyz = np.array([[0.4124, 0.3576, 0.1805], [0.2126, 0.7152, 0.0722], [0.0193, 0.1192, 0.9505]]) @ lin
+    f = np.cbrt(xyz / np.array([0.95047, 1.0, 1.08883]))
+    return np.array([116 * f[1] - 16, 500 * (f[0] - f[1]), 200 * (f[1] - f[2])])
+
+
+def one_method(a: str, b: str) -> bool:
+    """A token-level variant and its sequence-level method: one method, one look."""
+    return a.removesuffix("_token") == b.removesuffix("_token")
+
+
+def test_every_method_has_a_look_of_its_own():
+    from tpo_bench.analysis import style
+    methods = sorted(p.stem for p in (REPO / "conf" / "algo").glob("*.yaml"))
+    assert set(methods) <= set(style.STYLE), set(methods) - set(style.STYLE)
+    gap = lambda a, b: float(np.linalg.norm(cielab(a) - cielab(b)))  # noqa: E731
+    colors = {m: look.color for m, look in style.STYLE.items()}
+    for m, c in colors.items():
+        others = [colors[o] for o in colors if not one_method(o, m)]
+        assert c not in others, m
+        if m not in style.PAPER_METHODS:  # the paper's keep the artifact's colours
+            assert min(gap(c, o) for o in others) >= 25, m
+    assert min(gap(f, c) for f in style.FALLBACK for c in colors.values()) >= 20
+    pg, ppo = style.STYLE["pg"], style.STYLE["ppo"]
+    assert (pg.color, pg.marker) != (ppo.color, ppo.marker) and pg.color != ppo.color
+
+
+def method_of(label: str, paper_form: bool) -> str | None:
+    """The method a legend label names: the paper's form names it exactly (a label with a
+    setting, "TPO (1 ep)", is a tone of its own); other figures by name and settings."""
+    from tpo_bench.analysis import style
+    names = {**{look.label: m for m, look in style.STYLE.items()}, **{m: m for m in style.STYLE}}
+    return names.get(label if paper_form else label.split(" (")[0])
+
+
+@pytest.mark.slow  # renders a dozen figures
+def test_a_method_looks_the_same_in_every_figure_and_unlike_the_others_beside_it(table, drawn):
+    from tpo_bench.analysis import style
+    demo = probe_table({"tpo": 8, "grpo": 8, "dg": 1, "pg": 1, "ppo": 1})  # the quickstart's methods
+    figs = [(drawn(n)[0], True) for n in ("hero", "tabular_single", "mnist", "vocab_sweep", "k_sweep",
+                                          "terminal_h_sweep")]
+    owned = [(figures.render(n, table), False) for n in ("hero", "mnist", "k_sweep")]
+    owned.append((plot.render_task("probe", demo), False))
+    colors, markers = {}, {}
+    for fig, paper_form in figs + owned:
+        for ax in fig.axes:
+            here = {}
+            # a curve carries its label, an error-bar line its container
+            labelled = [*((l, l) for l in ax.get_lines()),
+                        *((c, c.lines[0]) for c in ax.containers if hasattr(c, "has_xerr"))]
+            for holder, line in labelled:
+                m = method_of(holder.get_label(), paper_form)
+                if m is None:
+                    continue
+                color = P.plt.matplotlib.colors.to_hex(line.get_color()).upper()
+                colors.setdefault(m, set()).add(color)
+                here.setdefault(color, set()).add(m)
+                if line.get_marker() not in ("None", "", None):
+                    markers.setdefault(m, set()).add(line.get_marker())
+            shared = [ms for ms in here.values() if len(ms) > 1 and not all(one_method(*p) for p in
+                                                                           zip(sorted(ms), sorted(ms)[1:]))]
+            assert not shared, (ax.get_title(), shared)  # two methods, one colour
+    for m, seen in colors.items():
+        assert seen == {style.STYLE[m].color.upper()}, (m, seen)
+    for m, seen in markers.items():
+        assert seen == {style.STYLE[m].marker}, (m, seen)
+    assert {"pg", "ppo", "dg", "tpo", "grpo"} <= set(colors) and {"tpo", "grpo"} <= set(markers)
+    [ax] = owned[-1][0].axes
+    for line in ax.get_lines():  # the quickstart's figure: each method its dash too
+        m = method_of(line.get_label(), False)
+        if m:
+            assert line.get_linestyle() == style.STYLE[m].ls, m
+    for fig, _ in owned:
+        P.plt.close(fig)
+
+
+def probe_table(algos: dict) -> pd.DataFrame:
+    task = seq("bag_of_tokens", H=6, V=3, B=50, name="probe")
+    return pd.concat([run("probe", a, task, k=k) for a, k in algos.items()], ignore_index=True)

@@ -28,7 +28,7 @@ from tpo_bench.analysis.labels import compact_labels, label_text, se_text, short
 from tpo_bench.analysis.paper import experiments
 from tpo_bench.analysis.paper.experiments import ALIASES, EXPERIMENTS, TARGETS
 from tpo_bench.analysis.style import (DPI, COLUMN_IN, png_dpi, LEGEND_PT, LINESTYLES, LOG_FLOOR, SUPTITLE_PT, TITLE_PT,
-                            color_for, fit_figure_texts, fmt, legend_below, plt, threshold_line, wrap)
+                            color_for, fit_figure_texts, fmt, legend_below, look, plt, threshold_line, wrap)
 from tpo_bench.contract import io
 
 
@@ -173,9 +173,11 @@ class Entry:
 
 
 def _style(styles: dict, algo: str, label: str) -> str:
-    # per (algorithm, label) across the figure: the shared legend's style is every panel's
+    """A line's style, per (algorithm, label) across the figure (the shared legend's style
+    is every panel's): the method's own for its first line, the next ones after it."""
     mine = styles.setdefault(algo, {})
-    return LINESTYLES[mine.setdefault(label, len(mine)) % len(LINESTYLES)]
+    own = LINESTYLES.index(look(algo).ls) if look(algo).ls in LINESTYLES else 0
+    return LINESTYLES[(own + mine.setdefault(label, len(mine))) % len(LINESTYLES)]
 
 
 def _curve(ax, p: Panel, d: pd.DataFrame, per_line=(), styles=None) -> list[Entry]:
@@ -245,7 +247,7 @@ def _points(ax, p: Panel, d: pd.DataFrame, per_line=(), styles=None) -> list[Ent
             if len(values) == 1:
                 parts.append(f"{short_key(col)}={fmt(values[0])}")
         parts += [f"{never} never"] if never else []
-        line = ax.errorbar(xs, ys, yerr=es, color=color_for(key[0]), marker="o", ms=4, capsize=2,
+        line = ax.errorbar(xs, ys, yerr=es, color=color_for(key[0]), marker=look(key[0]).marker, ms=4, capsize=2,
                            ls=_style(styles, key[0], label_text(key[0], parts)))
         drawn.append(Entry(line, key[0], parts, ns, zeros=zeros))
     if categorical:

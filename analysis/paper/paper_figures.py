@@ -1,6 +1,6 @@
 """The paper's 17 figures in the paper's form: its panels, methods, colours and line
 styles, axis scales and ranges, smoothing, axis labels and panel letters, +-1 SE bands
-over seeds and a boxed legend of method names (analysis/style.py's PAPER_STYLE).
+over seeds and a boxed legend of method names (analysis/style.py's STYLE).
 
 A preset (PAPER) lists per panel the lines the paper draws: a method and, where the paper
 splits one (K, epochs, eta), that setting. Each line is one configuration of the
@@ -23,8 +23,8 @@ from tpo_bench.analysis import stats
 from tpo_bench.analysis.configs import algo_defaults, pick_config
 from tpo_bench.analysis.paper import experiments, figures
 from tpo_bench.analysis.paper.experiments import ALIASES
-from tpo_bench.analysis.style import (DPI, PAPER_RC, png_dpi, PAPER_STYLE, color_for, fit_figure_texts,
-                                      method_label, plt)
+from tpo_bench.analysis.style import (DPI, PAPER_METHODS, PAPER_RC, fit_figure_texts, look, method_label,
+                                      plt, png_dpi)
 from tpo_bench.contract import io
 
 EXACT, SEQERR = "Exact-match error", "Sequence error"
@@ -295,8 +295,8 @@ def shade(color: str, t: float) -> str:
 
 
 def line_style(line: Line) -> tuple[str, str, float]:
-    _, color, ls, lw = PAPER_STYLE.get(line.algo, (line.algo, color_for(line.algo), "-", 1.7))
-    return line.color or shade(color, line.shade), ls, lw
+    own = look(line.algo)
+    return line.color or shade(own.color, line.shade), own.ls, own.lw
 
 
 def line_label(line: Line) -> str:
@@ -401,7 +401,7 @@ def _points(ax, p: Panel, sel, drawn: Drawn, at: int):
         if not xs:
             continue
         if p.kind == "final":
-            h = ax.errorbar(xs, ys, yerr=es, color=color, ls=ls, lw=lw, marker="os"[j % 2], ms=4,
+            h = ax.errorbar(xs, ys, yerr=es, color=color, ls=ls, lw=lw, marker=look(line.algo).marker, ms=4,
                             capsize=3, label=label)
         else:
             h = ax.bar(xs, ys, width=width, yerr=es, color=color, alpha=0.85, capsize=3,
@@ -616,8 +616,8 @@ def llm_panels(sel: pd.DataFrame, skip=()) -> list[Panel]:
     for ds, d in sel.groupby("task.dataset", sort=True):
         if ds in skip:
             continue
-        algos = [a for a in PAPER_STYLE if a in set(d["algo.name"])] + sorted(
-            set(d["algo.name"]) - set(PAPER_STYLE))
+        algos = [a for a in PAPER_METHODS if a in set(d["algo.name"])] + sorted(
+            set(d["algo.name"]) - set(PAPER_METHODS))
         y = "pass_at_1" if "pass_at_1" in d.columns and d["pass_at_1"].notna().any() else "reward_mean"
         out.append(Panel(f"{ds} (ours, CPU model)", _lines(*algos), {"task.dataset": ds}, y=y,
                          xlabel="Step", ylabel="Held-out pass@1" if y == "pass_at_1" else "Mean score",
