@@ -160,6 +160,35 @@ def with_variant(df: pd.DataFrame) -> pd.DataFrame:
     return df.assign(**{VARIANT: reward.astype(str) + " " + target})
 
 
+def note_inside(ax, text: str, gid: str, width_in: float = COLUMN_IN, **kw):
+    """Text inside the panel where it covers the fewest curves (a legend without handles,
+    placed as matplotlib places a legend: loc='best'): each line of text an entry of its
+    own, broken between words to most of the panel's width_in. A legend the panel has
+    takes the entries below its own (one box: two would be placed over each other)."""
+    from matplotlib.patches import Patch
+    style = dict(fontsize=LEGEND_PT, labelcolor=None) | kw
+    chars = max(20, int(0.85 * width_in * 72 / (0.55 * style["fontsize"])))  # ~0.55 em a character
+    lines = [textwrap.fill(line, chars, break_long_words=False) for line in text.split("\n")]
+    own = ax.get_legend()
+    handles, labels = ((own.legend_handles, [t.get_text() for t in own.get_texts()])
+                       if own is not None else ([], []))
+    if own is not None:
+        drawn = ax.get_legend_handles_labels()  # the artists themselves, where it named them
+        handles = drawn[0] if drawn[1] == labels else handles
+        own.remove()
+    note = ax.legend([*handles, *[Patch(visible=False)] * len(lines)], [*labels, *lines], loc="best",
+                     fontsize=own.get_texts()[0].get_fontsize() if labels else style["fontsize"],
+                     handlelength=None if labels else 0, handletextpad=None if labels else 0,
+                     borderpad=0.3, labelspacing=0.2, frameon=True, framealpha=0.85,
+                     edgecolor="none" if not labels else None)
+    for t in note.get_texts()[len(labels):]:
+        t.set_fontsize(style["fontsize"])
+        if style["labelcolor"]:
+            t.set_color(style["labelcolor"])
+    note.set_gid(gid)
+    return note
+
+
 @dataclass
 class Entry:
     """One drawn line, labelled once the whole figure is drawn: its seed count goes into
