@@ -615,6 +615,69 @@ def test_seeds_are_given_per_panel_where_a_methods_count_differs(table):
     P.plt.close(fig)
 
 
+def under_way(rows: pd.DataFrame, last: int, status: str = "running") -> pd.DataFrame:
+    """rows as collect.in_progress reads a run under way: its first episodes, marked."""
+    from tpo_bench.analysis.collect import PROGRESS
+    return rows[rows["step"] <= last].assign(partial=True, **{PROGRESS: status})
+
+
+def test_runs_under_way_are_drawn_as_far_as_they_got_and_never_as_a_final_value(table):
+    k4 = table["experiment"].eq("k_sweep") & table["algo.name"].eq("tpo") & table["algo.k"].eq(4)
+    part = pd.concat([table[~k4], under_way(table[k4], 19)], ignore_index=True)
+    total = int(table.loc[k4, "task.episodes"].iloc[0])
+    fig, got = P.render("k_sweep", part)
+    a, _, c = fig.axes
+    [line] = [l for l in curves(a) if l.get_label() == "$K$=4"]
+    assert max(line.get_xdata()) == 19
+    assert f"$K$=4: episodes 0–19 of {total}, running" in " ".join(panel_notes(a).split())
+    [tpo] = [h for h in c.containers if h.get_label() == "TPO"]
+    assert 4 not in list(tpo.lines[0].get_xdata())  # no final value from a run under way
+    assert f"TPO at K = 4: episodes 0–19 of {total}, running" in " ".join(panel_notes(c).split())
+    assert "TPO" not in named_not_run(c)
+    P.plt.close(fig)
+    comp = figures.render("k_sweep", part)  # the generic layout says so too
+    assert f"tpo at K = 4: episodes 0–19 of {total}, running" in " ".join(
+        t.get_text() for a in comp.axes for n in a.get_children() if getattr(n, "get_gid", lambda: None)() == "progress"
+        for t in n.get_texts()).replace("\n", " ")
+    P.plt.close(comp)
+
+
+@pytest.mark.slow  # runs plot.main
+def test_plot_draws_the_runs_under_way_under_add_runs(tmp_path, monkeypatch):
+    import time
+    from tpo_bench.tools.bench_collect import demo_config, write_run
+    config = demo_config(episodes=2000)
+    config["task"].update(name="reverse_h10", reward="terminal", sequence_length=10, vocab_size=2,
+                          batch_size=100)
+    root = tmp_path / "runs"
+    for seed in (0, 1):  # seed 1 further on: the line stops where both are
+        write_run(root, config, seed, np.linspace(1.0, 0.5, 500 + 100 * seed), status="running",
+                  heartbeat=time.time())
+    write_run(root, config, 2, np.linspace(1.0, 0.5, 300), status="interrupted", reason="SIGTERM")
+    res = tmp_path / "r.parquet"
+    user_table().to_parquet(res)
+    figs = []
+    monkeypatch.setattr(plot.plt, "close", figs.append)
+    assert plot.main(["--figure", "hero", "--results", str(res), "--add-runs", str(root),
+                      "--out", str(tmp_path / "f")]) == 0
+    b = figs[0].axes[1]
+    [tpo] = [l for l in curves(b) if l.get_label() == "TPO"]
+    assert max(tpo.get_xdata()) == 299
+    assert "TPO: episodes 0–299 of 2,000, running" in " ".join(panel_notes(b).split())
+
+
+def test_the_pages_verdicts_come_from_completed_runs_only(table, tmp_path, monkeypatch):
+    from tpo_bench.analysis.paper import page
+    judged = []
+    monkeypatch.setattr(page, "numbers", lambda name, df, *a: judged.append(df) or [])
+    monkeypatch.setattr(page, "section", lambda *a: "")
+    part = pd.concat([table, under_way(table[table["algo.name"].eq("tpo")].assign(config_hash="new"), 9)],
+                     ignore_index=True)
+    page.write(part, tmp_path / "figures.md", tmp_path)
+    assert judged and all(not d["partial"].eq(True).any() for d in judged)
+    assert all(len(d) == len(table) for d in judged)
+
+
 def test_a_panel_says_its_lines_mix_learning_rates_where_they_do():
     """The committed LLM runs (reproduction/runs/llm): the learning rates the drawn lines
     ran at, said in the panel when they differ."""

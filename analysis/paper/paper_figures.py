@@ -344,6 +344,7 @@ class Drawn:
     absent: dict = field(default_factory=dict)
     names: dict = field(default_factory=dict)  # (panel index, x category or None) -> its name in the caption
     borrowed: dict = field(default_factory=dict)  # panel index -> labels drawn from prompt-matched runs
+    progress: dict = field(default_factory=dict)  # panel index -> "label: episodes 0–N of T, running"
     lrs: dict = field(default_factory=dict)  # panel index -> {label: learning rates its runs used}
 
     def saw(self, at: int, label: str, rows: pd.DataFrame, panel: Panel) -> None:
@@ -372,6 +373,7 @@ def _curve(ax, p: Panel, sel, drawn: Drawn, at: int):
             drawn.absent.setdefault(at, []).append((label, ()))
             continue
         color, ls, lw = line_style(line)
+        rows, under_way = figures.progress(rows)
         got = False
         for y, style in ((y1, ls), (y2, "--")):
             if not y or y not in rows.columns or rows[y].notna().sum() == 0:
@@ -391,6 +393,8 @@ def _curve(ax, p: Panel, sel, drawn: Drawn, at: int):
             drawn.absent.setdefault(at, []).append((label, ()))
             continue
         drawn.saw(at, label, rows, p)
+        if under_way:
+            drawn.progress.setdefault(at, []).append(f"{label}: {under_way}")
     return handles
 
 
@@ -405,17 +409,28 @@ def _points(ax, p: Panel, sel, drawn: Drawn, at: int):
     handles, col = [], ALIASES.get(p.x, p.x)
     cats = list(p.xs) if p.xs else [None]
     width = 0.8 / len(p.lines) if p.kind == "bars" and p.x else 0.7
+    done = figures.completed(sel)  # a run under way has no final value
+
+    def at_x(frame, line, xv):
+        rows = line_rows(frame, p, line)
+        if xv is not None:
+            rows = pick_config(rows[rows[col] == xv]) if col in rows.columns else rows.iloc[:0]
+        return rows
+
     for j, line in enumerate(p.lines):
         color, ls, lw = line_style(line)
         label = line_label(line)
         xs, ys, es, lacking = [], [], [], []
         for i, xv in enumerate(cats):
-            rows = line_rows(sel, p, line)
-            if xv is not None:
-                rows = pick_config(rows[rows[col] == xv]) if col in rows.columns else rows.iloc[:0]
+            rows = at_x(done, line, xv)
+            _, under_way = figures.final_rows(at_x(sel, line, xv))
+            if under_way:
+                drawn.progress.setdefault(at, []).append(
+                    f"{label}{'' if xv is None else ' at ' + _x_name(p, xv)}: {under_way}")
             got = None if rows.empty else _final(rows)
             if got is None:
-                lacking.append(xv)
+                if not under_way:
+                    lacking.append(xv)
                 continue
             scale = 100 if p.percent else 1
             xs.append(xv if p.kind == "final" else (i + (j - (len(p.lines) - 1) / 2) * width if p.x else j))
@@ -492,11 +507,13 @@ def absent_note(p: Panel, absent) -> str:
 
 def panel_note(p: Panel, drawn: Drawn, at: int) -> str:
     """What a drawn panel says of its lines, inside it: the paper's lines it lacks
-    (absent_note); lines drawn from prompt-matched runs (borrowed); the learning rates,
-    where its lines' differ."""
+    (absent_note); lines drawn from prompt-matched runs (borrowed); lines of runs under
+    way ("TPO: episodes 0–500 of 2,000, running"); the learning rates, where its lines'
+    differ."""
     said = [absent_note(p, drawn.absent[at])] if drawn.absent.get(at) else []
     if drawn.borrowed.get(at):
         said.append(f"{', '.join(drawn.borrowed[at])}: prompt-matched runs (same configuration)")
+    said += drawn.progress.get(at, [])
     lrs = drawn.lrs.get(at, {})
     if len(set().union(*lrs.values())) > 1:
         by: dict = {}
@@ -641,7 +658,10 @@ def render(name: str, df: pd.DataFrame):
             absent = drawn.absent.get(at, [])
             if not got:
                 whole = [label for label, xs in absent if not xs]
-                _empty(ax, _why_empty(spec, p, whole if p.lines and len(whole) == len(p.lines) else ()))
+                under_way = drawn.progress.get(at, [])
+                why = (_why_empty(spec, p, whole if p.lines and len(whole) == len(p.lines) else ())
+                       if not under_way else absent_note(p, absent))
+                _empty(ax, "\n".join(filter(None, [why, *under_way])))
                 continue
             ax.set_yscale(p.scale)
             if p.ylim:
