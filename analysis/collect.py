@@ -56,6 +56,8 @@ COLLECTED = "collected"
 # The columns that say whose rows a run's table holds: without one its rows would join
 # no line (or the wrong one), so a run's table lacking any is not that run's result.
 IDENTITY = GROUP + ["seed"]
+# in_progress's column: how a run that is not completed stands ("running", "interrupted").
+PROGRESS = "run_status"
 
 # Over many runs (a network file system, thousands of tables) collect says how far it got
 # on stderr (stdout is the report scripts parse): a line every PROGRESS_EVERY_S, and at
@@ -373,6 +375,36 @@ def _is_canonical(run: RunInfo, values: Values, root) -> bool:
 def collect(root, stale_after: float = STALE_AFTER_S) -> tuple[pd.DataFrame, list[RunInfo]]:
     """(rows of all completed runs, skipped runs with their reasons)."""
     return load_runs(find_runs(root, stale_after), root)
+
+
+def in_progress(root, stale_after: float = STALE_AFTER_S) -> pd.DataFrame:
+    """The rows so far of the runs under root that are under way, for figures only (no
+    result: collect leaves them out of the table): a run running, or interrupted (or
+    silent past stale_after) and resumable, whose metrics.parquet holds the episodes
+    of its last attempt, its own (hash and seed as its folder says). Each row is marked
+    `partial`, and PROGRESS says "running" or "interrupted"."""
+    frames = []
+    for run in find_runs(root, stale_after):
+        if run.status not in ("running", "incomplete") or not run.metrics_path.is_file():
+            continue
+        try:
+            df = read_metrics(run.metrics_path).to_pandas()
+        except Exception:  # unreadable or torn: nothing to draw
+            continue
+        own = schema.parse_run_dir(run.path)
+        if (set(IDENTITY) - set(df.columns) or own is None
+                or set(df["config_hash"]) != {own.config_hash} or set(df["seed"]) != {own.seed}):
+            continue
+        frames.append(df.assign(partial=True, **{PROGRESS: "running" if run.status == "running"
+                                                 else "interrupted"}))
+    return pd.concat(frames, ignore_index=True) if frames else pd.DataFrame()
+
+
+def completed(df: pd.DataFrame) -> pd.DataFrame:
+    """The rows of completed runs: without in_progress's rows."""
+    if "partial" not in df.columns:
+        return df
+    return df[~df["partial"].eq(True)]
 
 
 def load_runs(runs: list[RunInfo], root=None,

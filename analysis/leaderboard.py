@@ -26,7 +26,7 @@ import pandas as pd
 
 from tpo_bench.analysis.collect import GROUP, last_step, read_results
 from tpo_bench.analysis.configs import pick_config
-from tpo_bench.analysis.style import COLUMN_IN, LEGEND_PT, SUPTITLE_PT, TITLE_PT, color_for, legend_below, plt, wrap
+from tpo_bench.analysis.style import COLUMN_IN, LEGEND_PT, SUPTITLE_PT, TITLE_PT, color_for, legend_below, look, plt, wrap
 from tpo_bench.contract import io
 
 IQM_CUT = 0.25  # trimmed from each end: the interquartile mean
@@ -543,7 +543,7 @@ def render(board: Board):
     for i, m in enumerate(order):
         y = k - 1 - i
         r = t.loc[m]
-        ax_iqm.errorbar([r.iqm], [y], xerr=[[r.iqm - r.iqm_lo], [r.iqm_hi - r.iqm]], fmt="o",
+        ax_iqm.errorbar([r.iqm], [y], xerr=[[r.iqm - r.iqm_lo], [r.iqm_hi - r.iqm]], fmt=look(m).marker,
                         color=color_for(m), ms=4, capsize=3, lw=1.5)
     ax_iqm.set_yticks(range(k), order[::-1], fontsize=LEGEND_PT)
     ax_iqm.set(xlabel="IQM of normalised score", title=f"IQM, {level} stratified-bootstrap CI")

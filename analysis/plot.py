@@ -10,7 +10,8 @@ seeds), in percent; --where filters on a column by its short key (H, V, K, B, D,
 target, epochs, eta, match; H without reward: the terminal-reward tasks). The committed
 table is read with the committed runs beside it (reproduction/runs/). With --figure: the
 paper's figures in its form (analysis/paper/paper_figures.py), ours (figures.py), or
-`leaderboard`; `all` draws every one; --page writes the comparison page (page.py).
+`leaderboard`; `all` draws every one; --page writes the comparison page (page.py); runs
+under way under --add-runs are drawn as far as they got (never in a table or verdict).
 A line is the seed mean +-1 SE band, SE = std(ddof=0) / sqrt(n_seeds) as in the paper.
 """
 import argparse
@@ -94,9 +95,10 @@ def _missing_last(key, g: pd.DataFrame) -> str | None:
 
 
 def incomplete_groups(df: pd.DataFrame) -> dict[tuple, str]:
-    """Lines some of whose seeds stop before the config's last step, with the reason."""
+    """Lines some of whose completed seeds stop before the config's last step, with the
+    reason (a run under way, collect.in_progress's, is drawn as one)."""
     out = {}
-    for key, g in df.groupby(GROUP, sort=True):
+    for key, g in collect.completed(df).groupby(GROUP, sort=True):
         why = _missing_last(key, g)
         if why:
             out[key] = why
@@ -382,7 +384,8 @@ def main(argv=None) -> int:
     parser.add_argument("--figure", nargs="+", metavar="NAME",
                         help="draw these paper figures (see --list; 'all' for every one)")
     parser.add_argument("--add-runs", action="append", default=[], metavar="ROOT",
-                        help="also the completed runs under this output root (repeatable)")
+                        help="also the completed runs under this output root (repeatable); with "
+                             "--figure, also its runs under way, drawn as far as they got")
     parser.add_argument("--no-committed-runs", action="store_true",
                         help="plotting the committed table: leave out the committed runs beside it "
                              "(read by default when no --add-runs is given)")
@@ -436,6 +439,8 @@ def main(argv=None) -> int:
         added, _ = collect.collect(root)
         if not added.empty:
             df, _ = collect.merge(df, added)
+        if args.figure:  # a run under way is drawn, said so in its panel, never judged
+            df = with_runs_under_way(df, collect.in_progress(root))
     if args.add_runs:
         df = collect.check_code(df, args.split_code)
         if df is None:
@@ -494,6 +499,17 @@ def committed_runs(results) -> list[Path]:
     except OSError:
         return []
     return [path.parent / r for r in COMMITTED_RUNS if (path.parent / r).is_dir()] if same else []
+
+
+def with_runs_under_way(df: pd.DataFrame, under_way: pd.DataFrame) -> pd.DataFrame:
+    """df and the rows of runs under way (collect.in_progress) that df does not hold
+    completed (a run resumed after it completed is the completed one here)."""
+    if under_way.empty:
+        return df
+    keys = ["config_hash", "seed"]
+    have = pd.MultiIndex.from_frame(df[keys]) if not df.empty else pd.MultiIndex.from_tuples([], names=keys)
+    new = under_way[~pd.MultiIndex.from_frame(under_way[keys]).isin(have)]
+    return pd.concat([df, new], ignore_index=True) if not new.empty else df
 
 
 def our_figures() -> list[str]:

@@ -373,3 +373,24 @@ def test_collect_gives_the_table_it_always_gave(tmp_path, monkeypatch, block_run
     assert df["code_fingerprint"].tolist() == [OLD] * 6 + [None] * 13
     expected = pd.read_parquet(EXPECTED)
     pd.testing.assert_frame_equal(df.drop(columns="code_fingerprint"), expected, check_exact=True)
+
+
+def test_runs_under_way_are_read_for_figures_and_never_collected(tmp_path):
+    root = tmp_path / "outputs"
+    runs(root, seeds=(0,))
+    config = demo_config(episodes=5)
+    write_run(root, config, 1, [0.9, 0.8], status="running", heartbeat=time.time())
+    write_run(root, config, 2, [0.9, 0.8, 0.7], status="interrupted", reason="SIGTERM")
+    write_run(root, config, 3, [0.9, 0.8], status="running", heartbeat=0.0)  # silent: its process is gone
+    write_run(root, config, 4, [0.9], status="failed", reason="FloatingPointError: loss is nan")
+    copied = write_run(root, config, 5, [0.9, 0.8], status="interrupted")  # another run's table
+    df = pd.read_parquet(copied / "metrics.parquet").assign(seed=6)
+    df.to_parquet(copied / "metrics.parquet", index=False)
+    got = collect.in_progress(root)
+    assert got.groupby("seed")["step"].max().to_dict() == {1: 1, 2: 2, 3: 1}
+    assert got.groupby("seed")[collect.PROGRESS].first().to_dict() == {1: "running", 2: "interrupted",
+                                                                        3: "interrupted"}
+    assert got["partial"].eq(True).all() and collect.completed(got).empty
+    table, _ = collect.collect(root)
+    assert set(table["seed"]) == {0}  # a result only when completed
+    assert collect.in_progress(tmp_path / "none").empty
