@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import functools
 import importlib
+import pkgutil
 import re
 from importlib.metadata import entry_points
 from pathlib import Path
@@ -72,6 +73,13 @@ def advertised() -> tuple[str, ...]:
                           PYPROJECT.read_text(), re.M | re.S)
         names += re.findall(r'^[\w.-]+\s*=\s*"([\w.]+)', table.group(1), re.M) if table else []
     return tuple(dict.fromkeys(names))
+
+
+def public_modules(package: str, path) -> list[str]:
+    """Every public module (no leading underscore) in a package's folders (`path`, its
+    `__path__`), by full name: what `algorithms` and `tasks` import so that each registers
+    itself, and what bench.fingerprint compares with the modules they ship."""
+    return [f"{package}.{m.name}" for m in pkgutil.iter_modules(path) if not m.name.startswith("_")]
 
 
 def load_plugins(modules: list[str] | tuple[str, ...] = ()) -> None:

@@ -11,6 +11,7 @@ its tpo_bench module), and a static tool reading the imports file by file finds 
 arrow between the rooms."""
 import ast
 import functools
+import importlib
 import re
 from pathlib import Path
 
@@ -526,3 +527,23 @@ def test_a_projects_own_package_of_a_rooms_name_is_left_alone(monkeypatch):
     monkeypatch.setitem(sys.modules, "tasks", tpo_bench.tasks)
     assert Alias().find_spec("tasks.tabular").origin == \
         str(Path(tpo_bench.tasks.__file__).parent / "tabular.py")
+
+
+@pytest.mark.slow  # git in a subprocess
+def test_the_registering_packages_name_the_modules_they_ship():
+    """SHIPPED is what bench.fingerprint tells a dropped-in module by: it must list every
+    public module the repository tracks in algorithms/ and tasks/, and nothing else."""
+    import subprocess
+
+    from tpo_bench.bench import fingerprint
+
+    for name in fingerprint.REGISTERING:
+        package = importlib.import_module(name)
+        folder = name.rpartition(".")[2]
+        listed = subprocess.run(["git", "-C", str(REPO), "ls-files", "--", f"{folder}/*.py"],
+                                capture_output=True, text=True)
+        if listed.returncode != 0 or not listed.stdout:
+            pytest.skip("not a git checkout")
+        tracked = {Path(f).stem for f in listed.stdout.split() if "/" not in f[len(folder) + 1:]
+                   and not Path(f).name.startswith("_")}
+        assert set(package.SHIPPED) == tracked, name

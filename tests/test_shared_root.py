@@ -247,6 +247,25 @@ def test_the_harness_a_run_executes_is_fingerprinted(tmp_path, monkeypatch):
     assert spec_for(tmp_path / "out").code_fingerprint != first
 
 
+def test_a_module_dropped_into_algorithms_is_fingerprinted(tmp_path, monkeypatch):
+    """algorithms/ imports every module in its folder, so a module it does not ship runs
+    in every run (it may patch any loss): it counts in every run's fingerprint, edits
+    included. A folder added to the package's path stands in for the real one."""
+    from tpo_bench import algorithms
+
+    first = spec_for(tmp_path / "out").code_fingerprint
+    more = tmp_path / "more"
+    more.mkdir()
+    (more / "zz_local.py").write_text("SCALE = 1.0\n")
+    monkeypatch.setattr(algorithms, "__path__", [*algorithms.__path__, str(more)])
+    dropped = spec_for(tmp_path / "out")
+    assert dropped.code_fingerprint != first
+    assert any(f.endswith("zz_local.py") for f in dropped.code_files)
+    (more / "zz_local.py").write_text("SCALE = 0.0\n")
+    os.utime(more / "zz_local.py", ns=(1, 1))
+    assert spec_for(tmp_path / "out").code_fingerprint not in (first, dropped.code_fingerprint)
+
+
 @pytest.mark.slow  # starts a process
 def test_a_run_recorded_before_the_wider_fingerprint_is_still_skipped(tmp_path, capsys):
     spec = spec_for(tmp_path / "out")
