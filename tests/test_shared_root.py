@@ -46,6 +46,47 @@ def test_a_linked_folder_on_the_way_to_the_sweep_dir_is_refused(tmp_path):
     assert not list(root.rglob("seed=*"))  # refused before any run started
 
 
+# Every sweep's clock in one second, its microseconds its own: two sweeps started at once.
+SAME_SECOND = """import datetime, runpy
+import hydra.core.utils
+
+
+class SameSecond(datetime.datetime):
+    @classmethod
+    def now(cls, tz=None):
+        return cls(2030, 1, 1, 12, 0, 0, datetime.datetime.now().microsecond)
+
+
+hydra.core.utils.datetime = SameSecond
+runpy.run_module("bench", run_name="__main__", alter_sys=True)
+"""
+
+
+@pytest.mark.slow  # starts processes
+def test_two_sweeps_started_in_one_second_on_one_root_keep_their_own_folders(tmp_path):
+    """Each sweep's multirun.yaml (and its STOP file) in a folder of its own, not one
+    sweep's replacing the other's."""
+    import subprocess
+    import sys
+
+    import yaml
+
+    from conftest import REPO
+
+    root = tmp_path / "out"
+    procs = [subprocess.Popen([sys.executable, "-c", SAME_SECOND, "-m", *TINY, "task.episodes=1",
+                               f"seed={seed}", f"output_root={root}"], cwd=REPO, text=True,
+                              stdout=subprocess.PIPE, stderr=subprocess.PIPE) for seed in (1, 2)]
+    for proc in procs:
+        _, err = proc.communicate(timeout=600)
+        assert proc.returncode == 0, err
+    sweeps = sorted((root / ".hydra" / "multirun").iterdir())
+    assert [d.name[:19] for d in sweeps] == ["2030-01-01_12-00-00"] * 2
+    told = sorted(yaml.safe_load((d / "multirun.yaml").read_text())["hydra"]["overrides"]["task"]
+                  for d in sweeps)
+    assert [[o for o in t if o.startswith("seed=")] for t in told] == [["seed=1"], ["seed=2"]]
+
+
 # ------------------------------------------------------------------ planted runs
 
 

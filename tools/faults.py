@@ -317,20 +317,18 @@ def make_teammate(top: Path) -> Path:
 def planted_links_trial(args: list[str], root: Path, where: Path, teammate: Path,
                         watch: Watch, rng: random.Random) -> tuple[str, str | None, str | None]:
     """A second user's links under a shared output_root, aimed at their own files: at
-    multirun.yaml of the next sweeps' timestamped folders (a sweep runs, the link replaced),
+    multirun.yaml of the sweep folder the next sweep is given (a sweep runs, the link replaced),
     at `.hydra/multirun` itself (the sweep refused, exit 2), or at the run's summary.json or
     config.json (the run refused, exit 1). The operator then removes the link. Returns
     (where the link was, the status the record must have or None, what was wrong)."""
     kind = rng.choice(["multirun.yaml", "multirun folder", SUMMARY, "config.json"])
     wrong = []
-    if kind == "multirun.yaml":
-        now = time.time()
-        for t in range(0, 120):
-            sweep = root / ".hydra" / "multirun" / time.strftime("%Y-%m-%d_%H-%M-%S", time.localtime(now + t))
-            sweep.mkdir(parents=True, exist_ok=True)
-            (sweep / "multirun.yaml").symlink_to(teammate / "private.yaml")
+    if kind == "multirun.yaml":  # the default folder's name is not foreseeable (microseconds)
+        sweep = root / ".hydra" / "multirun" / "next"
+        sweep.mkdir(parents=True)
+        (sweep / "multirun.yaml").symlink_to(teammate / "private.yaml")
         watch.start(watch.trial)
-        code = bench(["-m", *args], root).wait()
+        code = bench(["-m", *args, f"hydra.sweep.dir={sweep}"], root).wait()
         if code != 0:
             wrong.append(f"sweep exited {code}, not 0")
         return kind, (None if wrong else "completed"), "; ".join(wrong) or None
