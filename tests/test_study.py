@@ -266,7 +266,8 @@ stages:
 @pytest.mark.slow  # trains
 def test_a_failed_commit_fails_the_run_and_status_says_it_is_not_committed(tmp_path, capsys, monkeypatch):
     """A stale index.lock: the run trains, its commit fails every try, so the queue exits 1
-    and `status` counts it completed but not committed; committed, the note goes."""
+    and `status` counts it completed but not committed; the lock gone, the same command
+    commits it and the note goes."""
     monkeypatch.setenv("PYTHONPATH", str(REPO))  # the runs train with this checkout's code
     monkeypatch.setattr(study, "COMMIT_PAUSE_S", 0.0)
     repo = tmp_path / "g"
@@ -279,9 +280,9 @@ def test_a_failed_commit_fails_the_run_and_status_says_it_is_not_committed(tmp_p
     assert "could not commit" in out.err and "done: 0 ran, 1 failed" in out.out
     assert study.main(["status", *argv]) == 0
     assert "1/1    completed (1 not committed)" in capsys.readouterr().out
-    (repo / ".git" / "index.lock").unlink()
-    (run,) = [d for d in (repo / "runs").rglob("seed=0")]
-    assert study.commit_run(repo, run)
+    (repo / ".git" / "index.lock").unlink()  # the same command again commits it
+    assert study.main(["run", *argv, "--commit", "--any-code"]) == 0
+    assert "1 completed run(s) not committed: committing them" in capsys.readouterr().out
     assert study.main(["status", *argv]) == 0
     line = capsys.readouterr().out.splitlines()[0]
     assert "1/1    completed," in line and "not committed" not in line

@@ -4,11 +4,11 @@ The queue is reproduction/study.yaml: stages in the order the reproduction needs
 each a few sweeps (overrides with comma lists, a seed range, a cost per run) and the
 commit its runs train at. `run` trains what is not completed, in order, JOBS at once, one
 thread each, checkpointing every 100 episodes (stop and rerun at will); `--commit` commits
-each completed run (summary, config, metrics; no checkpoint). `status` gives what is done,
-started and left with its cost (`--page`: the reproducing page's block). `gpu` runs every
-config's unfinished seeds seed-batched on one device, the mechanism stage first, PARALLEL
-jobs at once, stops at BUDGET_S with every seed checkpointed, and packs the touched runs
-into a tar (`tar -xf` at the repository root); its estimate is in docs/performance.md.
+each completed run (summary, config, metrics; no checkpoint), and any whose commit failed
+before. `status` gives what is done, started and left with its cost (`--page`: the
+reproducing page's block). `gpu` runs every config's unfinished seeds seed-batched on one
+device, the mechanism stage first, PARALLEL jobs at once, stops at BUDGET_S with every seed
+checkpointed, and packs the touched runs into a tar (`tar -xf` at the repository root).
 
     python -m tools.study status [--markdown] [--page docs/reproducing.md [--check]]
     python -m tools.study run --repo CHECKOUT_AT_CODE [--jobs 2] [--stage NAME] [--commit]
@@ -474,10 +474,14 @@ def main(argv=None) -> int:
         return 2
     if a.max_runs:
         left = left[:a.max_runs]
+    loose = sorted(uncommitted(repo, rows) or ()) if a.commit else []
+    if loose:  # completed before, their commit failed: the same command commits them
+        print(f"[study] {len(loose)} completed run(s) not committed: committing them", flush=True)
+    unsaved = sum(not commit_run(repo, d) for d in loose)
     print(f"[study] {len(left)} runs to go, {a.jobs} at once", flush=True)
     with ThreadPoolExecutor(a.jobs) as pool:
         outcomes = list(pool.map(lambda jd: run_one(*jd, repo, a.commit), left))
-    bad, held = outcomes.count("failed"), outcomes.count("held")
+    bad, held = outcomes.count("failed") + unsaved, outcomes.count("held")
     print(f"[study] done: {outcomes.count('ran')} ran, {bad} failed"
           + (f", {held} held by another process (left to it)" if held else ""), flush=True)
     return 1 if bad else 0
