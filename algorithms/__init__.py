@@ -16,9 +16,8 @@ if __name__ == "algorithms":  # the top-level name: this module is tpo_bench.alg
     tpo_bench.alias(__name__)
 
 import importlib
-import pkgutil
 
-from tpo_bench.contract.registry import ALGORITHMS
+from tpo_bench.contract.registry import ALGORITHMS, public_modules
 
 register = ALGORITHMS.register
 
@@ -28,7 +27,11 @@ register = ALGORITHMS.register
 # first epoch's, the gradient at the behaviour policy.
 OVER_EPOCHS = ("clip_frac", "kl")
 
+# The modules the harness ships here. Any other public module in this folder (your own,
+# dropped in) is imported as well, and so runs in every run: bench.fingerprint makes it
+# part of every run's code fingerprint.
+SHIPPED = ("ce", "cispo", "clipped", "dg", "gpg", "grpo", "lpo", "pg", "ppo", "tpo")
+
 # Each module registers itself on import: importing the package fills ALGORITHMS.
-for _module in pkgutil.iter_modules(__path__):
-    if not _module.name.startswith("_"):
-        importlib.import_module(f"{__name__}.{_module.name}")
+for _module in public_modules(__name__, __path__):
+    importlib.import_module(_module)

@@ -58,6 +58,8 @@ COLLECTED = "collected"
 IDENTITY = GROUP + ["seed"]
 # in_progress's column: how a run that is not completed stands ("running", "interrupted").
 PROGRESS = "run_status"
+# One row of a run: a table holds each at most once (a second would be averaged in as data).
+ROW_KEY = IDENTITY + ["step"]
 
 # Over many runs (a network file system, thousands of tables) collect says how far it got
 # on stderr (stdout is the report scripts parse): a line every PROGRESS_EVERY_S, and at
@@ -694,6 +696,20 @@ def merge_lock(table):
         os.close(fd)  # drops the lock
 
 
+def duplicate_rows(df: pd.DataFrame) -> str | None:
+    """None, or what names the ROW_KEY keys the table holds more than once (a table
+    concatenated or edited by hand): a figure would average such rows as data."""
+    twice = df.duplicated(ROW_KEY, keep=False)
+    if not twice.any():
+        return None
+    keys = df.loc[twice, ROW_KEY].drop_duplicates()
+    shown = "; ".join(f"{t}/{a} config {h} seed {s} step {st}" for t, a, h, s, st in
+                      keys.head(5).itertuples(index=False))
+    return (f"{int(twice.sum())} rows repeat a run's (task, algorithm, config, seed, step) with "
+            f"{len(keys)} key{'s' * (len(keys) != 1)} held more than once: {shown}"
+            f"{'; ...' if len(keys) > 5 else ''}")
+
+
 def merge(existing: pd.DataFrame, new: pd.DataFrame) -> tuple[pd.DataFrame, list[tuple]]:
     """`new`'s runs into `existing` (a committed snapshot): a (config_hash, seed) in both is
     taken from `new` (a re-run or a finished resume), never kept twice. Columns of `new`
@@ -743,6 +759,9 @@ def read_results(path, what: str = "nothing to work on", say=None,
         return 2
     raw = df[["config_hash", "seed"]] if legacy_runs is not None else None
     df, legacy = rekey_table(df)
+    if why := duplicate_rows(df):
+        print(f"error: {path}: {why}; collect the runs again into a new table", file=sys.stderr)
+        return 1
     if legacy and raw is not None:  # (current hash, seed) of each run recorded under a legacy one
         old = raw[raw["config_hash"].isin(list(legacy))].drop_duplicates()
         legacy_runs.update((legacy[h], int(s)) for h, s in old.itertuples(index=False))
@@ -805,7 +824,12 @@ def main(argv=None) -> int:
         return 1
     with merge_lock(args.merge_into) if args.merge_into else contextlib.nullcontext():
         if args.merge_into:
-            df, replaced = merge(pd.read_parquet(args.merge_into), df)
+            existing = pd.read_parquet(args.merge_into)
+            if why := duplicate_rows(existing):
+                print(f"error: {args.merge_into}: {why}; nothing written. Collect the runs again into "
+                      f"a new table (--out) instead of merging into this one", file=sys.stderr)
+                return 1
+            df, replaced = merge(existing, df)
             args.out = args.merge_into
             if replaced:
                 print(f"replaced {len(replaced)} run(s) already in {args.merge_into}: "

@@ -1,16 +1,17 @@
 """The code a run used, as one short hash (summary.json's `code_fingerprint`).
 
 Over the transitive closure of the imports (read from each file's import statements) that
-start at the algorithm's and the task's modules and at HARNESS, within the harness
-(`tpo_bench.algorithms`, `.tasks`, `.contract`, `.bench`) and within a plugin's own
-package (its top-level package, or the folder of a top-level plugin module). Not covered:
-site-packages and dist-packages, analysis/, tools/ and dev/, modules imported by name at run
-time (importlib), data files. Each file is normalised through Python's ast first
-(docstrings dropped, printed back by ast.unparse), so comments, docstrings and formatting
-do not count; anything that changes what the code does does. The git commit cannot say
-this: it misses a plugin outside the repository and untracked files.
-`harness=False` gives the narrower fingerprint runs recorded before `code_scope` (the
-class modules and their imports from algorithms, tasks and contract only).
+start at the algorithm's and the task's modules, at HARNESS and at every module that
+`algorithms` or `tasks` imports without shipping it (a module dropped into their folders,
+tracked or not: it runs in every run), within the harness (`tpo_bench.algorithms`,
+`.tasks`, `.contract`, `.bench`) and within a plugin's own package (its top-level package,
+or the folder of a top-level plugin module). Not covered: site-packages and dist-packages,
+analysis/, tools/ and dev/, other modules imported by name at run time, data files. Each file
+is normalised through Python's ast (docstrings dropped, printed back by ast.unparse), so
+comments, docstrings and formatting do not count. The git commit cannot say this: it
+misses a plugin outside the repository and untracked files. `harness=False` gives the
+narrower fingerprint of runs recorded before `code_scope` (the class modules and their
+imports from algorithms, tasks and contract only).
 """
 from __future__ import annotations
 
@@ -20,11 +21,15 @@ import importlib.util
 from pathlib import Path
 
 from tpo_bench.contract.io import REPO_ROOT
+from tpo_bench.contract.registry import public_modules
 
 PROJECT = ("tpo_bench.algorithms", "tpo_bench.tasks", "tpo_bench.contract")
 HARNESS_PACKAGES = (*PROJECT, "tpo_bench.bench")
 # What a run executes besides its algorithm and task; their imports bring the rest.
 HARNESS = ("tpo_bench.bench.runner", "tpo_bench.bench.engine")
+# The packages that import every public module in their folders (each registers itself)
+# and name the ones the harness ships (SHIPPED).
+REGISTERING = ("tpo_bench.algorithms", "tpo_bench.tasks")
 # summary.json's `code_scope`: what the fingerprint covers (absent: the narrower one).
 SCOPE = 2
 _INSTALLED = ("site-packages", "dist-packages")
@@ -101,6 +106,17 @@ def _followed(module: str, packages: tuple[str, ...], homes: list[Path]) -> bool
     return any(top.is_relative_to(h) for h in homes)
 
 
+def strays() -> list[str]:
+    """The modules REGISTERING imports that the harness does not ship: each runs in every
+    run (an import may patch anything), so each roots every run's fingerprint."""
+    out = []
+    for name in REGISTERING:
+        package = importlib.import_module(name)
+        out += [m for m in public_modules(name, package.__path__)
+                if m.rpartition(".")[2] not in package.SHIPPED]
+    return out
+
+
 def _file(module: str, path: Path) -> tuple[str, tuple[str, ...]]:
     """(normalised source's sha256, project modules it imports), cached by file state."""
     st = path.stat()
@@ -125,7 +141,7 @@ def code_fingerprint(*classes: type, harness: bool = True) -> tuple[str, list[st
     `harness`, the harness a run executes and the plugins' own packages (module doc)."""
     packages = HARNESS_PACKAGES if harness else PROJECT
     homes = _homes(classes) if harness else []
-    todo = [c.__module__ for c in classes] + (list(HARNESS) if harness else [])
+    todo = [c.__module__ for c in classes] + ([*HARNESS, *strays()] if harness else [])
     seen, parts = set(), []
     while todo:
         module = todo.pop()

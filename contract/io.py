@@ -181,11 +181,27 @@ def package_versions() -> dict[str, str]:
 # What "-dirty" looks at: the harness's code and packaging. A resumed run's own committed
 # records (checkpoint, metrics) change as it trains; that is data, not other code.
 CODE_PATHS = (*ROOMS, "pyproject.toml")
+# The rooms a run imports its code from: an untracked module there counts as well (one
+# dropped into algorithms/ or tasks/ is imported by every run).
+RUN_ROOMS = ("algorithms", "tasks", "contract", "bench")
+
+
+def dirty_lines(porcelain: str) -> list[str]:
+    """The lines of `git status --porcelain --untracked-files=all -- CODE_PATHS` that make
+    a checkout's code differ from its commit: an edit to a tracked file, or an untracked
+    Python file under RUN_ROOMS."""
+    out = []
+    for line in porcelain.splitlines():
+        path = line[3:].strip('"')
+        if not line.startswith("??") or (path.endswith(".py") and path.split("/", 1)[0] in RUN_ROOMS):
+            out.append(line)
+    return out
 
 
 def git_commit() -> str | None:
     """The checkout's commit ("-dirty" with uncommitted changes to tracked code files,
-    CODE_PATHS), or None when the code does not run from a checkout of its own."""
+    CODE_PATHS, or an untracked module under RUN_ROOMS), or None when the code does not
+    run from a checkout of its own."""
     try:
         # A non-editable install sits in site-packages, which may lie inside some other
         # repository (a venv in a project folder): that repository's commit is not ours.
@@ -197,9 +213,9 @@ def git_commit() -> str | None:
                              capture_output=True, text=True, timeout=5)
         if sha.returncode != 0:
             return None
-        dirty = subprocess.run(["git", "-C", str(REPO_ROOT), "status", "--porcelain",
-                                "--untracked-files=no", "--", *CODE_PATHS],
-                               capture_output=True, text=True, timeout=5)
-        return sha.stdout.strip() + ("-dirty" if dirty.stdout.strip() else "")
+        status = subprocess.run(["git", "-C", str(REPO_ROOT), "status", "--porcelain",
+                                 "--untracked-files=all", "--", *CODE_PATHS],
+                                capture_output=True, text=True, timeout=5)
+        return sha.stdout.strip() + ("-dirty" if dirty_lines(status.stdout) else "")
     except (OSError, subprocess.SubprocessError):
         return None

@@ -11,7 +11,9 @@ from __future__ import annotations
 
 import functools
 import importlib
+import pkgutil
 import re
+import sys
 from importlib.metadata import entry_points
 from pathlib import Path
 from typing import Callable, TypeVar
@@ -52,8 +54,9 @@ class Registry:
     def get(self, name: str) -> type:
         load_plugins()
         if name not in self._table:
+            broken = "".join(f"; the plugin {who} failed to import (said above)" for who in BROKEN.values())
             raise UnknownName(f"unknown {self.kind} {name!r}; registered {self.kind}s: "
-                              f"{', '.join(self.names())}")
+                              f"{', '.join(self.names())}{broken}")
         return self._table[name]
 
     def names(self) -> list[str]:
@@ -74,11 +77,45 @@ def advertised() -> tuple[str, ...]:
     return tuple(dict.fromkeys(names))
 
 
+def public_modules(package: str, path) -> list[str]:
+    """Every public module (no leading underscore) in a package's folders (`path`, its
+    `__path__`), by full name: what `algorithms` and `tasks` import so that each registers
+    itself, and what bench.fingerprint compares with the modules they ship."""
+    return [f"{package}.{m.name}" for m in pkgutil.iter_modules(path) if not m.name.startswith("_")]
+
+
+# Advertised modules that failed to import: module -> who advertised it (said once).
+BROKEN: dict[str, str] = {}
+
+
+def _advertiser(module: str) -> tuple[str, str]:
+    """(which entry point advertises `module`, how to take it away)."""
+    for ep in entry_points(group=PLUGIN_GROUP):
+        if ep.value.partition(":")[0] == module:
+            dist = getattr(ep, "dist", None)
+            name = dist.name if dist is not None else None
+            return (f"{ep.name!r} ({module}, a {PLUGIN_GROUP} entry point"
+                    f"{f' of the package {name}' if name else ''})",
+                    f"`pip uninstall {name or '<its package>'}` disables it")
+    return f"{module!r}", f"remove it from {PYPROJECT}'s {PLUGIN_GROUP} table to disable it"
+
+
 def load_plugins(modules: list[str] | tuple[str, ...] = ()) -> None:
     """Import the advertised modules and the user's `modules` so their @register
-    decorators run (a module already imported is not run again)."""
+    decorators run (a module already imported is not run again). An installed plugin that
+    fails to import is named on stderr, once, and left out: the other commands and runs go
+    on (the harness's own packages raise as ever)."""
     for mod in advertised():
-        importlib.import_module(mod)
+        if mod in BROKEN:
+            continue
+        try:
+            importlib.import_module(mod)
+        except Exception as e:
+            if mod.split(".")[0] == "tpo_bench":
+                raise
+            BROKEN[mod], remedy = _advertiser(mod)
+            print(f"warning: the plugin {BROKEN[mod]} failed to import ({type(e).__name__}: {e}): "
+                  f"its tasks and algorithms are left out; {remedy}", file=sys.stderr, flush=True)
     for mod in modules:
         try:
             importlib.import_module(mod)

@@ -6,8 +6,8 @@ every run directory checked against an uninterrupted reference of its config.
 
 Faults: SIGKILL, SIGTERM, SIGINT; a duplicate launch; ENOSPC (a tmpfs; needs root); a
 symlinked `.lock`; a NaN metric; an edit of a plugin's loss or of a helper module it
-imports; a plot of a stale table; a teammate's links (Hydra's sweep files, summary, config)
-and planted completed runs; two merges into one table at once; a teammate's unreadable run.
+imports; a plot of a stale table; a teammate's links and planted runs; two merges into one
+table at once; a teammate's unreadable run; a stray module; repeated rows; a failed commit.
 Right after the fault the record must be truthful; after re-running every row must equal
 the reference's; no file outside the trial's run directory (bar the tables and sweep files
 the trial owns) may change. Prints rows lost, mislabelled and files touched; exits 1 if any.
@@ -33,7 +33,8 @@ from tpo_bench.contract.schema import CHECKPOINT, LOCK, METRICS, SUMMARY, run_di
 
 SIGNALS = {"sigkill": signal.SIGKILL, "sigterm": signal.SIGTERM, "sigint": signal.SIGINT}
 FAULTS = (*SIGNALS, "duplicate", "enospc", "symlink_lock", "nan_metric", "code_edit", "stale_plot",
-          "planted_links", "planted_run", "concurrent_merge", "unreadable_run", "helper_edit")
+          "planted_links", "planted_run", "concurrent_merge", "unreadable_run", "helper_edit",
+          "stray_module", "duplicate_rows", "failed_commit")
 # A handful of configs, so that references are shared between trials.
 CONFIGS = [
     ["task=demo", "algo=tpo", "task.episodes=16", "checkpoint_every=4"],
@@ -124,6 +125,17 @@ sys.exit(collect.main(sys.argv[1:]))
 # skipped) or a statement (the fingerprint changes: the run is refused until rerun).
 EDITS = {"comment": ("        return out\n", "        return out  # reviewed\n"),
          "statement": ("        return out\n", "        unused = 1.0\n        return out\n")}
+# The stray-module fault: an untracked module in a checkout's algorithms/ (imported by every
+# run, as that package imports its whole folder) that zeroes TPO's loss.
+STRAY = '''from tpo_bench.algorithms.tpo import TPO
+
+_loss = TPO.loss
+TPO.loss = lambda self, batch, logp: type(_loss(self, batch, logp))(
+    0.0 * _loss(self, batch, logp).loss, _loss(self, batch, logp).metrics)
+'''
+# What a harness checkout holds (the stray-module fault trains in a copy of it).
+CHECKOUT = ("tpo_bench", "bench", "tasks", "algorithms", "contract", "conf", "hydra_plugins",
+            "analysis", "tools", "integrations", "pyproject.toml")
 MAX_ATTEMPTS = 6
 PLANTED = "zz"  # the task and algorithm folder names of a planted copy
 REPO = Path(__file__).resolve().parent.parent
@@ -134,12 +146,13 @@ def write_plugin(folder: Path, text: str = PLUGIN) -> None:
     (folder / "fault_plugin.py").write_text(text)
 
 
-def bench(args: list[str], root: Path, plugin: Path | None = None) -> subprocess.Popen:
-    """`python -m bench` on `root`; `plugin`: a folder put first on PYTHONPATH."""
+def bench(args: list[str], root: Path, plugin: Path | None = None, cwd: Path | None = None) -> subprocess.Popen:
+    """`python -m bench` on `root`; `plugin`: a folder put first on PYTHONPATH; `cwd`: the
+    checkout whose code trains (this process's working directory by default)."""
     env = None if plugin is None else {**os.environ, "PYTHONPATH": os.pathsep.join(
         filter(None, [str(plugin), os.environ.get("PYTHONPATH")]))}
     return subprocess.Popen([sys.executable, "-m", "bench", *args, *COMMON, f"output_root={root}"],
-                            stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, env=env)
+                            stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, env=env, cwd=cwd)
 
 
 def run_dir(root: Path) -> Path | None:
@@ -317,20 +330,18 @@ def make_teammate(top: Path) -> Path:
 def planted_links_trial(args: list[str], root: Path, where: Path, teammate: Path,
                         watch: Watch, rng: random.Random) -> tuple[str, str | None, str | None]:
     """A second user's links under a shared output_root, aimed at their own files: at
-    multirun.yaml of the next sweeps' timestamped folders (a sweep runs, the link replaced),
+    multirun.yaml of the sweep folder the next sweep is given (a sweep runs, the link replaced),
     at `.hydra/multirun` itself (the sweep refused, exit 2), or at the run's summary.json or
     config.json (the run refused, exit 1). The operator then removes the link. Returns
     (where the link was, the status the record must have or None, what was wrong)."""
     kind = rng.choice(["multirun.yaml", "multirun folder", SUMMARY, "config.json"])
     wrong = []
-    if kind == "multirun.yaml":
-        now = time.time()
-        for t in range(0, 120):
-            sweep = root / ".hydra" / "multirun" / time.strftime("%Y-%m-%d_%H-%M-%S", time.localtime(now + t))
-            sweep.mkdir(parents=True, exist_ok=True)
-            (sweep / "multirun.yaml").symlink_to(teammate / "private.yaml")
+    if kind == "multirun.yaml":  # the default folder's name is not foreseeable (microseconds)
+        sweep = root / ".hydra" / "multirun" / "next"
+        sweep.mkdir(parents=True)
+        (sweep / "multirun.yaml").symlink_to(teammate / "private.yaml")
         watch.start(watch.trial)
-        code = bench(["-m", *args], root).wait()
+        code = bench(["-m", *args, f"hydra.sweep.dir={sweep}"], root).wait()
         if code != 0:
             wrong.append(f"sweep exited {code}, not 0")
         return kind, (None if wrong else "completed"), "; ".join(wrong) or None
@@ -452,6 +463,139 @@ def unreadable_trial(root: Path, where: Path, other_where: Path, other_run: Path
         wrong.append("the table does not hold exactly this run's rows")
     if not any(str(other_where) in ln and "unreadable" in ln for ln in (r.stdout + r.stderr).splitlines()):
         wrong.append("the teammate's run is not named unreadable")
+    return "; ".join(wrong) or None
+
+
+def make_checkout(dest: Path) -> Path | None:
+    """A git repository at `dest` holding this checkout's harness files (CHECKOUT, as the
+    working tree has them), committed; None where this code is not in a git checkout."""
+    listed = subprocess.run(["git", "-C", str(REPO), "ls-files", "-z", "--", *CHECKOUT],
+                            capture_output=True, text=True)
+    if listed.returncode != 0 or not listed.stdout:
+        return None
+    for rel in filter(None, listed.stdout.split("\0")):
+        src, dst = REPO / rel, dest / rel
+        dst.parent.mkdir(parents=True, exist_ok=True)
+        if src.is_symlink():
+            dst.symlink_to(os.readlink(src))
+        elif src.is_file():
+            shutil.copy2(src, dst)
+    (dest / ".gitignore").write_text("__pycache__/\n")
+    for cmd in (["init", "-q"], ["add", "-A"],
+                ["-c", "user.name=faults", "-c", "user.email=faults@localhost", "commit", "-qm", "harness"]):
+        subprocess.run(["git", "-C", str(dest), *cmd], check=True, capture_output=True)
+    return dest
+
+
+def stray_module_trial(args: list[str], root: Path, checkout: Path, other: Path, clean: str) -> str | None:
+    """An untracked module in the checkout's algorithms/ that zeroes TPO's loss, and this
+    run trained there: its record must say `-dirty` and hold another code fingerprint than
+    `clean` (the clean checkout's), and collect must refuse to pool it with `other` (another
+    seed's run of the clean code). The operator then removes the module. Returns what was
+    wrong, or None."""
+    stray = checkout / "algorithms" / "zz_local.py"
+    stray.write_text(STRAY)
+    code = bench(args, root, cwd=checkout).wait()
+    stray.unlink()
+    d = run_dir(root)
+    if code != 0 or d is None:
+        return f"the run with a stray module exited {code}"
+    s = io.read_json_object(d / SUMMARY)
+    wrong = []
+    if not str(s.get("git_commit")).endswith("-dirty"):
+        wrong.append(f"recorded commit {s.get('git_commit')!r}, not -dirty")
+    if s.get("code_fingerprint") in (None, clean):
+        wrong.append("recorded the clean checkout's code fingerprint")
+    pool = root.parent / f"{root.name}-pool"
+    pool.mkdir()
+    (pool / "this").symlink_to(root.resolve(), target_is_directory=True)
+    (pool / "other").symlink_to(other.resolve(), target_is_directory=True)
+    r = analysis("collect", pool, "--out", root / "results.parquet")
+    if r.returncode != 1 or "code versions" not in r.stderr:
+        wrong.append(f"collect of the two seeds exited {r.returncode} without naming their two code versions")
+    return "; ".join(wrong) or None
+
+
+def duplicate_rows_trial(root: Path, other: Path) -> str | None:
+    """This run's rows repeated in its collected table with error 0: plot must refuse the
+    table and `collect --merge-into` leave it as it is (exit 1 each, naming the repeated
+    rows). Returns what was wrong, or None."""
+    table = root / "results.parquet"
+    if (r := analysis("collect", root, "--out", table)).returncode != 0:
+        return f"collect exited {r.returncode}: {r.stderr.strip()[-200:]}"
+    df = pd.read_parquet(table)
+    pd.concat([df, df.assign(error=0.0)], ignore_index=True).to_parquet(table, index=False)
+    before = table.read_bytes()
+    wrong = []
+    r = analysis("plot", "--results", table, "--out", root / "plots")
+    if r.returncode != 1 or "rows repeat" not in r.stderr:
+        wrong.append(f"plot of a table with repeated rows exited {r.returncode}: {r.stderr.strip()[-200:]!r}")
+    r = analysis("collect", other, "--merge-into", table)
+    if r.returncode != 1 or "rows repeat" not in r.stderr or table.read_bytes() != before:
+        wrong.append(f"collect --merge-into a table with repeated rows exited {r.returncode}"
+                     f"{'' if table.read_bytes() == before else ', the table rewritten'}")
+    table.unlink()
+    return "; ".join(wrong) or None
+
+
+def _study(*argv: str) -> tuple[int, str]:
+    """The study queue's command in this process: (exit status, what it printed)."""
+    import contextlib
+    import io as text_io
+
+    from tpo_bench.tools import study
+
+    said = text_io.StringIO()
+    with contextlib.redirect_stdout(said), contextlib.redirect_stderr(said):
+        code = study.main(list(argv))
+    return code, said.getvalue()
+
+
+def failed_commit_trial(args: list[str], root: Path) -> str | None:
+    """This run trained by the study queue with `--commit` (in a git repository at root)
+    while a stale `index.lock` stands: the queue must exit 1 and `status` say that the run
+    is not committed. The operator removes the lock; the same command must then commit it
+    (exit 0, status silent). Returns what was wrong, or None."""
+    import torch
+    import yaml
+
+    from tpo_bench.tools import study
+
+    root.mkdir(parents=True)
+    for cmd in (["init", "-q"], ["config", "user.email", "faults@localhost"], ["config", "user.name", "faults"],
+                ["commit", "-q", "--allow-empty", "-m", "start"]):
+        subprocess.run(["git", "-C", str(root), *cmd], check=True, capture_output=True)
+    seed = int(next(a for a in args if a.startswith("seed=")).split("=", 1)[1])
+    rest = [a for a in args if not a.startswith("seed=")] + COMMON[:2]  # the shapes; the queue sets the rest
+    queue = root / ".git" / "faults-queue.yaml"
+    queue.write_text(yaml.safe_dump({"stages": [{"name": "faults", "why": "a failed commit", "sweeps": [
+        {"root": ".", "seeds": [seed, seed + 1], "cost_s": 1, "args": " ".join(rest)}]}]}))
+    lock = root / ".git" / "index.lock"
+    lock.write_text("")
+    argv = ["--queue", str(queue), "--repo", str(root)]
+    # The queue's runs with this code and the references' CPU kernels; a stale lock, no pause.
+    env = {"PYTHONPATH": str(REPO), "ATEN_CPU_CAPABILITY": torch.backends.cpu.get_cpu_capability().lower()}
+    old_env, pause = {k: os.environ.get(k) for k in env}, study.COMMIT_PAUSE_S
+    os.environ.update(env)
+    study.COMMIT_PAUSE_S = 0.0
+    wrong = []
+    try:
+        code, said = _study("run", *argv, "--commit", "--any-code", "--jobs", "1")
+        if code != 1 or "1 failed" not in said:
+            wrong.append(f"the queue exited {code} with its commit failed: {said.strip()[-200:]!r}")
+        if "(1 not committed)" not in _study("status", *argv)[1]:
+            wrong.append("status did not say the run is not committed")
+        lock.unlink()
+        code, said = _study("run", *argv, "--commit", "--any-code", "--jobs", "1")
+        if code != 0 or "not committed" in _study("status", *argv)[1]:
+            wrong.append(f"the same command again exited {code} and left the run uncommitted")
+    finally:
+        study.COMMIT_PAUSE_S = pause
+        for k, v in old_env.items():
+            if v is None:
+                os.environ.pop(k, None)
+            else:
+                os.environ[k] = v
     return "; ".join(wrong) or None
 
 
@@ -599,15 +743,19 @@ def main(argv: list[str] | None = None) -> int:
     injected, problems, touched_all = Counter(), [], []
     lost = mislabelled = compared = 0
     can_mount = True
+    checkout: Path | None | bool = None  # the stray-module trials' copy of this checkout, made once
     t0 = time.time()
     for trial in range(args.trials):
-        fault = rng.choice([f for f in kinds if can_mount or f != "enospc"] or list(SIGNALS))
-        c = {"code_edit": "plugin", "helper_edit": "package"}.get(fault) or rng.randrange(len(CONFIGS))
+        fault = rng.choice([f for f in kinds if (can_mount or f != "enospc")
+                            and (checkout is not False or f != "stray_module")] or list(SIGNALS))
+        # the stray module patches TPO: its trials train the TPO config
+        c = {"code_edit": "plugin", "helper_edit": "package", "stray_module": 0}.get(fault)
+        c = rng.randrange(len(CONFIGS)) if c is None else c
         seed = rng.randrange(3)
         config = config_for(c, seed)
         key = reference(c, seed)
         others = [reference(c, (seed + i) % 3) for i in (1, 2)] \
-            if fault in ("planted_run", "concurrent_merge", "unreadable_run") else []
+            if fault in ("planted_run", "concurrent_merge", "unreadable_run", "stray_module", "duplicate_rows") else []
         plugin = None
         root = args.root / "trials" / f"{trial:03d}-{fault}"
         watch.start(root)
@@ -658,6 +806,28 @@ def main(argv: list[str] | None = None) -> int:
             problem_after = lambda: unreadable_trial(  # noqa: E731
                 root, where[key], where[others[0]], ref_root(others[0]) / where[others[0]],
                 len(references[key]), rng)
+        elif fault == "stray_module":
+            if checkout is None:
+                checkout = make_checkout(args.root / "checkout") or False
+            if checkout is False:
+                print("[faults] this code is not in a git checkout: stray-module trials left out")
+                fault = rng.choice(list(SIGNALS))
+                expected = signal_trial(config, root, SIGNALS[fault], rng)
+            else:
+                watch.own(checkout)
+                watch.own(root.parent / f"{root.name}-pool")
+                other = ref_root(others[0])
+                expected, problem_now = None, stray_module_trial(
+                    config, root, checkout, other, fingerprint(other))
+                repair = [*config, "on_code_change=rerun"]  # the remedy the fingerprint calls for
+                done = lambda: fingerprint(root) == fingerprint(other)  # noqa: E731
+        elif fault == "duplicate_rows":
+            expected = "completed"
+            bench(config, root).wait()
+            problem_after = lambda: duplicate_rows_trial(root, ref_root(others[0]))  # noqa: E731
+        elif fault == "failed_commit":
+            watch.own(root / ".git")
+            expected, problem_now = "completed", failed_commit_trial(config, root)
         elif (expected := enospc_trial(config, root)) is None:
             can_mount = False
             print("[faults] cannot mount a tmpfs here (needs root): ENOSPC trials left out")

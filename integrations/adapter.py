@@ -81,6 +81,18 @@ def regroup(group: torch.Tensor, slot: torch.Tensor, k: int) -> torch.Tensor:
     return index
 
 
+def check_finite(name: str, x: torch.Tensor, real: torch.Tensor | None = None) -> None:
+    """Refuse (ValueError naming `name`) a NaN or infinite value in x, at the real tokens
+    only where `real` (the mask) is given: one would make the loss and every gradient NaN."""
+    bad = ~torch.isfinite(x) if real is None else ~torch.isfinite(x) & real
+    if bool(bad.any()):
+        where = bad.nonzero()[0].tolist()
+        at = f"row {where[0]}" + (f", token {where[1]}" if len(where) > 1 else "")
+        raise ValueError(f"{name} holds {float(x[bad][0])} at {at} ({int(bad.sum())} non-finite "
+                         f"value{'s' * (int(bad.sum()) != 1)}{' at real tokens' if real is not None else ''}): "
+                         f"the loss and its gradients would be NaN; fix what computed {name}")
+
+
 def to_batch(logp: torch.Tensor, logp_old: torch.Tensor, mask: torch.Tensor, scores: torch.Tensor,
              group: torch.Tensor, slot: torch.Tensor, k: int, *, logp_ref: torch.Tensor | None = None,
              success_at: float = 1.0) -> Grouped:
@@ -92,6 +104,10 @@ def to_batch(logp: torch.Tensor, logp_old: torch.Tensor, mask: torch.Tensor, sco
             raise ValueError(f"{name} has shape {tuple(x.shape)}, the mask {(B, T)}")
     if tuple(scores.shape) != (B,):
         raise ValueError(f"scores has shape {tuple(scores.shape)}, expected ({B},): one per row")
+    check_finite("scores", scores)
+    for name, x in (("logp", logp), ("logp_old", logp_old), ("logp_ref", logp_ref)):
+        if x is not None:
+            check_finite(name, x.detach(), mask)  # padded steps are zeroed below
     index = regroup(group.to(mask.device), slot.to(mask.device), k)
 
     def steps(x: torch.Tensor) -> torch.Tensor:

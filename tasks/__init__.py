@@ -15,13 +15,16 @@ if __name__ == "tasks":  # the top-level name: this module is tpo_bench.tasks
     tpo_bench.alias(__name__)
 
 import importlib
-import pkgutil
 
-from tpo_bench.contract.registry import TASKS
+from tpo_bench.contract.registry import TASKS, public_modules
 
 register = TASKS.register
 
+# The modules the harness ships here. Any other public module in this folder (your own,
+# dropped in) is imported as well, and so runs in every run: bench.fingerprint makes it
+# part of every run's code fingerprint.
+SHIPPED = ("llm", "mnist", "seq", "stacked", "tabular", "transformer")
+
 # Each module registers itself on import: importing the package fills TASKS.
-for _module in pkgutil.iter_modules(__path__):
-    if not _module.name.startswith("_"):
-        importlib.import_module(f"{__name__}.{_module.name}")
+for _module in public_modules(__name__, __path__):
+    importlib.import_module(_module)

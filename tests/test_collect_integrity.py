@@ -259,3 +259,29 @@ def test_merge_into_a_snapshot_replaces_a_run_once_and_keeps_its_float32(root, t
     assert len(d0) == len(demo0) and not (d0["error"] == 0.5).any()
     assert merged["error"].dtype == np.float32
     np.testing.assert_array_equal(d0["error"].to_numpy(), demo0["error"].to_numpy(np.float32))
+
+
+@pytest.mark.slow
+def test_a_table_with_a_runs_rows_twice_is_refused_by_plot_and_by_merge(root, tmp_path, capsys):
+    """Seed 0's rows repeated with error 0 would pull the line's mean down as if they were
+    data: plot (every reader of the table) and collect --merge-into refuse the table,
+    naming the repeated keys, and write nothing."""
+    table = tmp_path / "results.parquet"
+    assert collect.main([str(root), "--out", str(table)]) == 0
+    df = pd.read_parquet(table)
+    seed0 = df[(df["task.name"] == "demo") & (df["seed"] == 0)]
+    pd.concat([df, seed0.assign(error=0.0)], ignore_index=True).to_parquet(table, index=False)
+    before = table.read_bytes()
+    capsys.readouterr()
+    assert plot.main(["--results", str(table), "--out", str(tmp_path / "plots")]) == 1
+    err = capsys.readouterr().err
+    h = seed0["config_hash"].iloc[0]
+    assert f"{len(seed0) * 2} rows repeat" in err and f"demo/tpo config {h} seed 0 step 0" in err
+    assert not (tmp_path / "plots").exists() or not any((tmp_path / "plots").iterdir())
+    assert collect.main([str(root), "--merge-into", str(table)]) == 1
+    err = capsys.readouterr().err
+    assert "rows repeat" in err and "nothing written" in err and table.read_bytes() == before
+    # the same table without the repeat reads and merges
+    df.to_parquet(table, index=False)
+    assert collect.main([str(root), "--merge-into", str(table)]) == 0
+    assert plot.main(["--results", str(table), "--out", str(tmp_path / "plots")]) == 0

@@ -153,3 +153,38 @@ def test_token_level_and_dynamic_sampling_are_refused():
         check_fits(GRPO(level="token"))
     with pytest.raises(ValueError, match="dynamic_sampling"):
         check_fits(ALGORITHMS.get("clipped")(dynamic_sampling=2))
+
+
+def _padding(r: dict, padded: bool) -> dict:
+    """The rows with NaN at their padded steps (a model's log-probs of padding tokens may
+    be anything), or, not `padded`, every step real."""
+    if not padded:
+        return {**r, "mask": torch.ones_like(r["mask"])}
+    nan = lambda x: x.masked_fill(~r["mask"], float("nan"))  # noqa: E731
+    return {**r, **{k: nan(r[k]) for k in ("logp", "logp_old", "logp_ref")}}
+
+
+@pytest.mark.parametrize("name", ["tpo", "grpo"])
+@pytest.mark.parametrize("padded", [False, True])
+@pytest.mark.parametrize("key,bad", [("scores", float("nan")), ("scores", float("inf")),
+                                     ("logp", float("nan")), ("logp_old", float("nan")),
+                                     ("logp_old", float("-inf")), ("logp_ref", float("nan"))])
+def test_a_non_finite_input_is_refused_naming_it(name, padded, key, bad):
+    """A NaN or infinite score, or log-prob at a real token, would make the loss and every
+    gradient NaN: refused, naming that input (padded or not). Junk at padded steps is
+    the trainer's padding, not an error."""
+    batch, logp = native(ref=True)
+    r = _padding(rows(batch, logp, torch.arange(N * K)), padded)
+    assert bool((~r["mask"]).any()) == padded
+    kw = dict(logp_ref=r["logp_ref"], kl_coef=0.1)
+    algo = ALGORITHMS.get(name)()
+    order = ("logp", "logp_old", "mask", "scores", "group", "slot")
+    out, _ = zoo_loss(algo, *(r[k] for k in order), K, **kw)
+    assert torch.isfinite(out.loss)
+    r = {**r, key: r[key].clone()}
+    if key == "scores":
+        r[key][6] = bad
+    else:
+        r[key][6, 0] = bad  # the first token: real in every row
+    with pytest.raises(ValueError, match=rf"^{key} holds {bad} at row 6"):
+        zoo_loss(algo, *(r[k] for k in order), K, **{**kw, "logp_ref": r["logp_ref"]})

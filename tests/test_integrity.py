@@ -183,3 +183,28 @@ def test_dirty_means_uncommitted_code_not_a_resumed_runs_own_records(tmp_path, m
     assert io.git_commit() == clean
     (tmp_path / "tasks" / "t.py").write_text("x = 2\n")
     assert io.git_commit() == clean + "-dirty"
+
+
+@pytest.mark.slow  # git in subprocesses
+def test_an_untracked_module_where_a_run_imports_from_marks_the_commit_dirty(tmp_path, monkeypatch):
+    """algorithms/ imports every module in its folder: an untracked one there changes what
+    a run does. An untracked script in analysis/ or a note in algorithms/ does not."""
+    import subprocess
+
+    from tpo_bench.contract import io
+
+    (tmp_path / "algorithms").mkdir()
+    (tmp_path / "algorithms" / "a.py").write_text("x = 1\n")
+    (tmp_path / "analysis").mkdir()
+    subprocess.run(["git", "-C", str(tmp_path), "init", "-q"], check=True)
+    subprocess.run(["git", "-C", str(tmp_path), "add", "."], check=True)
+    subprocess.run(["git", "-C", str(tmp_path), "-c", "user.name=t", "-c", "user.email=t@t", "commit",
+                    "-qm", "c"], check=True)
+    monkeypatch.setattr(io, "REPO_ROOT", tmp_path.resolve())
+    clean = io.git_commit()
+    assert clean and not clean.endswith("-dirty")
+    (tmp_path / "analysis" / "scratch.py").write_text("print(1)\n")
+    (tmp_path / "algorithms" / "notes.txt").write_text("ideas\n")
+    assert io.git_commit() == clean
+    (tmp_path / "algorithms" / "zz_local.py").write_text("import torch\n")
+    assert io.git_commit() == clean + "-dirty"

@@ -12,6 +12,7 @@ its tpo_bench module), and a static tool reading the imports file by file finds 
 arrow between the rooms."""
 import ast
 import functools
+import importlib
 import re
 from pathlib import Path
 
@@ -173,6 +174,45 @@ def test_the_tables_are_filled_from_below():
     own = [m for m in modules(("tasks", "algorithms")) if "." in m and not m.split(".")[-1].startswith("_")]
     assert len(own) >= 10 and not [m for m in own if f"{NAMESPACE}.{m}" not in sys.modules]
 
+
+
+@pytest.mark.slow  # starts processes
+def test_a_broken_installed_plugin_is_named_and_the_rest_runs(tmp_path):
+    """An installed package whose tpo_bench.plugins entry point raises on import: every
+    command still runs (help, a run), and stderr names the plugin once, with the remedy;
+    a run that asks for one of its names is told it did not import."""
+    from conftest import TINY, run_bench
+
+    info = tmp_path / "their_plugin-1.0.dist-info"
+    info.mkdir()
+    (info / "METADATA").write_text("Metadata-Version: 2.1\nName: their-plugin\nVersion: 1.0\n")
+    (info / "entry_points.txt").write_text("[tpo_bench.plugins]\ntheirs = their_losses\n")
+    (tmp_path / "their_losses.py").write_text("raise RuntimeError('their bug')\n")
+    env = {"PYTHONPATH": str(tmp_path)}
+    help_ = run_bench("--help", env=env)
+    assert "algo:" in help_.stdout
+    run = run_bench(*TINY, f"output_root={tmp_path / 'out'}", env=env)
+    for proc in (help_, run):
+        said = [line for line in proc.stderr.splitlines() if "their_losses" in line]
+        assert len(said) == 1, proc.stderr
+        assert "'theirs'" in said[0] and "RuntimeError: their bug" in said[0]
+        assert "`pip uninstall their-plugin` disables it" in said[0] and "Traceback" not in proc.stderr
+    asked = run_bench(*TINY, "algo=tpo", "algo.impl=their_tpo", f"output_root={tmp_path / 'out2'}",
+                      env=env, check=False)
+    assert asked.returncode == 2 and "unknown algorithm 'their_tpo'" in asked.stderr
+    assert "the plugin 'theirs' (their_losses, a tpo_bench.plugins entry point of the package " \
+           "their-plugin) failed to import (said above)" in asked.stderr
+
+
+def test_the_harness_own_advertised_packages_still_raise(monkeypatch):
+    """Only an outside plugin is left out with a warning: a harness package that fails to
+    import is the harness's own error, and raises with its traceback."""
+    from tpo_bench.contract import registry
+
+    monkeypatch.setattr(registry, "advertised", lambda: ("tpo_bench.no_such_room",))
+    with pytest.raises(ModuleNotFoundError, match="no_such_room"):
+        registry.load_plugins()
+    assert "tpo_bench.no_such_room" not in registry.BROKEN
 
 def test_the_string_rule_sees_an_import_by_name(tmp_path, monkeypatch):
     for pkg in ("contract", "analysis"):
@@ -529,3 +569,23 @@ def test_a_projects_own_package_of_a_rooms_name_is_left_alone(monkeypatch):
     monkeypatch.setitem(sys.modules, "tasks", tpo_bench.tasks)
     assert Alias().find_spec("tasks.tabular").origin == \
         str(Path(tpo_bench.tasks.__file__).parent / "tabular.py")
+
+
+@pytest.mark.slow  # git in a subprocess
+def test_the_registering_packages_name_the_modules_they_ship():
+    """SHIPPED is what bench.fingerprint tells a dropped-in module by: it must list every
+    public module the repository tracks in algorithms/ and tasks/, and nothing else."""
+    import subprocess
+
+    from tpo_bench.bench import fingerprint
+
+    for name in fingerprint.REGISTERING:
+        package = importlib.import_module(name)
+        folder = name.rpartition(".")[2]
+        listed = subprocess.run(["git", "-C", str(REPO), "ls-files", "--", f"{folder}/*.py"],
+                                capture_output=True, text=True)
+        if listed.returncode != 0 or not listed.stdout:
+            pytest.skip("not a git checkout")
+        tracked = {Path(f).stem for f in listed.stdout.split() if "/" not in f[len(folder) + 1:]
+                   and not Path(f).name.startswith("_")}
+        assert set(package.SHIPPED) == tracked, name

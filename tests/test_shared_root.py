@@ -46,6 +46,47 @@ def test_a_linked_folder_on_the_way_to_the_sweep_dir_is_refused(tmp_path):
     assert not list(root.rglob("seed=*"))  # refused before any run started
 
 
+# Every sweep's clock in one second, its microseconds its own: two sweeps started at once.
+SAME_SECOND = """import datetime, runpy
+import hydra.core.utils
+
+
+class SameSecond(datetime.datetime):
+    @classmethod
+    def now(cls, tz=None):
+        return cls(2030, 1, 1, 12, 0, 0, datetime.datetime.now().microsecond)
+
+
+hydra.core.utils.datetime = SameSecond
+runpy.run_module("bench", run_name="__main__", alter_sys=True)
+"""
+
+
+@pytest.mark.slow  # starts processes
+def test_two_sweeps_started_in_one_second_on_one_root_keep_their_own_folders(tmp_path):
+    """Each sweep's multirun.yaml (and its STOP file) in a folder of its own, not one
+    sweep's replacing the other's."""
+    import subprocess
+    import sys
+
+    import yaml
+
+    from conftest import REPO
+
+    root = tmp_path / "out"
+    procs = [subprocess.Popen([sys.executable, "-c", SAME_SECOND, "-m", *TINY, "task.episodes=1",
+                               f"seed={seed}", f"output_root={root}"], cwd=REPO, text=True,
+                              stdout=subprocess.PIPE, stderr=subprocess.PIPE) for seed in (1, 2)]
+    for proc in procs:
+        _, err = proc.communicate(timeout=600)
+        assert proc.returncode == 0, err
+    sweeps = sorted((root / ".hydra" / "multirun").iterdir())
+    assert [d.name[:19] for d in sweeps] == ["2030-01-01_12-00-00"] * 2
+    told = sorted(yaml.safe_load((d / "multirun.yaml").read_text())["hydra"]["overrides"]["task"]
+                  for d in sweeps)
+    assert [[o for o in t if o.startswith("seed=")] for t in told] == [["seed=1"], ["seed=2"]]
+
+
 # ------------------------------------------------------------------ planted runs
 
 
@@ -245,6 +286,25 @@ def test_the_harness_a_run_executes_is_fingerprinted(tmp_path, monkeypatch):
     copy.write_text(text + "\n\ndef _scaled(lr):\n    return lr * 1e-9\n")
     os.utime(copy, ns=(1, 1))
     assert spec_for(tmp_path / "out").code_fingerprint != first
+
+
+def test_a_module_dropped_into_algorithms_is_fingerprinted(tmp_path, monkeypatch):
+    """algorithms/ imports every module in its folder, so a module it does not ship runs
+    in every run (it may patch any loss): it counts in every run's fingerprint, edits
+    included. A folder added to the package's path stands in for the real one."""
+    from tpo_bench import algorithms
+
+    first = spec_for(tmp_path / "out").code_fingerprint
+    more = tmp_path / "more"
+    more.mkdir()
+    (more / "zz_local.py").write_text("SCALE = 1.0\n")
+    monkeypatch.setattr(algorithms, "__path__", [*algorithms.__path__, str(more)])
+    dropped = spec_for(tmp_path / "out")
+    assert dropped.code_fingerprint != first
+    assert any(f.endswith("zz_local.py") for f in dropped.code_files)
+    (more / "zz_local.py").write_text("SCALE = 0.0\n")
+    os.utime(more / "zz_local.py", ns=(1, 1))
+    assert spec_for(tmp_path / "out").code_fingerprint not in (first, dropped.code_fingerprint)
 
 
 @pytest.mark.slow  # starts a process

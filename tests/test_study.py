@@ -180,7 +180,6 @@ def test_run_trains_only_at_the_queues_commit(tmp_path):
     git("commit", "-qm", "one")
     first = git("rev-parse", "HEAD").stdout.strip()
     assert study.check_code(repo, first[:7]) is None
-    assert study.check_code(repo, None) is None
     run = repo / study.RUNS_PREFIX / "t" / "seed=0"
     run.mkdir(parents=True)
     (run / "summary.json").write_text("{}")
@@ -239,3 +238,126 @@ def test_a_prefix_pass_stops_each_run_at_its_prefix_and_the_extension_is_bit_ide
     straight = pd.read_parquet(next(whole.rglob("metrics.parquet")))
     cols = [c for c in straight.columns if c not in ("wall_s",)]
     pd.testing.assert_frame_equal(resumed[cols].reset_index(drop=True), straight[cols].reset_index(drop=True))
+
+
+def _git_repo(repo: Path):
+    repo.mkdir(parents=True, exist_ok=True)
+    git = lambda *a: subprocess.run(["git", "-C", str(repo), *a], check=True, capture_output=True, text=True)
+    git("init", "-q")
+    git("config", "user.email", "t@t")
+    git("config", "user.name", "t")
+    (repo / "algorithms").mkdir(exist_ok=True)
+    (repo / "algorithms" / "x.py").write_text("A = 1\n")
+    git("add", ".")
+    git("commit", "-qm", "one")
+    return git
+
+
+@pytest.mark.slow  # git processes
+def test_the_pin_check_refuses_untracked_files_in_the_code_folders(tmp_path):
+    """A module dropped into algorithms/ is imported by every run, so the queue's checkout
+    must not hold one; an ignored file (a byte-code cache) does not count."""
+    repo = tmp_path / "g"
+    git = _git_repo(repo)
+    (repo / ".gitignore").write_text("__pycache__/\n")
+    git("add", ".gitignore")
+    git("commit", "-qm", "ignore")
+    code = git("rev-parse", "HEAD").stdout.strip()
+    (repo / "algorithms" / "__pycache__").mkdir()
+    (repo / "algorithms" / "__pycache__" / "x.cpython-311.pyc").write_text("")
+    (repo / "notes.txt").write_text("outside the code folders")
+    assert study.check_code(repo, code) is None
+    (repo / "algorithms" / "zz_local.py").write_text("import torch\n")
+    why = study.check_code(repo, code)
+    assert why is not None and "untracked files (algorithms/zz_local.py" in why and "--repo" in why
+    (repo / "algorithms" / "zz_local.py").unlink()
+    (repo / "conf" / "algo").mkdir(parents=True)
+    (repo / "conf" / "algo" / "mine.yaml").write_text("name: tpo\n")
+    assert "conf/algo/mine.yaml" in study.check_code(repo, code)
+
+
+def test_a_queue_without_code_is_refused_unless_any_code(tmp_path, capsys):
+    q = _queue(tmp_path)
+    assert "code" not in q.read_text()
+    assert study.main(["run", "--queue", str(q), "--repo", str(tmp_path), "--dry-run"]) == 0  # lists only
+    capsys.readouterr()
+    assert study.main(["run", "--queue", str(q), "--repo", str(tmp_path), "--max-runs", "1"]) == 2
+    err = capsys.readouterr().err
+    assert "no `code:`" in err and "--any-code" in err
+
+
+@pytest.mark.parametrize("text,says", [
+    ("stages: [\n  - name: a\n   why: x", "not valid YAML at line"),
+    ("- just\n- a list\n", "holds a list, not a mapping"),
+    ("stages:\n  - {name: a, why: b, sweeps: [{root: r, cost_s: 1, args: 'algo=tpo'}]}\n",
+     "each sweep needs 'seeds'"),
+    ("stages:\n  - {name: a, why: b, sweeps: [{root: r, seeds: [0, x], cost_s: 1, args: 'algo=tpo'}]}\n",
+     "is not [start, stop]"),
+])
+def test_a_damaged_queue_is_named_not_a_traceback(tmp_path, capsys, text, says):
+    q = _queue(tmp_path, text)
+    assert study.main(["status", "--queue", str(q), "--repo", str(tmp_path)]) == 2
+    err = capsys.readouterr().err
+    assert says in err and str(q) in err and "Traceback" not in err
+
+
+def _one_run_queue(tmp_path) -> Path:
+    return _queue(tmp_path, """
+stages:
+  - name: a
+    why: one run
+    sweeps:
+      - {root: runs/m, seeds: [0, 1], cost_s: 10, args: "task=demo task.episodes=2 task.batch_size=4 task.sequence_length=3 algo=tpo"}
+""")
+
+
+@pytest.mark.slow  # trains
+def test_a_failed_commit_fails_the_run_and_status_says_it_is_not_committed(tmp_path, capsys, monkeypatch):
+    """A stale index.lock: the run trains, its commit fails every try, so the queue exits 1
+    and `status` counts it completed but not committed; the lock gone, the same command
+    commits it and the note goes."""
+    monkeypatch.setenv("PYTHONPATH", str(REPO))  # the runs train with this checkout's code
+    monkeypatch.setattr(study, "COMMIT_PAUSE_S", 0.0)
+    repo = tmp_path / "g"
+    _git_repo(repo)
+    q = _one_run_queue(tmp_path)
+    (repo / ".git" / "index.lock").write_text("")
+    argv = ["--queue", str(q), "--repo", str(repo)]
+    assert study.main(["run", *argv, "--commit", "--any-code"]) == 1
+    out = capsys.readouterr()
+    assert "could not commit" in out.err and "done: 0 ran, 1 failed" in out.out
+    assert study.main(["status", *argv]) == 0
+    assert "1/1    completed (1 not committed)" in capsys.readouterr().out
+    (repo / ".git" / "index.lock").unlink()  # the same command again commits it
+    assert study.main(["run", *argv, "--commit", "--any-code"]) == 0
+    assert "1 completed run(s) not committed: committing them" in capsys.readouterr().out
+    assert study.main(["status", *argv]) == 0
+    line = capsys.readouterr().out.splitlines()[0]
+    assert "1/1    completed," in line and "not committed" not in line
+
+
+@pytest.mark.slow  # trains
+def test_a_run_another_queue_holds_is_left_to_it_not_failed(tmp_path, capsys, monkeypatch):
+    """Two queues at once: a run the other one trains (its lock held by another process)
+    is skipped as held, and the queue exits 0."""
+    monkeypatch.setenv("PYTHONPATH", str(REPO))
+    q = _one_run_queue(tmp_path)
+    repo = tmp_path / "repo"
+    repo.mkdir()
+    (job,) = study.jobs(study.load(q))
+    lock = study.locate(job, repo) / ".lock"
+    holder = subprocess.Popen([sys.executable, "-c", "import sys, time\n"
+                               "from tpo_bench.bench import rundir\n"
+                               f"fd, _ = rundir.hold(__import__('pathlib').Path({str(lock)!r}))\n"
+                               "print('held', flush=True)\ntime.sleep(600)\n"],
+                              cwd=REPO, stdout=subprocess.PIPE, text=True)
+    try:
+        assert holder.stdout.readline().strip() == "held"
+        assert study.main(["run", "--queue", str(q), "--repo", str(repo), "--any-code"]) == 0
+        out = capsys.readouterr().out
+        assert "0 ran, 0 failed, 1 held by another process" in out
+    finally:
+        holder.kill()
+        holder.wait()
+    assert study.main(["run", "--queue", str(q), "--repo", str(repo), "--any-code"]) == 0
+    assert "1 ran, 0 failed" in capsys.readouterr().out

@@ -2,13 +2,13 @@
 
 The queue is reproduction/study.yaml: stages in order, each a few sweeps (overrides with
 comma lists, a seed range, a cost per run), and the commit its runs train at. `run` trains
-what is not completed, JOBS at once, one thread each, checkpointing every 100 episodes
-(stop and rerun at will); `--commit` commits each completed run (no checkpoint). A stage
-with `prefix: N` first takes every run to episode N (stopped, checkpointed, committed),
-then each to its end. `status`: what is done, started and left, with its cost (`--page`:
-the reproducing page's block). `gpu`: every config's unfinished seeds seed-batched on one
-device, mechanism stage first, stopped at BUDGET_S with every seed checkpointed, packed
-into a tar (`tar -xf` at the repository root); its estimate is in docs/performance.md.
+what is not completed, JOBS at once, one thread each, checkpointing every 100 episodes;
+`--commit` commits each completed run (no checkpoint) and any whose commit failed before.
+A stage with `prefix: N` takes every run to episode N (stopped, checkpointed, committed)
+before any runs on. `status`: done, started and left, with the cost (`--page`: the
+reproducing page's block). `gpu`: every config's unfinished seeds seed-batched on one
+device, mechanism stage first, stopped at BUDGET_S checkpointed, packed into a tar
+(`tar -xf` at the repository root); its estimate is in docs/performance.md.
 
     python -m tools.study status [--markdown] [--page docs/reproducing.md [--check]]
     python -m tools.study run --repo CHECKOUT_AT_CODE [--jobs 2] [--stage NAME] [--commit]
@@ -59,39 +59,76 @@ def _expand(args: str) -> list[tuple[str, ...]]:
     return list(itertools.product(*axes))
 
 
+def _read(path: Path) -> dict:
+    """The queue file as a mapping, or ValueError naming the file and what is wrong."""
+    try:
+        queue = yaml.safe_load(path.read_text())
+    except yaml.YAMLError as e:
+        mark = getattr(e, "problem_mark", None)
+        where = f" at line {mark.line + 1}, column {mark.column + 1}" if mark else ""
+        raise ValueError(f"{path} is not valid YAML{where} ({getattr(e, 'problem', None) or e})") from None
+    if not isinstance(queue, dict):
+        raise ValueError(f"{path} holds a {type(queue).__name__}, not a mapping with `code` and `stages`")
+    return queue
+
+
 def pinned(path: Path = QUEUE) -> str | None:
     """The commit the queue's runs are trained with (study.yaml's `code`), if it names one."""
-    code = yaml.safe_load(path.read_text()).get("code")
+    code = _read(path).get("code")
     return None if code is None else str(code)
 
 
 RUNS_PREFIX = "reproduction/runs/"
+# Where the code a run trains with lives: the queue's checkout must hold exactly the commit's.
+CODE_FOLDERS = ("algorithms", "tasks", "contract", "bench", "conf")
 
 
 def check_code(repo: Path, code: str | None) -> str | None:
     """None if the checkout that will train (repo) is at the queue's commit, or past it by run
-    records only (what `run --commit` adds); else why not."""
+    records only (what `run --commit` adds), with no edit and no untracked file in its
+    CODE_FOLDERS (an untracked module in algorithms/ or tasks/ runs in every run); else why not."""
     if code is None:
-        return None
+        return ("the queue names no commit to train at (study.yaml has no `code:`): add "
+                "`code: <commit>`, or pass --any-code to train with whatever --repo holds")
     head = _git(repo, "rev-parse", "HEAD").stdout.strip()
-    dirty = _git(repo, "status", "--porcelain", "--untracked-files=no", "--", "algorithms", "tasks",
-                 "contract", "bench").stdout.strip()
+    status = _git(repo, "status", "--porcelain", "--untracked-files=all", "--", *CODE_FOLDERS).stdout
+    untracked = [line[3:] for line in status.splitlines() if line.startswith("??")]
+    edited = len(status.splitlines()) > len(untracked)
     # the queue's own commits on top of `code` add run records only; anything else is other code
     base = _git(repo, "merge-base", "--is-ancestor", code, "HEAD").returncode == 0 if head else False
     since = _git(repo, "diff", "--name-only", code, "HEAD").stdout.split() if base else ["?"]
-    if not all(f.startswith(RUNS_PREFIX) for f in since) or dirty:
-        return (f"{repo} is at {head[:12] or 'no commit'}{' with edits' if dirty else ''}; the queue's runs "
+    if not all(f.startswith(RUNS_PREFIX) for f in since) or edited or untracked:
+        extra = (" with edits" if edited else "") + (
+            f"{' and' if edited else ' with'} untracked files ({', '.join(untracked[:5])}"
+            f"{', ...' if len(untracked) > 5 else ''}: remove them or commit them)" if untracked else "")
+        return (f"{repo} is at {head[:12] or 'no commit'}{extra}; the queue's runs "
                 f"train at {code} (study.yaml's `code`): `git worktree add -b study ../tpo-study {code}` "
                 f"and pass --repo ../tpo-study (or --any-code)")
     return None
 
 
+SWEEP_KEYS = {"root": str, "seeds": list, "cost_s": (int, float), "args": str}
+
+
 def load(path: Path = QUEUE) -> list[dict]:
-    stages = yaml.safe_load(path.read_text())["stages"]
+    """The queue's stages, each checked to have what `jobs` reads (ValueError naming the
+    stage and the key otherwise)."""
+    stages = _read(path).get("stages")
+    if not isinstance(stages, list) or not all(isinstance(s, dict) for s in stages):
+        raise ValueError(f"{path}: `stages` must be a list of stages (name, why, sweeps)")
     for s in stages:
         for key in ("name", "why", "sweeps"):
             if key not in s:
                 raise ValueError(f"{path}: stage {s.get('name', '?')!r} has no {key!r}")
+        for sw in s["sweeps"] if isinstance(s["sweeps"], list) else [None]:
+            for key, kind in SWEEP_KEYS.items():
+                if not isinstance(sw, dict) or not isinstance(sw.get(key), kind):
+                    raise ValueError(f"{path}: stage {s['name']!r}: each sweep needs {key!r} "
+                                     f"({'a list' if kind is list else 'a number' if kind != str else 'a string'}); "
+                                     f"the sweep keys: {', '.join(SWEEP_KEYS)}")
+            if not 1 <= len(sw["seeds"]) <= 3 or not all(isinstance(x, int) for x in sw["seeds"]):
+                raise ValueError(f"{path}: stage {s['name']!r}: `seeds` {sw['seeds']!r} is not "
+                                 f"[start, stop] (integers, as Python's range)")
     return stages
 
 
@@ -148,6 +185,27 @@ def state(run_dir: Path) -> str:
     return "completed" if status == "completed" else "started"
 
 
+def uncommitted(repo: Path, rows) -> set[Path] | None:
+    """The completed runs among `rows` whose record (RECORD) git does not hold as it is
+    (untracked or edited); None where `repo` is not a git checkout."""
+    done = [d for _, d, st in rows if st == "completed"]
+    roots = sorted({str(d.relative_to(repo).parts[0]) for d in done if d.is_relative_to(repo)})
+    if not done or not roots:
+        return set()
+    tracked = _git(repo, "ls-files", "--", *roots)
+    if tracked.returncode != 0:
+        return None
+    held = set(tracked.stdout.splitlines())
+    changed = {line[3:] for line in _git(repo, "status", "--porcelain", "--untracked-files=all", "--",
+                                         *roots).stdout.splitlines()}
+    out = set()
+    for d in done:
+        files = [str((d / f).relative_to(repo)) for f in RECORD if (d / f).is_file()]
+        if not files or any(f not in held or f in changed for f in files):
+            out.add(d)
+    return out
+
+
 def survey(all_jobs: list[Job], repo: Path) -> list[tuple[Job, Path, str]]:
     """(job, run dir, state), one per distinct run (grouped methods share one run under
     both matchings: listed once, at its first place in the queue)."""
@@ -174,7 +232,10 @@ def next_step(run_dir: Path) -> int:
         return 0
 
 
-def status_table(rows, stages, markdown: bool = False) -> str:
+def status_table(rows, stages, markdown: bool = False, loose: set[Path] | None = None) -> str:
+    """What is done, started and left per stage; `loose`: the completed runs not committed
+    (uncommitted), said beside the completed count in the plain table."""
+    loose = loose or set()
     lines = ["| stage | runs | completed | started | left | CPU-hours left | wall hours left at 2 jobs |",
              "|---|---:|---:|---:|---:|---:|---:|"] if markdown else []
     total = [0, 0, 0, 0, 0.0]
@@ -189,14 +250,18 @@ def status_table(rows, stages, markdown: bool = False) -> str:
         if markdown:
             lines.append(f"| {s['name']} | {len(mine)} | {done} | {started} | {left} | {cost:.1f} | {cost / 2:.1f} |")
         else:
-            lines.append(f"{s['name']:<22} {done:>4}/{len(mine):<4} completed, {started} started, "
+            n_loose = sum(r[1] in loose for r in mine)
+            lines.append(f"{s['name']:<22} {done:>4}/{len(mine):<4} completed"
+                         f"{f' ({n_loose} not committed)' if n_loose else ''}, {started} started, "
                          f"{left} left: {cost:.1f} CPU-h ({cost / 2:.1f} h at 2 jobs)")
     n, done, started, left, cost = total
     if markdown:
         lines.append(f"| all | {n} | {done} | {started} | {left} | {cost:.1f} | {cost / 2:.1f} |")
     else:
-        lines.append(f"{'all':<22} {done:>4}/{n:<4} completed, {started} started, {left} left: "
-                     f"{cost:.1f} CPU-h ({cost / 2:.1f} h at 2 jobs)")
+        n_loose = sum(r[1] in loose for r in rows if r[0].stage in {s["name"] for s in stages})
+        lines.append(f"{'all':<22} {done:>4}/{n:<4} completed"
+                     f"{f' ({n_loose} not committed)' if n_loose else ''}, {started} started, "
+                     f"{left} left: {cost:.1f} CPU-h ({cost / 2:.1f} h at 2 jobs)")
     return "\n".join(lines)
 
 
@@ -231,11 +296,16 @@ def _git(repo: Path, *args: str) -> subprocess.CompletedProcess:
     return subprocess.run(["git", "-C", str(repo), *args], capture_output=True, text=True)
 
 
+# A completed run's record, what `run --commit` commits (no checkpoint).
+RECORD = ("summary.json", "config.json", "metrics.parquet")
+COMMIT_PAUSE_S = 3.0  # between tries while another git command holds the index
+
+
 def commit_run(repo: Path, run_dir: Path, tries: int = 20) -> bool:
-    """Commit one completed run's files (summary, config, metrics; no checkpoint) and
-    nothing else the index holds (a path-limited commit)."""
+    """Commit one completed run's files (RECORD) and nothing else the index holds (a
+    path-limited commit); False, said on stderr, when git refuses every try."""
     files = [str(p.relative_to(repo)) for p in sorted(run_dir.iterdir())
-             if p.is_file() and p.name in ("summary.json", "config.json", "metrics.parquet")]
+             if p.is_file() and p.name in RECORD]
     s = json.loads((run_dir / "summary.json").read_text())
     err = (s.get("final") or {}).get("error")
     size = sum((repo / f).stat().st_size for f in files)
@@ -253,8 +323,9 @@ def commit_run(repo: Path, run_dir: Path, tries: int = 20) -> bool:
             c = _git(repo, "commit", "-q", "-m", msg, "--", *files)
             if c.returncode == 0 or "nothing" in c.stdout + c.stderr:
                 return True
-        time.sleep(3)  # another git command holds the index: try again
-    print(f"[study] could not commit {run_dir}: {add.stderr or c.stderr}", file=sys.stderr)
+        time.sleep(COMMIT_PAUSE_S)  # another git command holds the index: try again
+    print(f"[study] could not commit {run_dir} ({tries} tries): {(add.stderr or c.stderr).strip()}",
+          file=sys.stderr)
     return False
 
 
@@ -262,7 +333,7 @@ PREFIX_POLL_S = 30.0  # how often a prefix pass reads its run's checkpoint
 STOPPED = (-signal.SIGTERM, 128 + signal.SIGTERM)  # a run told to stop, checkpointed
 
 
-def run_prefix(job: Job, run_dir: Path, repo: Path, commit: bool, cmd: list, env: dict) -> int:
+def run_prefix(job: Job, run_dir: Path, repo: Path, commit: bool, cmd: list, env: dict) -> str:
     """Train until the run's checkpoint reaches job.until, then stop it (SIGTERM: it
     checkpoints at its next step; resuming continues bit for bit); commit what it logged."""
     t0 = time.time()
@@ -277,12 +348,34 @@ def run_prefix(job: Job, run_dir: Path, repo: Path, commit: bool, cmd: list, env
     ok = rc == 0 or rc in STOPPED
     print(f"[study] {'at episode ' + str(next_step(run_dir)) if ok else f'exit {rc}'} after "
           f"{time.time() - t0:.0f} s: {job.label}", flush=True)
-    if ok and commit:
-        commit_run(repo, run_dir)
-    return 0 if ok else rc
+    if not ok:
+        return "failed"
+    return "failed" if commit and not commit_run(repo, run_dir) else "ran"
 
 
-def run_one(job: Job, run_dir: Path, repo: Path, commit: bool) -> int:
+def held_elsewhere(run_dir: Path) -> bool:
+    """Whether another process holds the run's lock now (another queue trains it), or has
+    completed it."""
+    from tpo_bench.bench import rundir
+    from tpo_bench.contract import io
+    from tpo_bench.contract.schema import LOCK
+
+    if state(run_dir) == "completed":
+        return True
+    if not (run_dir / LOCK).is_file():
+        return False
+    try:
+        fd, holder = rundir.hold(run_dir / LOCK)
+    except (OSError, io.LinkRefused):
+        return False
+    if fd is not None:
+        os.close(fd)
+    return holder is not None
+
+
+def run_one(job: Job, run_dir: Path, repo: Path, commit: bool) -> str:
+    """Train one run: "ran", "failed" (the run, or committing its record, failed) or
+    "held" (another queue trains it or has completed it: left to that one)."""
     cmd = [sys.executable, "-m", "bench", *job.overrides, *COMMON, f"output_root={job.root}"]
     env = {**os.environ, "ATEN_CPU_CAPABILITY": os.environ.get("ATEN_CPU_CAPABILITY", "avx2")}
     if job.until is not None:
@@ -291,10 +384,15 @@ def run_one(job: Job, run_dir: Path, repo: Path, commit: bool) -> int:
     print(f"[study] start {job.stage}: {job.label}", flush=True)
     rc = subprocess.run(cmd, cwd=repo, env=env, stdout=subprocess.DEVNULL).returncode
     st = state(run_dir)
+    if rc != 0 and held_elsewhere(run_dir):
+        print(f"[study] held by another process, left to it: {job.label}", flush=True)
+        return "held"
     print(f"[study] {st if rc == 0 else f'exit {rc}'} after {time.time() - t0:.0f} s: {job.label}", flush=True)
-    if rc == 0 and st == "completed" and commit:
-        commit_run(repo, run_dir)
-    return rc
+    if rc != 0:
+        return "failed"
+    if st == "completed" and commit and not commit_run(repo, run_dir):
+        return "failed"  # trained, but the queue's record of it is not committed
+    return "ran"
 
 
 @dataclass(frozen=True)
@@ -403,7 +501,9 @@ def main(argv=None) -> int:
     repo = a.repo.resolve()
     rows = survey(todo, repo)
     if a.command == "status":
-        table = status_table(rows, [s for s in stages if a.stage in (None, s["name"])], a.markdown or a.page)
+        markdown = a.markdown or a.page
+        table = status_table(rows, [s for s in stages if a.stage in (None, s["name"])], markdown,
+                             None if markdown else uncommitted(repo, rows))
         if a.page is None:
             print(table)
             return 0
@@ -421,11 +521,16 @@ def main(argv=None) -> int:
         return 2
     if a.max_runs:
         left = left[:a.max_runs]
+    loose = sorted(uncommitted(repo, rows) or ()) if a.commit else []
+    if loose:  # completed before, their commit failed: the same command commits them
+        print(f"[study] {len(loose)} completed run(s) not committed: committing them", flush=True)
+    unsaved = sum(not commit_run(repo, d) for d in loose)
     print(f"[study] {len(left)} runs to go, {a.jobs} at once", flush=True)
     with ThreadPoolExecutor(a.jobs) as pool:
-        codes = list(pool.map(lambda jd: run_one(*jd, repo, a.commit), left))
-    bad = sum(c != 0 for c in codes)
-    print(f"[study] done: {len(codes) - bad} ran, {bad} failed", flush=True)
+        outcomes = list(pool.map(lambda jd: run_one(*jd, repo, a.commit), left))
+    bad, held = outcomes.count("failed") + unsaved, outcomes.count("held")
+    print(f"[study] done: {outcomes.count('ran')} ran, {bad} failed"
+          + (f", {held} held by another process (left to it)" if held else ""), flush=True)
     return 1 if bad else 0
 
 
