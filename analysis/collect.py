@@ -33,6 +33,7 @@ import pyarrow.ipc  # noqa: F401 (pa.ipc)
 import pyarrow.parquet as pq
 
 from tpo_bench.analysis.rekey import config_columns, current_hash, rekey_table
+from tpo_bench.cli import spelled
 from tpo_bench.contract import io, schema
 from tpo_bench.contract.identity import flatten
 from tpo_bench.contract.schema import STALE_AFTER_S  # a running run silent this long lost its process
@@ -599,7 +600,7 @@ def warn_if_stale(table, root=None) -> int:
                     root)
         print(f"warning: {len(newer)} completed run{'s' * many} under {root} finished after {table} "
               f"was written and {'are' if many else 'is'} not in it; re-collect first: "
-              f"python analysis/collect.py {root} --out {table}", file=sys.stderr)
+              f"{spelled('collect')} {root} --out {table}", file=sys.stderr)
     return len(newer)
 
 
@@ -689,7 +690,7 @@ def read_results(path, what: str = "nothing to work on", say=None,
     legacy_runs: a set given here gets the (hash, seed) of each run the table holds under
     a legacy hash (re-keyed as read), for provenance."""
     path = Path(path)
-    make = "make it with `python analysis/collect.py` (or name another with --results)"
+    make = f"make it with `{spelled('collect')}` (or name another with --results)"
     if not path.is_file():
         print(f"error: results file {path} not found: {make}", file=sys.stderr)
         return 2

@@ -39,6 +39,23 @@ def test_version_is_one_number_everywhere():
     assert bench.__version__ == version("tpo-bench") == declared == cff["version"]
 
 
+def test_the_readme_and_getting_started_name_every_extra():
+    """pyproject.toml's extras are the one list: the README's extras sentence and the
+    install block of the getting-started page name each of them, and the extras the README
+    says `.[test]` holds are in it."""
+    import tomllib
+
+    extras = tomllib.loads((REPO / "pyproject.toml").read_text())["project"]["optional-dependencies"]
+    readme = one_line(README.read_text())
+    sentence = re.search(r"Extras: (.*?)\. See", readme)[1]
+    assert set(re.findall(r"`\.\[(\w+)\]`", sentence)) == set(extras), sentence
+    [block] = [b for b in code_blocks(DOCS / "getting-started.md", "bash") if "pip install -e ." in b]
+    assert set(re.findall(r"pip install -e '\.\[(\w+)\]'", block)) == set(extras), block
+    held = re.search(r"`\.\[test\]` \(the ([\w, ]+) extras, and pytest\)", sentence)[1]
+    named = re.split(r", | and ", held)
+    assert len(named) >= 3 and [x for x in named if not set(extras[x]) <= set(extras["test"])] == []
+
+
 def test_every_script_module_and_launcher_the_docs_name_exists():
     docs = [README, *DOCS.glob("*.md"), *(REPO / "reproduction").glob("*.md"),
             *(REPO / "reproduction").glob("*.sh")]

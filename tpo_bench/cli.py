@@ -5,8 +5,10 @@ Each command runs one module as `python -m` would, its own arguments passed thro
 `python analysis/plot.py ...`, `tpo-bench speed ...` is `python -m tools.speed ...`), so
 each keeps its own `--help` and exit codes. `tpo-bench` alone lists the commands.
 """
+import importlib.util
 import runpy
 import sys
+from pathlib import Path
 
 # command -> (module, what it does)
 COMMANDS = {
@@ -35,10 +37,30 @@ COMMANDS = {
 }
 
 
+def spelled(name: str) -> str:
+    """How the user runs command `name` from where they stand: as the docs spell it
+    (`python analysis/collect.py`, `python -m tools.study`) at the root of the checkout
+    this code runs from, else as the installed command (`tpo-bench collect`), which works
+    from any folder; a hint that names a checkout's path helps no one outside it."""
+    module = COMMANDS[name][0]
+    parts = module.split(".")[1:]  # tpo_bench.analysis.collect -> analysis, collect
+    here = Path.cwd().joinpath(*parts)
+    try:
+        origin = importlib.util.find_spec(module).origin
+        at_root = origin is not None and Path(origin).resolve() in (
+            here.with_suffix(".py").resolve(), (here / "__init__.py").resolve())
+    except (ImportError, OSError, AttributeError, ValueError):
+        at_root = False
+    if not at_root:
+        return f"tpo-bench {name}"
+    return f"python {'/'.join(parts)}.py" if parts[0] == "analysis" else f"python -m {'.'.join(parts)}"
+
+
 def usage() -> str:
     width = max(map(len, COMMANDS))
     lines = [f"  {name:<{width}}  {what}" for name, (_, what) in COMMANDS.items()]
-    return ("usage: tpo-bench COMMAND [ARGS...]   (tpo-bench COMMAND --help: its arguments)\n\n"
+    return ("usage: tpo-bench COMMAND [ARGS...]   (tpo-bench COMMAND --help: its arguments;\n"
+            "       tpo-bench --version: the installed version)\n\n"
             "commands:\n" + "\n".join(lines))
 
 
@@ -46,6 +68,11 @@ def main(argv: list[str] | None = None) -> int:
     argv = sys.argv[1:] if argv is None else list(argv)
     if not argv or argv[0] in ("-h", "--help"):
         print(usage())
+        return 0
+    if argv[0] in ("--version", "-V"):
+        from tpo_bench import __version__
+
+        print(f"tpo-bench {__version__}")
         return 0
     if argv[0] not in COMMANDS:
         print(f"tpo-bench: unknown command {argv[0]!r}\n\n{usage()}", file=sys.stderr)
