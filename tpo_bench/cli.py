@@ -33,6 +33,7 @@ COMMANDS = {
     "seed-batch-speed": ("tpo_bench.tools.seed_batch_speed", "seed batching, measured against a loop"),
     "speed": ("tpo_bench.tools.speed", "the speed benchmark"),
     "study": ("tpo_bench.tools.study", "the reproduction's study queue"),
+    "sweep-speed": ("tpo_bench.tools.sweep_speed", "time a sweep's up-front validation"),
     "vs-artifact": ("tpo_bench.tools.vs_artifact", "a single run against the paper's JAX artifact"),
 }
 
