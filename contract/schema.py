@@ -9,9 +9,7 @@ read by them.
         metrics.parquet   one row per episode (or evaluation), METRIC_COLUMNS first
         checkpoint.pt     while unfinished
         .lock             held by the one process training it
-        prior-attempt-<n>/  an earlier completed result under other code, kept when
-                          on_code_change=rerun trains the run again (its metrics.parquet
-                          and summary.json; `collect --prior-attempts` reads it)
+        prior-attempt-<n>/  an earlier result under other code, kept by on_code_change=rerun
 
 The names in the path are labels: the hash is of the science alone, so one config run
 under two preset names is one run (`find_run` finds it under either).
