@@ -18,6 +18,8 @@ COMMANDS = {
     "report": ("tpo_bench.analysis.paper.report", "the reproduction report"),
     "leaderboard": ("tpo_bench.analysis.leaderboard", "a leaderboard of methods across tasks (rliable statistics)"),
     "rule-log": ("tpo_bench.analysis.paper.rule_log", "which verdicts a rule change moved"),
+    "registered": ("tpo_bench.analysis.paper.registered",
+                   "the registered analysis of TPO against GRPO under terminal reward"),
     "pages": ("tpo_bench.analysis.paper.pages", "the generated parts of docs/reproducing.md and docs/leaderboard.md"),
     "tune-report": ("tpo_bench.analysis.tuning.report", "each optuna study's history and parameter importance"),
     "bench-collect": ("tpo_bench.tools.bench_collect", "time collect over many small synthetic runs"),
