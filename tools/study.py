@@ -4,7 +4,9 @@ The queue is reproduction/study.yaml: stages in the order the reproduction needs
 each a few sweeps (overrides with comma lists, a seed range, a cost per run) and the
 commit its runs train at. `run` trains what is not completed, in order, JOBS at once, one
 thread each, checkpointing every 100 episodes (stop and rerun at will); `--commit` commits
-each completed run (summary, config, metrics; no checkpoint). `status` gives what is done,
+each completed run (summary, config, metrics; no checkpoint). A stage with `prefix: N` first
+trains every run to episode N (then stops it, checkpointed, and commits what it logged),
+then each to its end. `status` gives what is done,
 started and left with its cost (`--page`: the reproducing page's block). `gpu` runs every
 config's unfinished seeds seed-batched on one device, the mechanism stage first, PARALLEL
 jobs at once, stops at BUDGET_S with every seed checkpointed, and packs the touched runs
@@ -27,7 +29,7 @@ import tarfile
 import time
 import warnings
 from concurrent.futures import ThreadPoolExecutor
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from pathlib import Path
 
 import yaml
@@ -43,6 +45,7 @@ class Job:
     root: str  # output root, relative to the repository root
     overrides: tuple[str, ...]  # one run's overrides, seed included
     cost_s: float  # estimated CPU-seconds for the whole run (one thread)
+    until: int | None = None  # a prefix pass: train to this episode, checkpoint and stop
 
     @property
     def label(self) -> str:
@@ -109,6 +112,8 @@ def jobs(stages: list[dict], only: str | None = None) -> list[Job]:
                 for sw in s["sweeps"] for seed in range(*sw["seeds"]) for combo in _expand(sw["args"])]
         if s.get("interleave"):  # seed-major across the stage's sweeps: any prefix is balanced
             mine.sort(key=lambda j: int(j.overrides[0].split("=", 1)[1]))
+        if s.get("prefix"):  # every run to its first `prefix` episodes, then each to its end
+            mine = [replace(j, until=int(s["prefix"])) for j in mine] + mine
         out += mine
     return out
 
@@ -151,11 +156,24 @@ def survey(all_jobs: list[Job], repo: Path) -> list[tuple[Job, Path, str]]:
     seen, out = set(), []
     for j in all_jobs:
         d = locate(j, repo)
-        if d in seen:
+        if (d, j.until) in seen:
             continue
-        seen.add(d)
-        out.append((j, d, state(d)))
+        seen.add((d, j.until))
+        st = state(d)
+        if j.until is not None and st != "completed":
+            st = "completed" if next_step(d) >= j.until else st
+        out.append((j, d, st))
     return out
+
+
+def next_step(run_dir: Path) -> int:
+    """The episode a run resumes at: its checkpoint's next step (0 without one)."""
+    import torch
+
+    try:
+        return int(torch.load(run_dir / "checkpoint.pt", weights_only=True)["next_step"])
+    except Exception:  # noqa: BLE001 (none yet, half-written, or not a checkpoint: start at 0)
+        return 0
 
 
 def status_table(rows, stages, markdown: bool = False) -> str:
@@ -163,7 +181,7 @@ def status_table(rows, stages, markdown: bool = False) -> str:
              "|---|---:|---:|---:|---:|---:|---:|"] if markdown else []
     total = [0, 0, 0, 0, 0.0]
     for s in stages:
-        mine = [r for r in rows if r[0].stage == s["name"]]
+        mine = [r for r in rows if r[0].stage == s["name"] and r[0].until is None]
         done = sum(r[2] == "completed" for r in mine)
         started = sum(r[2] == "started" for r in mine)
         left = len(mine) - done
@@ -223,9 +241,14 @@ def commit_run(repo: Path, run_dir: Path, tries: int = 20) -> bool:
     s = json.loads((run_dir / "summary.json").read_text())
     err = (s.get("final") or {}).get("error")
     size = sum((repo / f).stat().st_size for f in files)
-    msg = (f"Study: {s['task']}/{s['algo']} {s['config_hash']} seed {s['seed']} completed "
-           f"(final error {err:.4f}; code {s.get('git_commit')}; {size / 1024:.0f} KiB)" if err is not None
-           else f"Study: {run_dir.relative_to(repo)} completed ({size / 1024:.0f} KiB)")
+    if s.get("status", "completed") != "completed":
+        msg = (f"Study: {s['task']}/{s['algo']} {s['config_hash']} seed {s['seed']} in progress, "
+               f"to episode {next_step(run_dir)} (code {s.get('git_commit')}; {size / 1024:.0f} KiB)")
+    elif err is not None:
+        msg = (f"Study: {s['task']}/{s['algo']} {s['config_hash']} seed {s['seed']} completed "
+               f"(final error {err:.4f}; code {s.get('git_commit')}; {size / 1024:.0f} KiB)")
+    else:
+        msg = f"Study: {run_dir.relative_to(repo)} completed ({size / 1024:.0f} KiB)"
     for _ in range(tries):
         add = _git(repo, "add", "--", *files)
         if add.returncode == 0:
@@ -237,9 +260,35 @@ def commit_run(repo: Path, run_dir: Path, tries: int = 20) -> bool:
     return False
 
 
+PREFIX_POLL_S = 30.0  # how often a prefix pass reads its run's checkpoint
+STOPPED = (-signal.SIGTERM, 128 + signal.SIGTERM)  # a run told to stop, checkpointed
+
+
+def run_prefix(job: Job, run_dir: Path, repo: Path, commit: bool, cmd: list, env: dict) -> int:
+    """Train until the run's checkpoint reaches job.until, then stop it (SIGTERM: it
+    checkpoints at its next step; resuming continues bit for bit); commit what it logged."""
+    t0 = time.time()
+    print(f"[study] start {job.stage} to episode {job.until}: {job.label}", flush=True)
+    proc = subprocess.Popen(cmd, cwd=repo, env=env, stdout=subprocess.DEVNULL)
+    while proc.poll() is None:
+        time.sleep(PREFIX_POLL_S)
+        if next_step(run_dir) >= job.until and proc.poll() is None:
+            proc.send_signal(signal.SIGTERM)
+            proc.wait()
+    rc = proc.returncode
+    ok = rc == 0 or rc in STOPPED
+    print(f"[study] {'at episode ' + str(next_step(run_dir)) if ok else f'exit {rc}'} after "
+          f"{time.time() - t0:.0f} s: {job.label}", flush=True)
+    if ok and commit:
+        commit_run(repo, run_dir)
+    return 0 if ok else rc
+
+
 def run_one(job: Job, run_dir: Path, repo: Path, commit: bool) -> int:
     cmd = [sys.executable, "-m", "bench", *job.overrides, *COMMON, f"output_root={job.root}"]
     env = {**os.environ, "ATEN_CPU_CAPABILITY": os.environ.get("ATEN_CPU_CAPABILITY", "avx2")}
+    if job.until is not None:
+        return run_prefix(job, run_dir, repo, commit, cmd, env)
     t0 = time.time()
     print(f"[study] start {job.stage}: {job.label}", flush=True)
     rc = subprocess.run(cmd, cwd=repo, env=env, stdout=subprocess.DEVNULL).returncode
@@ -265,7 +314,7 @@ def packs(rows, first: str = "a_mechanism") -> list[Pack]:
     seeds one job; the `first` stage's jobs lead, the rest keep the queue's order."""
     by: dict = {}
     for job, d, st in rows:
-        if st == "completed":
+        if st == "completed" or job.until is not None:  # a device runs each seed to its end
             continue
         key = (job.root, job.overrides[1:])
         by.setdefault(key, [job.stage, []])[1].append((int(job.overrides[0].split("=", 1)[1]), d))

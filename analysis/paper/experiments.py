@@ -172,6 +172,16 @@ def already_interaction_matched(df: pd.DataFrame) -> pd.Series:
     return df["match"].eq("prompts") & df["algo.k"].eq(df["match_k"])
 
 
+def borrowed_matching(rows: pd.DataFrame, match) -> str | None:
+    """The matching a row's runs were launched under when it is not the row's own (an
+    interaction-matched row judged on prompt-matched runs of a method that already draws
+    K candidates per prompt: one configuration), else None."""
+    if not match or rows.empty or "match" not in rows.columns:
+        return None
+    got = sorted(set(rows["match"].dropna().astype(str)))
+    return None if not got or got == [str(match)] else "/".join(got)
+
+
 def task_keys(df: pd.DataFrame) -> pd.Series:
     """One string per row naming its task and matching mode: runs of the same task."""
     cols = [c for c in df.columns if c.startswith(("task.", "optim.")) or c in ("match", "match_k")]
