@@ -28,6 +28,7 @@ COMMANDS = {
     "crosscheck-zoo": ("tpo_bench.tools.crosscheck_zoo", "the group-RL zoo against verl's and TRL's loss code"),
     "data": ("tpo_bench.tools.data", "stage (download and verify) a data set"),
     "faults": ("tpo_bench.tools.faults", "a fault campaign: randomised trials of a fault"),
+    "history-growth": ("tpo_bench.tools.history_growth", "what each commit adds to a clone"),
     "llm-base": ("tpo_bench.tools.llm_base", "build the base model an LLM task starts from"),
     "llm-scale": ("tpo_bench.tools.llm_scale", "an LLM task's memory and throughput"),
     "migrate": ("tpo_bench.tools.migrate", "re-key runs recorded before the preset names left the config hash"),
