@@ -1,16 +1,14 @@
 """The reproduction's study queue: `python -m tools.study {status,run,list,gpu}`.
 
-The queue is reproduction/study.yaml: stages in the order the reproduction needs them,
-each a few sweeps (overrides with comma lists, a seed range, a cost per run) and the
-commit its runs train at. `run` trains what is not completed, in order, JOBS at once, one
-thread each, checkpointing every 100 episodes (stop and rerun at will); `--commit` commits
-each completed run (summary, config, metrics; no checkpoint). A stage with `prefix: N` first
-trains every run to episode N (then stops it, checkpointed, and commits what it logged),
-then each to its end. `status` gives what is done,
-started and left with its cost (`--page`: the reproducing page's block). `gpu` runs every
-config's unfinished seeds seed-batched on one device, the mechanism stage first, PARALLEL
-jobs at once, stops at BUDGET_S with every seed checkpointed, and packs the touched runs
-into a tar (`tar -xf` at the repository root); its estimate is in docs/performance.md.
+The queue is reproduction/study.yaml: stages in the order the reproduction needs them, each a few
+sweeps (overrides with comma lists, a seed range, a cost per run) and the commit its runs train
+at. `run` trains what is not completed, in order, JOBS at once, one thread each, checkpointing
+every 100 episodes (stop and rerun at will); `--commit` commits each completed run. A stage with
+`prefix: N` first trains every run to episode N (then stops it, checkpointed, and commits what it
+logged), then each to its end. `status` gives what is done, started and left with its cost. `gpu`
+runs every config's unfinished seeds seed-batched on one device, the mechanism stage first,
+PARALLEL jobs at once, stops at BUDGET_S with every seed checkpointed, and packs the touched runs
+into a tar (`tar -xf` at the root; estimate: docs/performance.md).
 
     python -m tools.study status [--markdown] [--page docs/reproducing.md [--check]]
     python -m tools.study run --repo CHECKOUT_AT_CODE [--jobs 2] [--stage NAME] [--commit]
