@@ -25,6 +25,7 @@ import numpy as np
 import pandas as pd
 
 from tpo_bench.analysis.collect import GROUP, last_step, read_results
+from tpo_bench.cli import spelled
 from tpo_bench.analysis.configs import pick_config
 from tpo_bench.analysis.style import COLUMN_IN, LEGEND_PT, SUPTITLE_PT, TITLE_PT, color_for, legend_below, look, plt, wrap
 from tpo_bench.contract import io
@@ -364,7 +365,7 @@ def scores_from_table(df: pd.DataFrame, normalisation: str = "initial", last_fra
     if df.empty:
         raise NoData("no runs to rank" + (f" labelled experiment={experiment}: run "
                                           f"`python -m bench -m +experiment={experiment}`, then "
-                                          f"analysis/collect.py" if experiment else ""))
+                                          f"`{spelled('collect')}`" if experiment else ""))
     df, picked = one_config_per_cell(df, pick)
     notes += picked
     short = incomplete_runs(df)

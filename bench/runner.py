@@ -28,6 +28,7 @@ import torch
 
 from tpo_bench.bench import checkpoint, debug, fingerprint, interrupts, rundir, tracking
 from tpo_bench.bench.build import RunSpec
+from tpo_bench.cli import spelled
 from tpo_bench.bench.engine import train_episodes
 from tpo_bench.contract.identity import flatten
 from tpo_bench.bench.optim import build_optimizer
@@ -329,7 +330,7 @@ def keep_prior(path: Path, prev: dict) -> Path:
     The folder is made anew (never an existing name or a link) and the table moved in."""
     n = int(prev.get("attempts") or 1)
     while True:
-        prior = Path(path) / f"prior-attempt-{n}"
+        prior = Path(path) / schema.prior_attempt_dir(n)
         try:
             os.mkdir(prior)
             break
@@ -338,7 +339,8 @@ def keep_prior(path: Path, prev: dict) -> Path:
     if (Path(path) / schema.METRICS).is_file():
         os.rename(Path(path) / schema.METRICS, prior / schema.METRICS)
     io.write_under(path, prior / schema.SUMMARY, json.dumps(prev, indent=1))
-    print(f"[rerun] {path}: the old result kept in {prior.name}/", flush=True)
+    print(f"[rerun] {path}: the old result kept in {prior.name}/ (`{spelled('collect')} "
+          f"--prior-attempts` collects it beside the new one, each labelled by its code)", flush=True)
     return prior
 
 

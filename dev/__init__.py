@@ -7,6 +7,7 @@ tpo_bench.<room>) and each other; nothing but the tests imports them.
     speed               episodes/s, op counts, profiles, seed batching against the loop
     seed_batch_speed    seed batching measured three ways side by side
     bench_collect       collect's speed over many synthetic runs
+    sweep_speed         a sweep's up-front validation, timed over thousands of jobs
     same_metrics        two checkouts' short runs, metrics compared bit for bit
     faults              a randomised fault campaign over short demo runs
     crosscheck_zoo      our losses against verl's and TRL's loss code

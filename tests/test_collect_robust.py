@@ -177,6 +177,28 @@ def test_split_code_draws_each_code_version_as_its_own_line(tmp_path, capsys):
     assert (tmp_path / "plots" / "demo.png").is_file()
 
 
+def test_prior_attempts_name_a_damaged_one_and_leave_out_one_without_code(tmp_path, capsys):
+    """--prior-attempts: a kept result whose summary.json is damaged blocks collect as any
+    damaged run does, named by its folder; one recording no code fingerprint (its code
+    unknown, so it could pool with today's) is left out."""
+    import shutil
+
+    root = tmp_path / "outputs"
+    damaged, unknown = runs(root, seeds=(0, 1), code_fingerprint=NEW)
+    (damaged / "prior-attempt-1").mkdir()
+    (damaged / "prior-attempt-1" / "summary.json").write_text("{")
+    (unknown / "prior-attempt-1").mkdir()
+    shutil.copy(unknown / "metrics.parquet", unknown / "prior-attempt-1")
+    info = json.loads((unknown / "summary.json").read_text())
+    (unknown / "prior-attempt-1" / "summary.json").write_text(json.dumps({**info, "code_fingerprint": None}))
+    rc, text, out = main(root, tmp_path, "--prior-attempts", capsys=capsys)
+    assert rc == 1 and out is None, text
+    assert "skipped demo/tpo/" in text and "seed=0/prior-attempt-1: damaged prior-attempt-1/summary.json" in text
+    rc, text, out = main(root, tmp_path, "--prior-attempts", "--allow-skips", capsys=capsys)
+    assert rc == 0, text
+    assert out.groupby("seed").size().to_dict() == {0: 3, 1: 3} and set(out["algo.name"]) == {"tpo"}
+
+
 def test_a_code_fingerprint_is_provenance_not_a_legend_key(tmp_path, capsys):
     from tpo_bench.analysis.labels import legend_labels
 

@@ -80,6 +80,35 @@ def test_no_command_lists_them_and_an_unknown_one_exits_2(capsys):
     assert "--no-such-flag" in capsys.readouterr().err
 
 
+def test_version_prints_the_installed_version(capsys):
+    from importlib.metadata import version
+
+    assert cli.main(["--version"]) == 0
+    assert capsys.readouterr().out == f"tpo-bench {version('tpo-bench')}\n"
+
+
+def test_the_collect_hint_names_a_command_that_runs_where_the_user_is(tmp_path, monkeypatch, capsys):
+    """plot without a table says how to make one: `python analysis/collect.py` at the root
+    of this checkout, where that path is this code's collect; elsewhere (an installed
+    package, another folder) the installed command, which runs from any folder."""
+    from tpo_bench.analysis import plot
+
+    def hint(cwd: Path) -> str:
+        monkeypatch.chdir(cwd)
+        assert plot.main(["--results", str(tmp_path / "none.parquet")]) == 2
+        [said] = re.findall(r"make it with `([^`]+)`", capsys.readouterr().err)
+        return said
+
+    outside = hint(tmp_path)
+    assert outside.split() == ["tpo-bench", "collect"]
+    assert cli.COMMANDS[outside.split()[1]][0] == "tpo_bench.analysis.collect"
+    (tmp_path / "analysis").mkdir()
+    (tmp_path / "analysis" / "collect.py").write_text("# another checkout's collect\n")
+    assert hint(tmp_path) == outside  # that path is not this code's
+    at_root = hint(REPO).split()
+    assert at_root[0] == "python" and (REPO / at_root[1]).resolve() == Path(plot.__file__).resolve().with_name("collect.py")
+
+
 def tpo_bench(*args: str, cwd: Path) -> subprocess.CompletedProcess:
     env = {**os.environ, "PYTHONPATH": str(REPO)}  # this checkout, from any directory
     return subprocess.run([sys.executable, "-m", "tpo_bench.cli", *args], cwd=cwd, text=True,

@@ -65,7 +65,7 @@ def test_default_run_without_results_is_refused_and_writes_nothing(cwd):
     before = listing(cwd)
     proc = report(cwd)
     assert_refused(proc, cwd, before, "outputs/results.parquet", "not found",
-                   "python analysis/collect.py")
+                   "tpo-bench collect")  # the scratch folder is no checkout
     assert not (cwd / "outputs").exists()
 
 

@@ -157,14 +157,16 @@ def test_an_added_seed_costs_only_its_draws(algo):
     assert per_seed <= 2, (four, eight)
 
 
-@pytest.mark.parametrize("csv", ["ops.csv", "vs_loop.csv", "profile.csv", "candidates.csv"])
+@pytest.mark.parametrize("csv", ["ops.csv", "vs_loop.csv", "profile.csv", "candidates.csv",
+                                 "sweep_validation.csv"])
 def test_the_performance_page_shows_the_committed_measurements(csv):
-    """docs/performance.md carries each table as `python -m dev.speed --table` prints it
-    from the committed CSV."""
+    """docs/performance.md carries each table as `python -m dev.speed --table` (or
+    `python -m dev.sweep_speed --table`) prints it from the committed CSV."""
     from dev.speed import candidates_table, ops_table, profile_table, vs_loop_table
+    from dev.sweep_speed import table as sweep_table
     df = pd.read_csv(REPO / "reproduction" / "perf" / csv)
     table = {"ops.csv": ops_table, "vs_loop.csv": vs_loop_table, "profile.csv": profile_table,
-             "candidates.csv": candidates_table}[csv](df)
+             "candidates.csv": candidates_table, "sweep_validation.csv": sweep_table}[csv](df)
     assert table in (REPO / "docs" / "performance.md").read_text()
 
 
@@ -340,3 +342,15 @@ def test_the_candidates_compute_what_the_model_computes():
     assert type(same) is not type(policy)
     assert torch.equal(spec.task.logprobs(same, batch), spec.task.logprobs(policy, batch))
     assert torch.allclose(spec.task.logprobs(other, batch), spec.task.logprobs(policy, batch), atol=1e-5)
+
+
+def test_the_performance_pages_prose_quotes_the_sweep_validation():
+    """The machine, its load and the CPU cost per added job the page quotes, from
+    reproduction/perf/sweep_validation.csv."""
+    df = pd.read_csv(PERF / "sweep_validation.csv")
+    first = df.iloc[0]
+    per_job = [1000 * (r.cpu_s - first.cpu_s) / (r.jobs - first.jobs) for r in df.iloc[1:].itertuples()]
+    assert len(per_job) >= 2
+    _quoted(_prose(), f"a shared {df['cores'][0]}-core {df['cpu'][0]} at a load average of {df['load_average'][0]}",
+            f"beyond the first {first.jobs:,} cost {per_job[0]:.2f} ms of CPU at {df['jobs'][1]:,} jobs and "
+            f"{per_job[-1]:.2f} ms at {df['jobs'].iloc[-1]:,}")

@@ -23,6 +23,7 @@ import pandas as pd
 
 from tpo_bench.analysis import stats
 from tpo_bench.analysis.collect import GROUP, PROGRESS, completed
+from tpo_bench.cli import spelled
 from tpo_bench.analysis.configs import pick_config
 from tpo_bench.analysis.labels import compact_labels, label_text, se_text, short_key, title_items
 from tpo_bench.analysis.paper import experiments
@@ -364,7 +365,7 @@ def render(name: str, df: pd.DataFrame, title: str | None = None):
     panels = [(p, rows[experiments.matches(rows, p.where)]) for p in spec.panels]
     if all(d.empty for _, d in panels):
         raise NoData(f"no results for figure {name!r}: run "
-                     f"{experiments.how_to_run(spec.experiment or name)}, then analysis/collect.py")
+                     f"{experiments.how_to_run(spec.experiment or name)}, then `{spelled('collect')}`")
     ncols = min(spec.ncols, len(panels))
     nrows = math.ceil(len(panels) / ncols)
     fig, axes = plt.subplots(nrows, ncols, figsize=(COLUMN_IN * ncols, PANEL_H * nrows + 0.5),
