@@ -1,8 +1,7 @@
 """The project's own maintenance: its benchmarks, probes, fault campaign and cross-checks.
-None is on a run's path nor installed with the package (pyproject.toml lists tpo_bench's
-rooms alone) nor a `tpo-bench` command; each runs from a checkout's root as
-`python -m dev.<name>` (`--help`: its arguments). They may import the harness (as
-tpo_bench.<room>) and each other; nothing but the tests imports them.
+None is on a run's path, installed (pyproject.toml lists tpo_bench's rooms alone) or a
+`tpo-bench` command; each runs from a checkout's root as `python -m dev.<name>`. They may
+import the harness (as tpo_bench.<room>) and each other; only the tests import them.
 
     speed               episodes/s, op counts, profiles, seed batching against the loop
     seed_batch_speed    seed batching measured three ways side by side
