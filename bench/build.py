@@ -158,6 +158,13 @@ def _check_plain_name(key: str, value: Any) -> None:
                           "under output_root")
 
 
+def _check_episodes(episodes: Any) -> None:
+    """task.episodes, every task's (its dataclass declares the field, this the rule)."""
+    if isinstance(episodes, bool) or not isinstance(episodes, int) or not 1 <= episodes <= MAX_EPISODES:
+        raise ConfigError(f"task.episodes must be an integer from 1 to {MAX_EPISODES:,} (a run "
+                          f"records a row per episode), got {episodes!r}")
+
+
 def _check_device(device: Any, here: bool = True) -> None:
     """Refuse a device this machine lacks here, not as a failed run inside its directory.
     A job validated for another machine (a SLURM job submitted from a login node without
@@ -227,10 +234,7 @@ def build(cfg: dict[str, Any], explicit: frozenset[str] = frozenset(), here: boo
         check_optimizer(optim.get("name"), hparams)
     except ValueError as e:
         raise ConfigError(str(e)) from None
-    episodes = task.episodes
-    if isinstance(episodes, int) and not 1 <= episodes <= MAX_EPISODES:
-        raise ConfigError(f"task.episodes must be an integer from 1 to {MAX_EPISODES:,} (a run "
-                          f"records a row per episode), got {episodes:,}")
+    _check_episodes(task.episodes)
     _check_device(rc.device, here)
     _check_path_length(rc.output_root)
     _check_writable(rc.output_root)
