@@ -195,7 +195,8 @@ def test_on_code_change_rerun_keeps_the_old_result_as_a_prior_attempt(tmp_path):
     assert train_here(spec)["status"] == "completed"
     before = (spec.run_dir / "metrics.parquet").read_bytes()
     summary = (spec.run_dir / "summary.json").read_text()
-    edited = dataclasses.replace(spec, code_fingerprint="0" * 16, on_code_change="rerun")
+    edited = dataclasses.replace(spec, code_fingerprint="0" * 16,
+                                 run=dataclasses.replace(spec.run, on_code_change="rerun"))
     answer = train_here(edited)
     assert answer["status"] == "completed" and answer["attempts"] == 2, answer
     prior = spec.run_dir / "prior-attempt-1"

@@ -94,8 +94,8 @@ def test_progress_every_s_is_not_identity_and_is_validated():
     a, b = build({**cfg, "progress_every_s": 0.5}), build({**cfg, "progress_every_s": 120})
     legacy = build({k: v for k, v in cfg.items() if k != "progress_every_s"})
     assert a.run_dir == b.run_dir == legacy.run_dir  # hashes from before the key are kept
-    assert (a.progress_every_s, b.progress_every_s) == (0.5, 120.0)
-    assert build({**cfg, "log_every": 0}).log_every == 0  # log_every=0: by time only
+    assert (a.run.progress_every_s, b.run.progress_every_s) == (0.5, 120.0)
+    assert build({**cfg, "log_every": 0}).run.log_every == 0  # log_every=0: by time only
     for bad in (-1, -0.5, "often", True, math.nan, math.inf, None):
         with pytest.raises(ConfigError, match=r"progress_every_s must be a non-negative number"):
             build({**cfg, "progress_every_s": bad})
