@@ -7,7 +7,6 @@ import re
 import time
 from pathlib import Path
 
-import pandas as pd
 import pytest
 
 from conftest import bench_here, compose, run_bench, run_dirs, run_script
@@ -219,20 +218,14 @@ def test_sweep_line_in_a_multirun(tmp_path):
 
 # ---------------------------------------------------------------- collect's count
 
-def _fake_run(root: Path, seed: int, status: str = "completed") -> None:
-    d = root / "demo" / "tpo" / "abcdef0123" / f"seed={seed}"
-    d.mkdir(parents=True)
-    pd.DataFrame({"step": [0, 1], "error": [0.5, 0.4], "config_hash": "abcdef0123",
-                  "seed": seed, "task.name": "demo", "algo.name": "tpo"}).to_parquet(d / "metrics.parquet", index=False)
-    (d / "summary.json").write_text(json.dumps({"status": status, "reason": None}))
-
-
 @pytest.mark.slow
 def test_collect_progress_on_stderr_only_when_asked_or_slow(tmp_path):
     root = tmp_path / "out"
+    from tpo_bench.tools.bench_collect import demo_config, write_run
+
     for seed in range(3):
-        _fake_run(root, seed)
-    _fake_run(root, 3, status="failed")
+        write_run(root, demo_config(2), seed, [0.5, 0.4])
+    write_run(root, demo_config(2), 3, [0.5, 0.4], status="failed")
     quiet = run_script("analysis/collect.py", str(root), "--out", str(tmp_path / "a.parquet"),
                        "--allow-skips")
     assert "collect:" not in quiet.stderr + quiet.stdout  # a small, fast root: no noise
