@@ -22,6 +22,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Optional
 
+from tpo_bench.contract.identity import NON_IDENTITY_KEYS
 from tpo_bench.contract.schema import MAX_SEED
 
 CONF = Path(__file__).resolve().parent.parent / "conf"
@@ -34,12 +35,12 @@ class ConfigError(ValueError):
     """Bad input, found before any work or directory is created."""
 
 
-def key(default: Any, doc: str, *, identity: bool = False, least: int | None = None,
-        hint: str = "", choices: tuple = (), most: int | None = None, most_hint: str = "") -> Any:
-    """A RunConfig field: its default, what it does (docs/configuration.md's table), whether
-    it is part of the run's identity (the config hash: the science only), and its rule
-    (`most`, an upper bound, goes with `least`; `most_hint` says why)."""
-    meta = {"doc": doc, "identity": identity, "least": least, "hint": hint, "choices": choices,
+def key(default: Any, doc: str, *, least: int | None = None, hint: str = "",
+        choices: tuple = (), most: int | None = None, most_hint: str = "") -> Any:
+    """A RunConfig field: its default, what it does (docs/configuration.md's table) and its
+    rule (`most`, an upper bound, goes with `least`; `most_hint` says why). Whether it is
+    part of the run's identity is contract.identity's to say (`identity_keys`)."""
+    meta = {"doc": doc, "least": least, "hint": hint, "choices": choices,
             "most": most, "most_hint": most_hint}
     if isinstance(default, (list, dict)) or dataclasses.is_dataclass(default):
         factory = (lambda d=default: type(d)(d)) if isinstance(default, (list, dict)) else type(default)
@@ -63,8 +64,8 @@ class RunConfig:
                     most_hint=" (2**63 - 1: metrics.parquet stores it as a 64-bit integer)")
     match: str = key("prompts", "matching: every method B prompts per episode, or `interactions`: "
                      "single-sample methods get B * match_k prompts and lr * sqrt(match_k)",
-                     identity=True, choices=("prompts", "interactions"))
-    match_k: int = key(8, "K of interaction matching", identity=True, least=1)
+                     choices=("prompts", "interactions"))
+    match_k: int = key(8, "K of interaction matching", least=1)
     device: str = key("cpu", "cpu, cuda, cuda:N or mps")
     output_root: str = key("outputs", "runs land in `<output_root>/<task.name>/<algo.name>/<config "
                            "hash>/seed=<n>/`")
@@ -132,8 +133,9 @@ LOGGERS = {"none": NoLogger, "tensorboard": TensorBoardLogger, "wandb": WandbLog
 
 
 def identity_keys() -> tuple[str, ...]:
-    """The top-level keys in a run's identity (its config hash)."""
-    return tuple(f.name for f in dataclasses.fields(RunConfig) if f.metadata["identity"])
+    """The top-level keys in a run's identity (its config hash): those contract.identity
+    does not leave out."""
+    return tuple(f.name for f in dataclasses.fields(RunConfig) if f.name not in NON_IDENTITY_KEYS)
 
 
 def defaults(cls) -> dict[str, Any]:
@@ -495,7 +497,7 @@ def markdown_table() -> str:
         value = values[f.name]
         shown = "null" if value is None else str(value).lower() if isinstance(value, bool) else \
             ", ".join(f"{k}={v}" for k, v in value.items()) if isinstance(value, dict) else value
-        rows.append(f"| `{f.name}` | `{shown}` | {'yes' if f.metadata['identity'] else 'no'} | "
+        rows.append(f"| `{f.name}` | `{shown}` | {'yes' if f.name in identity_keys() else 'no'} | "
                     f"{f.metadata['doc']} |")
     return "\n".join(rows)
 

@@ -125,7 +125,7 @@ class LLMTask(TaskOptions):
     def __post_init__(self):
         _problems.check_dataset(self.dataset)
         positive(self, "train_size", "test_size", "prompts_per_step", "max_new_tokens",
-                  "episodes", "eval_every", "eval_k", "warm_start_batch", "eval_batch")
+                  "eval_every", "eval_k", "warm_start_batch", "eval_batch")
         for key in ("lora_rank", "micro_batch", "warm_start_steps", "warm_start_size"):
             value = getattr(self, key)
             if isinstance(value, bool) or not isinstance(value, int) or value < 0:

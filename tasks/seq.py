@@ -78,7 +78,7 @@ class SeqTask(TaskOptions):
             raise ValueError(f"task.target={self.target!r} is not one of {', '.join(TARGETS)}")
         if self.reward not in REWARDS:
             raise ValueError(f"task.reward={self.reward!r} is not one of {', '.join(REWARDS)}")
-        positive(self, "sequence_length", "batch_size", "episodes")
+        positive(self, "sequence_length", "batch_size")
         if self.vocab_size < 2:
             raise ValueError(f"task.vocab_size must be at least 2, got {self.vocab_size}")
 

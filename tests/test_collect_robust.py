@@ -1,7 +1,6 @@
 """collect, plot and migrate over damaged, partial, mixed-code, symlinked and stale run
 trees, with run directories made by hand (dev/bench_collect.py's `write_run`, shaped
 like the runner's): no training, each test well under a second."""
-import json
 import time
 from pathlib import Path
 
@@ -11,6 +10,7 @@ import pytest
 
 from tpo_bench.analysis import collect
 from dev.bench_collect import demo_config, write_run
+from conftest import as_legacy
 
 REPO = Path(__file__).resolve().parents[1]
 
@@ -308,18 +308,7 @@ def test_plot_warns_when_runs_finished_after_its_table(tmp_path, capsys):
 
 def legacy_run(root, seed):
     """A run recorded under the hash with the preset names in (tools.migrate re-keys it)."""
-    from tpo_bench.contract.identity import legacy_hash
-
-    config = demo_config()
-    d = write_run(root, config, seed, [0.9, 0.5, 0.2])
-    old = d.parent.parent / legacy_hash(config) / d.name
-    old.parent.mkdir(exist_ok=True)
-    d.rename(old)
-    df = pd.read_parquet(old / "metrics.parquet").assign(config_hash=legacy_hash(config))
-    df.to_parquet(old / "metrics.parquet", index=False)
-    info = json.loads((old / "summary.json").read_text())
-    (old / "summary.json").write_text(json.dumps({**info, "config_hash": legacy_hash(config)}))
-    return old
+    return as_legacy(write_run(root, demo_config(), seed, [0.9, 0.5, 0.2]))
 
 
 def test_a_legacy_copy_beside_its_current_run_is_counted_once(tmp_path):

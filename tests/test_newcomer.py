@@ -11,7 +11,7 @@ import sys
 
 import pytest
 
-from conftest import REPO, TINY, bench_here, spec_for, train_here
+from conftest import REPO, TINY, bench_here, refuse_here, spec_for, train_here
 
 
 # ------------------------------------------------------------------ refused at launch
@@ -22,6 +22,15 @@ def test_an_episode_count_no_table_holds_is_refused_at_launch(tmp_path):
     with pytest.raises(ConfigError, match=r"task\.episodes must be an integer from 1 to 100,000,000"):
         spec_for(tmp_path / "out", "task.episodes=1000000000000")
     assert not (tmp_path / "out").exists()
+
+
+@pytest.mark.parametrize("task", ["demo", "tabular_single", "tabular_multi", "mnist"])
+def test_every_task_takes_the_one_episode_rule(task, tmp_path):
+    """One rule for every task's run length, whatever the task checks of its own fields."""
+    for bad in ("0", "-3"):
+        refused = refuse_here(f"task={task}", f"task.episodes={bad}", f"output_root={tmp_path}")
+        assert refused.startswith(f"task.episodes must be an integer from 1 to 100,000,000"), refused
+        assert refused.endswith(f"got {bad}"), refused
 
 
 def test_a_bad_episode_count_anywhere_in_a_sweep_stops_it_before_any_run(tmp_path):
@@ -186,7 +195,8 @@ def test_on_code_change_rerun_keeps_the_old_result_as_a_prior_attempt(tmp_path):
     assert train_here(spec)["status"] == "completed"
     before = (spec.run_dir / "metrics.parquet").read_bytes()
     summary = (spec.run_dir / "summary.json").read_text()
-    edited = dataclasses.replace(spec, code_fingerprint="0" * 16, on_code_change="rerun")
+    edited = dataclasses.replace(spec, code_fingerprint="0" * 16,
+                                 run=dataclasses.replace(spec.run, on_code_change="rerun"))
     answer = train_here(edited)
     assert answer["status"] == "completed" and answer["attempts"] == 2, answer
     prior = spec.run_dir / "prior-attempt-1"

@@ -645,7 +645,7 @@ def test_runs_under_way_are_drawn_as_far_as_they_got_and_never_as_a_final_value(
 @pytest.mark.slow  # runs plot.main
 def test_plot_draws_the_runs_under_way_under_add_runs(tmp_path, monkeypatch):
     import time
-    from tpo_bench.tools.bench_collect import demo_config, write_run
+    from dev.bench_collect import demo_config, write_run
     config = demo_config(episodes=2000)
     config["task"].update(name="reverse_h10", reward="terminal", sequence_length=10, vocab_size=2,
                           batch_size=100)

@@ -169,8 +169,8 @@ def updated_fraction(before: list[torch.Tensor], after: list[torch.nn.Parameter]
 def rl_steps(cfg: dict, steps: int) -> Probe:
     spec = build(cfg)
     task, algo = spec.task, spec.algo
-    device = torch.device(spec.device)
-    streams = Streams.from_seed(spec.seed, spec.device)
+    device = torch.device(spec.run.device)
+    streams = Streams.from_seed(spec.run.seed, spec.run.device)
     baseline = memory_now(device)
     t0 = time.perf_counter()
     policy = task.make_policy(streams.init).to(device)
