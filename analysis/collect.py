@@ -33,11 +33,14 @@ import pyarrow as pa
 import pyarrow.ipc  # noqa: F401 (pa.ipc)
 import pyarrow.parquet as pq
 
-from tpo_bench.analysis.rekey import config_columns, current_hash, rekey_table
-from tpo_bench.cli import spelled
-from tpo_bench.contract import io, schema
-from tpo_bench.contract.identity import flatten
-from tpo_bench.contract.schema import STALE_AFTER_S  # a running run silent this long lost its process
+if __name__ == "__main__" and not (__package__ or "").startswith("tpo_bench"):
+    import tpo_bench.analysis  # noqa: F401  (run by path or by a top-level name: the package its relative imports name)
+    __package__ = "tpo_bench.analysis"
+from .rekey import config_columns, current_hash, rekey_table
+from ..cli import spelled
+from ..contract import io, schema
+from ..contract.identity import flatten
+from ..contract.schema import STALE_AFTER_S  # a running run silent this long lost its process
 
 DEFAULT_ROOT = "outputs"
 # Runs that are not (yet) a result: reported and left out of the table without stopping

@@ -21,7 +21,7 @@ ALIASES = {
 def _composed(group: str, name: str, *overrides: str) -> dict:
     """The config `python -m bench <group>=<name> OVERRIDES` runs with, as Hydra composes
     conf/ for a run (bench.config.compose); {} where conf/ has no such preset."""
-    from tpo_bench.bench.config import CONF, compose
+    from ..bench.config import CONF, compose
 
     plus = "+" if group == "experiment" else ""
     if not (CONF / group / f"{name}.yaml").is_file():
@@ -40,7 +40,7 @@ def algo_defaults(algo: str) -> dict:
 def experiment_task(name: str) -> dict:
     """The task values conf/experiment/<name>.yaml runs: the task preset its sweep names
     (one), under the experiment's own `task` block."""
-    from tpo_bench.bench.config import composed
+    from ..bench.config import composed
 
     preset = composed(f"+experiment={name}", hydra=True).hydra.sweeper.params.task
     if "," in preset:

@@ -24,11 +24,14 @@ from typing import Sequence
 import numpy as np
 import pandas as pd
 
-from tpo_bench.analysis.collect import GROUP, last_step, read_results
-from tpo_bench.cli import spelled
-from tpo_bench.analysis.configs import pick_config
-from tpo_bench.analysis.style import COLUMN_IN, LEGEND_PT, SUPTITLE_PT, TITLE_PT, color_for, legend_below, look, plt, wrap
-from tpo_bench.contract import io
+if __name__ == "__main__" and not (__package__ or "").startswith("tpo_bench"):
+    import tpo_bench.analysis  # noqa: F401  (run by path or by a top-level name: the package its relative imports name)
+    __package__ = "tpo_bench.analysis"
+from .collect import GROUP, last_step, read_results
+from ..cli import spelled
+from .configs import pick_config
+from .style import COLUMN_IN, LEGEND_PT, SUPTITLE_PT, TITLE_PT, color_for, legend_below, look, plt, wrap
+from ..contract import io
 
 IQM_CUT = 0.25  # trimmed from each end: the interquartile mean
 LAST_FRAC = 0.1

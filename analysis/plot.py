@@ -23,19 +23,22 @@ import numpy as np
 import pandas as pd
 from matplotlib.ticker import Formatter, FuncFormatter
 
-from tpo_bench.analysis import leaderboard
-from tpo_bench.analysis import collect
-from tpo_bench.analysis.collect import GROUP, last_step, os_errors_in_one_line, read_results, warn_if_stale
-from tpo_bench.analysis.labels import SHORT, compact_labels, label_text, legend_labels, se_text, title_items
-from tpo_bench.analysis.paper import figures
-from tpo_bench.analysis.configs import pick_config
-from tpo_bench.analysis.paper import paper_figures
-from tpo_bench.analysis.configs import ALIASES
-from tpo_bench.analysis.style import (COLUMN_IN, DPI, LINESTYLES, fit_figure_texts, png_dpi, LOG_FLOOR, TITLE_PT, legend_below, method_label,
+if __name__ == "__main__" and not (__package__ or "").startswith("tpo_bench"):
+    import tpo_bench.analysis  # noqa: F401  (run by path or by a top-level name: the package its relative imports name)
+    __package__ = "tpo_bench.analysis"
+from . import leaderboard
+from . import collect
+from .collect import GROUP, last_step, os_errors_in_one_line, read_results, warn_if_stale
+from .labels import SHORT, compact_labels, label_text, legend_labels, se_text, title_items
+from .paper import figures
+from .configs import pick_config
+from .paper import paper_figures
+from .configs import ALIASES
+from .style import (COLUMN_IN, DPI, LINESTYLES, fit_figure_texts, png_dpi, LOG_FLOOR, TITLE_PT, legend_below, method_label,
                             method_styles, plt, threshold_line)
-from tpo_bench.contract import io
+from ..contract import io
 # The statistics live in stats.py (shared with the paper report); re-exported here for callers.
-from tpo_bench.analysis.stats import THRESHOLD, mean_se, seed_curves, seed_hits, steps_to_threshold  # noqa: F401
+from .stats import THRESHOLD, mean_se, seed_curves, seed_hits, steps_to_threshold  # noqa: F401
 
 
 # ticks in percent on linear and log axes alike ("0.1", "50"); the axis label says "(%)"
@@ -473,7 +476,7 @@ def main(argv=None) -> int:
             return 1
     if args.figure:
         if args.page:  # the page draws the paper's figures itself
-            from tpo_bench.analysis.paper import page
+            from .paper import page
             print(f"wrote {page.write(df, Path(args.page), Path(args.out))}")
         rc = draw_figures(df, args.figure, args.out, paper=not args.page)
         return rc or int(bool(refused))

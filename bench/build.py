@@ -15,16 +15,16 @@ from typing import Any
 
 import torch
 
-from tpo_bench.algorithms import ALGORITHMS
-from tpo_bench.bench.config import ConfigError, RunConfig, check_fields, identity_keys, run_config
-from tpo_bench.bench.fingerprint import code_fingerprint
-from tpo_bench.contract.identity import config_hash, legacy_hash
-from tpo_bench.bench.optim import check_optimizer
-from tpo_bench.bench.tracking import logger_config
-from tpo_bench.contract import schema
-from tpo_bench.contract.batch import GROUP_NEEDS, NEEDS, Request
-from tpo_bench.contract.registry import UnknownName, load_plugins
-from tpo_bench.tasks import TASKS
+from ..algorithms import ALGORITHMS
+from .config import ConfigError, RunConfig, check_fields, identity_keys, run_config
+from .fingerprint import code_fingerprint
+from ..contract.identity import config_hash, legacy_hash
+from .optim import check_optimizer
+from .tracking import logger_config
+from ..contract import schema
+from ..contract.batch import GROUP_NEEDS, NEEDS, Request
+from ..contract.registry import UnknownName, load_plugins
+from ..tasks import TASKS
 
 @dataclass(frozen=True)
 class RunSpec:

@@ -22,8 +22,11 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Optional
 
-from tpo_bench.contract.identity import NON_IDENTITY_KEYS
-from tpo_bench.contract.schema import MAX_SEED
+if __name__ == "__main__" and not (__package__ or "").startswith("tpo_bench"):
+    import tpo_bench.bench  # noqa: F401  (run by path or by a top-level name: the package its relative imports name)
+    __package__ = "tpo_bench.bench"
+from ..contract.identity import NON_IDENTITY_KEYS
+from ..contract.schema import MAX_SEED
 
 CONF = Path(__file__).resolve().parent.parent / "conf"
 # Config groups whose node is a section of the run config (the rest are Hydra's or
@@ -288,9 +291,9 @@ def register(plugins: list[str] | tuple[str, ...] = ()) -> None:
     preset holding only `name: arms` comes with its implementation's defaults."""
     from hydra.core.config_store import ConfigStore
 
-    from tpo_bench.algorithms import ALGORITHMS
-    from tpo_bench.contract.registry import load_plugins
-    from tpo_bench.tasks import TASKS
+    from ..algorithms import ALGORITHMS
+    from ..contract.registry import load_plugins
+    from ..tasks import TASKS
 
     cs = ConfigStore.instance()
     if cs.repo.get("run_schema.yaml") is None:
@@ -313,10 +316,10 @@ _STORED: dict[str, set[str]] = {"algo": set(), "task": set()}
 def section_keys(section: str, node: dict[str, Any]) -> tuple[list[str], str] | None:
     """The keys a composed algo/task/optim section may hold and what to call it, or None
     when its implementation cannot be looked up (build then says why)."""
-    from tpo_bench.algorithms import ALGORITHMS
-    from tpo_bench.bench.optim import OPTIMIZERS
-    from tpo_bench.contract.registry import UnknownName
-    from tpo_bench.tasks import TASKS
+    from ..algorithms import ALGORITHMS
+    from .optim import OPTIMIZERS
+    from ..contract.registry import UnknownName
+    from ..tasks import TASKS
 
     if section == "logger":
         cls = LOGGERS.get(node.get("name"))
@@ -446,8 +449,8 @@ def _check_top_value(o) -> None:
 
 def _in_section(name: str) -> str:
     """"; did you mean algo.NAME?" where NAME is a key of an algorithm or task."""
-    from tpo_bench.algorithms import ALGORITHMS
-    from tpo_bench.tasks import TASKS
+    from ..algorithms import ALGORITHMS
+    from ..tasks import TASKS
 
     for section, registry in (("algo", ALGORITHMS), ("task", TASKS)):
         if any(name in {f.name for f in dataclasses.fields(registry.get(n))} for n in registry.names()):
@@ -466,7 +469,7 @@ def _check_section_keys(sectioned: list[tuple[str, str]], choices: list[str]) ->
     from hydra.core.global_hydra import GlobalHydra
     from omegaconf import OmegaConf
 
-    from tpo_bench.contract.registry import load_plugins
+    from ..contract.registry import load_plugins
 
     first = [c.split(",")[0] if "=" in c and "[" not in c else c for c in choices]
     register()

@@ -15,7 +15,7 @@ import math
 import time
 from typing import Callable
 
-from tpo_bench.bench.config import DebugConfig
+from .config import DebugConfig
 
 Episode = Callable[[], dict]
 

@@ -20,8 +20,8 @@ import hashlib
 import importlib.util
 from pathlib import Path
 
-from tpo_bench.contract.io import REPO_ROOT
-from tpo_bench.contract.registry import public_modules
+from ..contract.io import REPO_ROOT
+from ..contract.registry import public_modules
 
 PROJECT = ("tpo_bench.algorithms", "tpo_bench.tasks", "tpo_bench.contract")
 HARNESS_PACKAGES = (*PROJECT, "tpo_bench.bench")

@@ -26,14 +26,14 @@ from typing import Any
 import pandas as pd
 import torch
 
-from tpo_bench.bench import checkpoint, debug, fingerprint, interrupts, rundir, tracking
-from tpo_bench.bench.build import RunSpec
-from tpo_bench.cli import spelled
-from tpo_bench.bench.engine import train_episodes
-from tpo_bench.contract.identity import flatten
-from tpo_bench.bench.optim import build_optimizer
-from tpo_bench.contract import io, schema
-from tpo_bench.contract.rng import Streams
+from . import checkpoint, debug, fingerprint, interrupts, rundir, tracking
+from .build import RunSpec
+from ..cli import spelled
+from .engine import train_episodes
+from ..contract.identity import flatten
+from .optim import build_optimizer
+from ..contract import io, schema
+from ..contract.rng import Streams
 
 
 def fmt_duration(seconds: float) -> str:

@@ -22,8 +22,8 @@ from dataclasses import asdict
 from pathlib import Path
 from typing import Any
 
-from tpo_bench.bench.config import LOGGERS, ConfigError, check_fields, did_you_mean
-from tpo_bench.contract.identity import flatten
+from .config import LOGGERS, ConfigError, check_fields, did_you_mean
+from ..contract.identity import flatten
 
 
 PACKAGES = {"tensorboard": "tensorboard", "wandb": "wandb", "mlflow": "mlflow"}

@@ -148,7 +148,7 @@ def path_disagreements(path: str | Path) -> list[str]:
     its value and the path's ([] for a run where it belongs, or a folder that holds
     neither file yet). A run copied or planted elsewhere under the root, into another
     config's folder or under another seed, says so here."""
-    from tpo_bench.contract.identity import config_hash, legacy_hash
+    from .identity import config_hash, legacy_hash
 
     where = parse_run_dir(path)
     if where is None:

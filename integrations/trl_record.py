@@ -25,8 +25,8 @@ from typing import Any
 
 import pandas as pd
 
-from tpo_bench.contract import io, schema
-from tpo_bench.contract.identity import config_hash, flatten
+from ..contract import io, schema
+from ..contract.identity import config_hash, flatten
 
 try:
     from transformers import TrainerCallback

@@ -18,7 +18,7 @@ from __future__ import annotations
 
 import torch
 
-from tpo_bench.integrations.adapter import check_fits, zoo_loss
+from .adapter import check_fits, zoo_loss
 
 try:
     from trl import GRPOTrainer
@@ -78,7 +78,7 @@ class ZooGRPOTrainer(GRPOTrainer):
 
     def __init__(self, *args, algorithm=None, success_at: float = 1.0, **kwargs):
         if algorithm is None:
-            from tpo_bench.algorithms.tpo import TPO
+            from ..algorithms.tpo import TPO
             algorithm = TPO()
         check_fits(algorithm)
         conf = kwargs.get("args")

@@ -17,9 +17,9 @@ from __future__ import annotations
 
 import torch
 
-from tpo_bench.algorithms._common import standardise
-from tpo_bench.algorithms.tpo import TPO
-from tpo_bench.integrations.adapter import regroup, zoo_loss
+from ..algorithms._common import standardise
+from ..algorithms.tpo import TPO
+from .adapter import regroup, zoo_loss
 
 try:
     from verl.trainer.ppo.core_algos import register_adv_est, register_policy_loss

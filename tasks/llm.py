@@ -23,11 +23,11 @@ from typing import Any, ClassVar
 
 import torch
 
-from tpo_bench.contract.batch import Batch, Request, Rollout, TaskOptions, reference_kl
-from tpo_bench.contract.rng import Streams
-from tpo_bench.contract.schema import IF_SET, NOT_IDENTITY
-from tpo_bench.tasks import _lm, _problems, register
-from tpo_bench.tasks._checks import positive
+from ..contract.batch import Batch, Request, Rollout, TaskOptions, reference_kl
+from ..contract.rng import Streams
+from ..contract.schema import IF_SET, NOT_IDENTITY
+from . import _lm, _problems, register
+from ._checks import positive
 
 # task.dtype -> (the weights' dtype, the dtype forwards autocast to; None: the weights').
 # A full fine-tune keeps float32 weights: AdamW's steps at the paper's lr 1e-5 are ~1e-5

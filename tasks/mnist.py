@@ -26,14 +26,14 @@ from torch import nn
 from torch.func import functional_call
 from torch.nn.utils import parameters_to_vector
 
-from tpo_bench.contract.batch import Batch, Request, Rollout, TaskOptions
-from tpo_bench.tasks._data import BASE_URL, load_mnist
-from tpo_bench.contract.rng import Streams
-from tpo_bench.contract.schema import IF_SET, NOT_IDENTITY
-from tpo_bench.tasks import register
-from tpo_bench.tasks._bandit import check_bandit_request, sampled_batch
-from tpo_bench.tasks._checks import positive
-from tpo_bench.tasks._nn import lecun_truncated_
+from ..contract.batch import Batch, Request, Rollout, TaskOptions
+from ._data import BASE_URL, load_mnist
+from ..contract.rng import Streams
+from ..contract.schema import IF_SET, NOT_IDENTITY
+from . import register
+from ._bandit import check_bandit_request, sampled_batch
+from ._checks import positive
+from ._nn import lecun_truncated_
 
 
 

@@ -11,11 +11,11 @@ from typing import ClassVar
 
 import torch
 
-from tpo_bench.contract.batch import Batch, Request, Rollout, TaskOptions, mean_over_steps
-from tpo_bench.contract.rng import Streams
-from tpo_bench.tasks import register, stacked
-from tpo_bench.tasks._checks import positive
-from tpo_bench.tasks.transformer import Transformer
+from ..contract.batch import Batch, Request, Rollout, TaskOptions, mean_over_steps
+from ..contract.rng import Streams
+from . import register, stacked
+from ._checks import positive
+from .transformer import Transformer
 
 TARGETS = ("copy", "flip", "reverse_copy", "reverse_flip")
 REWARDS = ("bag_of_tokens", "sequential", "terminal")

@@ -22,11 +22,11 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
-from tpo_bench.contract.batch import Batch, Request, Rollout, TaskOptions
-from tpo_bench.contract.rng import Streams
-from tpo_bench.tasks import register
-from tpo_bench.tasks._bandit import check_bandit_request, sampled_batch
-from tpo_bench.tasks._checks import positive
+from ..contract.batch import Batch, Request, Rollout, TaskOptions
+from ..contract.rng import Streams
+from . import register
+from ._bandit import check_bandit_request, sampled_batch
+from ._checks import positive
 
 CORRECT = 0
 

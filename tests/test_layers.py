@@ -87,8 +87,8 @@ def imports(path: Path, known: set[str]) -> dict[str, str]:
             for a in node.names:
                 if room_name(a.name) in known:
                     names[a.asname or a.name] = room_name(a.name)
-        elif isinstance(node, ast.ImportFrom) and node.module and node.level == 0:
-            module = room_name(node.module)
+        elif isinstance(node, ast.ImportFrom) and (node.module and node.level == 0 or node.level):
+            module = room_name(node.module) if not node.level else absolute(path, node)
             for a in node.names:
                 full = f"{module}.{a.name}"
                 if full in known:  # from tpo_bench.analysis.paper import figures
@@ -96,6 +96,14 @@ def imports(path: Path, known: set[str]) -> dict[str, str]:
                 elif module in known:  # from tpo_bench.analysis.style import fmt
                     names.setdefault(f"<{module}>", module)
     return names
+
+
+def absolute(path: Path, node: ast.ImportFrom) -> str:
+    """A relative import's module as its room name: `from ..contract import io` in
+    bench/runner.py -> contract."""
+    parts = list(path.relative_to(REPO).parent.parts)
+    parts = parts[:len(parts) - (node.level - 1)] if node.level > 1 else parts
+    return ".".join(parts + ([node.module] if node.module else []))
 
 
 def bare_imports(path: Path) -> list[str]:
@@ -513,9 +521,16 @@ def static_room_arrows(packages=PACKAGES) -> set[tuple[str, str]]:
     for path in modules(packages).values():
         room = path.relative_to(REPO).parts[0]
         for node in nodes(path):
+            base = ""
+            if isinstance(node, ast.ImportFrom) and node.level:  # relative: from the file's folder
+                folder = path.parent.resolve()
+                for _ in range(node.level - 1):
+                    folder = folder.parent
+                base = ".".join(folder.relative_to(REPO).parts)
+            head = ".".join(filter(None, [base, getattr(node, "module", None) or ""]))
             names = [a.name for a in node.names] if isinstance(node, ast.Import) else \
-                [f"{node.module}.{a.name}" for a in node.names] + [node.module] \
-                if isinstance(node, ast.ImportFrom) and node.module and node.level == 0 else []
+                [f"{head}.{a.name}" if head else a.name for a in node.names] + ([head] if head else []) \
+                if isinstance(node, ast.ImportFrom) and (node.module or node.level) else []
             for name in names:
                 if (target := resolve_to_file(name)) is not None and target.is_relative_to(REPO):
                     arrows.add((room, target.relative_to(REPO).parts[0]))

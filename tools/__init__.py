@@ -15,3 +15,4 @@ if __name__ == "tools":  # the top-level name: this module is tpo_bench.tools
     import tpo_bench
 
     tpo_bench.alias(__name__)
+    __package__ = f"tpo_bench.{__name__}"  # what follows resolves its imports there

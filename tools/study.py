@@ -31,6 +31,9 @@ from dataclasses import dataclass, replace
 from pathlib import Path
 
 import yaml
+if __name__ == "__main__" and not (__package__ or "").startswith("tpo_bench"):
+    import tpo_bench.tools  # noqa: F401  (run by path or by a top-level name: the package its relative imports name)
+    __package__ = "tpo_bench.tools"
 
 ROOT = Path(__file__).resolve().parent.parent
 QUEUE = ROOT / "reproduction" / "study.yaml"
@@ -159,10 +162,10 @@ _HASHES: dict = {}
 def locate(job: Job, repo: Path) -> Path:
     """The run directory `python -m bench` would use for this job (nothing is created);
     the config is composed once per sweep combination, the seed only names the folder."""
-    from tpo_bench.bench.build import build
-    from tpo_bench.bench.config import compose
-    from tpo_bench.bench.jobs import explicit_keys
-    from tpo_bench.contract import schema
+    from ..bench.build import build
+    from ..bench.config import compose
+    from ..bench.jobs import explicit_keys
+    from ..contract import schema
 
     root = repo / job.root
     seed, rest = int(job.overrides[0].split("=", 1)[1]), job.overrides[1:]
@@ -272,7 +275,7 @@ def queue_block(table: str, stages: list[dict]) -> str:
 
 
 def write_block(page: Path, block: str, check: bool) -> int:
-    from tpo_bench.analysis.paper import pages
+    from ..analysis.paper import pages
 
     text = page.read_text()
     if "<!-- generated:queue -->" not in text:
@@ -356,9 +359,9 @@ def run_prefix(job: Job, run_dir: Path, repo: Path, commit: bool, cmd: list, env
 def held_elsewhere(run_dir: Path) -> bool:
     """Whether another process holds the run's lock now (another queue trains it), or has
     completed it."""
-    from tpo_bench.bench import rundir
-    from tpo_bench.contract import io
-    from tpo_bench.contract.schema import LOCK
+    from ..bench import rundir
+    from ..contract import io
+    from ..contract.schema import LOCK
 
     if state(run_dir) == "completed":
         return True

@@ -17,7 +17,7 @@ from dataclasses import dataclass
 
 import pandas as pd
 
-from tpo_bench.analysis.configs import ALIASES, algo_defaults, experiment_task  # noqa: F401 (re-exported)
+from ..configs import ALIASES, algo_defaults, experiment_task  # noqa: F401 (re-exported)
 
 # Knobs added after runs existed (hashed only when set): a run without the column, or
 # with NaN there, used the default.

@@ -21,16 +21,16 @@ from pathlib import Path
 
 import pandas as pd
 
-from tpo_bench.analysis import stats
-from tpo_bench.analysis.collect import GROUP, PROGRESS, completed
-from tpo_bench.cli import spelled
-from tpo_bench.analysis.configs import pick_config
-from tpo_bench.analysis.labels import compact_labels, label_text, se_text, short_key, title_items
-from tpo_bench.analysis.paper import experiments
-from tpo_bench.analysis.paper.experiments import ALIASES, EXPERIMENTS, TARGETS
-from tpo_bench.analysis.style import (DPI, COLUMN_IN, png_dpi, LEGEND_PT, LINESTYLES, LOG_FLOOR, SUPTITLE_PT, TITLE_PT,
+from .. import stats
+from ..collect import GROUP, PROGRESS, completed
+from ...cli import spelled
+from ..configs import pick_config
+from ..labels import compact_labels, label_text, se_text, short_key, title_items
+from . import experiments
+from .experiments import ALIASES, EXPERIMENTS, TARGETS
+from ..style import (DPI, COLUMN_IN, png_dpi, LEGEND_PT, LINESTYLES, LOG_FLOOR, SUPTITLE_PT, TITLE_PT,
                             color_for, fit_figure_texts, fmt, legend_below, look, plt, threshold_line, wrap)
-from tpo_bench.contract import io
+from ...contract import io
 
 
 class NoData(Exception):

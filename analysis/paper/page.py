@@ -16,11 +16,11 @@ from pathlib import Path
 
 import pandas as pd
 
-from tpo_bench.analysis.collect import completed
-from tpo_bench.analysis.paper import experiments, figures, paper_figures
-from tpo_bench.analysis.paper import report as R
-from tpo_bench.analysis.style import DPI
-from tpo_bench.contract import io
+from ..collect import completed
+from . import experiments, figures, paper_figures
+from . import report as R
+from ..style import DPI
+from ...contract import io
 
 SHOWN = ["algorithm", "setting", "metric", "paper", "ours", "seeds", "verdict"]
 # The paper numbers each figure shows: (experiment of paper_numbers.csv, filter on its rows).

@@ -21,6 +21,9 @@ from pathlib import Path
 
 import numpy as np
 import pandas as pd
+if __name__ == "__main__" and not (__package__ or "").startswith("tpo_bench"):
+    import tpo_bench.analysis.paper  # noqa: F401  (run by path or by a top-level name: the package its relative imports name)
+    __package__ = "tpo_bench.analysis.paper"
 
 ROOT = Path(__file__).resolve().parents[2]
 REPORT = ROOT / "reproduction" / "REPRODUCTION.md"
@@ -119,7 +122,7 @@ def status_block(root: Path = RUNS) -> str:
     for s in runs:
         if s.get("status") == "completed":
             done.setdefault((s["task"], s["algo"], s["config_hash"]), []).append(int(s["seed"]))
-    from tpo_bench.analysis.paper.report import seed_list
+    from .report import seed_list
 
     lines = [f"- `{t}` {a}: {len(v)} completed (seeds {seed_list(v)})"
              for (t, a, _), v in sorted(done.items())]
@@ -142,7 +145,7 @@ def _last_step(root: Path, summary: dict) -> str:
 def cost_block(root: Path = RUNS, table: Path = TABLE) -> str:
     """Training wall time (the last logged wall_s) of each completed terminal-reward run:
     the committed table's and those under root, apart (they ran under different loads)."""
-    from tpo_bench.analysis.rekey import rekey_table
+    from ..rekey import rekey_table
 
     by, here = {}, set()
     for s in summaries(root):
@@ -168,9 +171,9 @@ def cost_block(root: Path = RUNS, table: Path = TABLE) -> str:
 def power_block(seed_counts=POWER_SEEDS, n_draws: int = POWER_DRAWS) -> str:
     """How often the final-error rule says reproduced on redraws (with replacement) of the
     paper's own per-seed values, each row with the margin the report judges it by."""
-    from tpo_bench.analysis import stats
-    from tpo_bench.analysis.paper import report
-    from tpo_bench.analysis.paper import verdicts as V
+    from .. import stats
+    from . import report
+    from . import verdicts as V
 
     seeds = report.load_paper_seeds()
     tpo, grpo = np.asarray(seeds["terminal-tpo-H10"]), np.asarray(seeds["terminal-grpo-H10"])
@@ -200,9 +203,9 @@ def board_block(board: Path = BOARD) -> str:
 def readings_block(board: Path = BOARD) -> str:
     """Per task: the lowest final error against the runner-up, and TPO against GRPO, as
     one-sided paired sign-flip tests over the seeds (a seed fixes weights and prompts)."""
-    from tpo_bench.analysis import stats
-    from tpo_bench.analysis.collect import read_results
-    from tpo_bench.analysis.leaderboard import METHOD, TASK, scores_from_table
+    from .. import stats
+    from ..collect import read_results
+    from ..leaderboard import METHOD, TASK, scores_from_table
 
     df = read_results(board / "results.parquet", "nothing to read")
     runs = scores_from_table(df)[0]  # what the board ranks: one config per task and method
@@ -226,7 +229,7 @@ def readings_block(board: Path = BOARD) -> str:
 
 def margins_block() -> str:
     """Every family's margin as the rules declare it (verdicts.MARGINS), with its derivation."""
-    from tpo_bench.analysis.paper.report import margin_rows
+    from .report import margin_rows
     return md(margin_rows(), ["family", "δ", "derived from the paper's numbers"])
 
 

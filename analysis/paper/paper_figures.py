@@ -19,13 +19,13 @@ from pathlib import Path
 import numpy as np
 import pandas as pd
 
-from tpo_bench.analysis import stats
-from tpo_bench.analysis.configs import algo_defaults, pick_config
-from tpo_bench.analysis.paper import experiments, figures
-from tpo_bench.analysis.paper.experiments import ALIASES
-from tpo_bench.analysis.style import (DPI, PAPER_METHODS, PAPER_RC, fit_figure_texts, fmt, look,
+from .. import stats
+from ..configs import algo_defaults, pick_config
+from . import experiments, figures
+from .experiments import ALIASES
+from ..style import (DPI, PAPER_METHODS, PAPER_RC, fit_figure_texts, fmt, look,
                                       method_label, plt, png_dpi)
-from tpo_bench.contract import io
+from ...contract import io
 
 EXACT, SEQERR = "Exact-match error", "Sequence error"
 

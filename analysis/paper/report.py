@@ -27,15 +27,18 @@ from pathlib import Path
 import numpy as np
 import pandas as pd
 
-from tpo_bench.analysis import collect, stats
-from tpo_bench.analysis.configs import pick_config
-from tpo_bench.analysis.paper import experiments, figures, paper_figures, registered, rule_dates
-from tpo_bench.analysis.paper import verdicts as V
-from tpo_bench.analysis.paper.experiments import ALIASES, EXPERIMENTS
-from tpo_bench.analysis.style import fmt
-from tpo_bench.analysis.tuning import tuned
-from tpo_bench.contract import io, schema
-from tpo_bench.contract.registry import TASKS
+if __name__ == "__main__" and not (__package__ or "").startswith("tpo_bench"):
+    import tpo_bench.analysis.paper  # noqa: F401  (run by path or by a top-level name: the package its relative imports name)
+    __package__ = "tpo_bench.analysis.paper"
+from .. import collect, stats
+from ..configs import pick_config
+from . import experiments, figures, paper_figures, registered, rule_dates
+from . import verdicts as V
+from .experiments import ALIASES, EXPERIMENTS
+from ..style import fmt
+from ..tuning import tuned
+from ...contract import io, schema
+from ...contract.registry import TASKS
 
 PAPER = Path(__file__).with_name("paper_numbers.csv")
 PAPER_SEEDS = Path(__file__).with_name("paper_seeds.csv")

@@ -16,7 +16,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from tpo_bench.analysis import stats
+from .. import stats
 
 REPRODUCED, INCONCLUSIVE, DIFFERS = "reproduced", "inconclusive", "differs"
 # Neither shown close nor shown different: our interval reaches past the margin and also
