@@ -14,10 +14,11 @@ if __name__ == "algorithms":  # the top-level name: this module is tpo_bench.alg
     import tpo_bench
 
     tpo_bench.alias(__name__)
+    __package__ = f"tpo_bench.{__name__}"  # what follows resolves its imports there
 
 import importlib
 
-from tpo_bench.contract.registry import ALGORITHMS, public_modules
+from ..contract.registry import ALGORITHMS, public_modules
 
 register = ALGORITHMS.register
 

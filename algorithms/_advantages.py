@@ -18,7 +18,7 @@ from __future__ import annotations
 
 import torch
 
-from tpo_bench.algorithms.grpo import grpo_advantages
+from .grpo import grpo_advantages
 
 GRPO_EPS = 1e-8   # GRPO's (science §Update rules): added to the std
 WHITEN_EPS = 1e-8  # verl's masked_whiten: added to the variance

@@ -5,7 +5,7 @@ import math
 
 import torch
 
-from tpo_bench.contract.batch import Batch
+from ..contract.batch import Batch
 
 STD_FLOOR = 1e-6  # science §Groups and scores: below this the centred scores are returned unscaled
 LEVELS = ("sequence", "token")

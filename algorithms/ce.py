@@ -11,8 +11,8 @@ from typing import ClassVar
 import torch
 import torch.nn.functional as F
 
-from tpo_bench.algorithms import register
-from tpo_bench.contract.batch import AlgorithmOptions, Batch, LossOut
+from . import register
+from ..contract.batch import AlgorithmOptions, Batch, LossOut
 
 
 @register("ce")

@@ -18,13 +18,13 @@ from typing import ClassVar
 
 import torch
 
-from tpo_bench.algorithms import register
-from tpo_bench.algorithms._advantages import ADVANTAGES, advantages
-from tpo_bench.algorithms._aggregate import AGGREGATIONS, aggregate
-from tpo_bench.algorithms._common import (check_choice, check_level, check_non_negative, check_positive,
+from . import register
+from ._advantages import ADVANTAGES, advantages
+from ._aggregate import AGGREGATIONS, aggregate
+from ._common import (check_choice, check_level, check_non_negative, check_positive,
                                 clamp_log_ratio)
-from tpo_bench.algorithms.clipped import advantage_diagnostics, reverse_kl
-from tpo_bench.contract.batch import AlgorithmOptions, Batch, LossOut
+from .clipped import advantage_diagnostics, reverse_kl
+from ..contract.batch import AlgorithmOptions, Batch, LossOut
 
 
 @register("cispo")

@@ -21,12 +21,12 @@ from typing import ClassVar
 
 import torch
 
-from tpo_bench.algorithms import register
-from tpo_bench.algorithms._advantages import ADVANTAGES, advantages
-from tpo_bench.algorithms._aggregate import AGGREGATIONS, aggregate
-from tpo_bench.algorithms._common import (check_choice, check_level, check_non_negative, check_positive,
+from . import register
+from ._advantages import ADVANTAGES, advantages
+from ._aggregate import AGGREGATIONS, aggregate
+from ._common import (check_choice, check_level, check_non_negative, check_positive,
                                 clamp_log_ratio, mean_where)
-from tpo_bench.contract.batch import AlgorithmOptions, Batch, LossOut, mean_over_steps
+from ..contract.batch import AlgorithmOptions, Batch, LossOut, mean_over_steps
 
 RATIOS = ("token", "sequence")
 

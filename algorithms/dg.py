@@ -12,9 +12,9 @@ from typing import ClassVar
 
 import torch
 
-from tpo_bench.algorithms import register
-from tpo_bench.algorithms._common import check_positive, reinforce_sum, single_sample_advantage
-from tpo_bench.contract.batch import AlgorithmOptions, Batch, LossOut
+from . import register
+from ._common import check_positive, reinforce_sum, single_sample_advantage
+from ..contract.batch import AlgorithmOptions, Batch, LossOut
 
 SURPRISALS = ("behaviour", "current")
 

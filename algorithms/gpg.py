@@ -20,13 +20,13 @@ from typing import ClassVar
 
 import torch
 
-from tpo_bench.algorithms import register
-from tpo_bench.algorithms._advantages import ADVANTAGES, advantages
-from tpo_bench.algorithms._aggregate import AGGREGATIONS, aggregate
-from tpo_bench.algorithms._common import STD_FLOOR, check_choice, check_level
-from tpo_bench.algorithms.clipped import advantage_diagnostics
-from tpo_bench.algorithms.grpo import group_stats
-from tpo_bench.contract.batch import AlgorithmOptions, Batch, LossOut
+from . import register
+from ._advantages import ADVANTAGES, advantages
+from ._aggregate import AGGREGATIONS, aggregate
+from ._common import STD_FLOOR, check_choice, check_level
+from .clipped import advantage_diagnostics
+from .grpo import group_stats
+from ..contract.batch import AlgorithmOptions, Batch, LossOut
 
 
 def gpg_alpha(scores: torch.Tensor, probs: torch.Tensor | None = None) -> torch.Tensor:

@@ -16,10 +16,10 @@ from typing import ClassVar
 
 import torch
 
-from tpo_bench.algorithms import register
-from tpo_bench.algorithms._common import (STD_FLOOR, check_level, check_non_negative, check_positive,
+from . import register
+from ._common import (STD_FLOOR, check_level, check_non_negative, check_positive,
                                 clamp_log_ratio, mean_where)
-from tpo_bench.contract.batch import AlgorithmOptions, Batch, LossOut
+from ..contract.batch import AlgorithmOptions, Batch, LossOut
 
 
 def group_stats(scores: torch.Tensor, probs: torch.Tensor | None = None):

@@ -21,9 +21,9 @@ from typing import ClassVar
 
 import torch
 
-from tpo_bench.algorithms import register
-from tpo_bench.algorithms._common import STD_FLOOR, check_level, mean_where
-from tpo_bench.contract.batch import AlgorithmOptions, Batch, LossOut
+from . import register
+from ._common import STD_FLOOR, check_level, mean_where
+from ..contract.batch import AlgorithmOptions, Batch, LossOut
 
 PROJECTIONS = ("forward", "reverse")
 TAUS = ("std", "mean", "one")

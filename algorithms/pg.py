@@ -12,9 +12,9 @@ from dataclasses import dataclass
 
 import torch
 
-from tpo_bench.algorithms import register
-from tpo_bench.algorithms._common import check_positive, reinforce_sum, single_sample_advantage, standardise
-from tpo_bench.contract.batch import AlgorithmOptions, Batch, LossOut
+from . import register
+from ._common import check_positive, reinforce_sum, single_sample_advantage, standardise
+from ..contract.batch import AlgorithmOptions, Batch, LossOut
 
 ADVANTAGES = ("task", "group")
 

@@ -9,9 +9,9 @@ from typing import ClassVar
 
 import torch
 
-from tpo_bench.algorithms import register
-from tpo_bench.algorithms._common import check_positive, single_sample_advantage
-from tpo_bench.contract.batch import AlgorithmOptions, Batch, LossOut
+from . import register
+from ._common import check_positive, single_sample_advantage
+from ..contract.batch import AlgorithmOptions, Batch, LossOut
 
 
 @register("ppo")

@@ -21,10 +21,10 @@ from typing import ClassVar
 
 import torch
 
-from tpo_bench.algorithms import register
-from tpo_bench.algorithms._common import check_level, check_positive, mean_where, standardise
-from tpo_bench.contract.batch import AlgorithmOptions, Batch, LossOut, mean_over_steps
-from tpo_bench.contract.schema import IF_SET
+from . import register
+from ._common import check_level, check_positive, mean_where, standardise
+from ..contract.batch import AlgorithmOptions, Batch, LossOut, mean_over_steps
+from ..contract.schema import IF_SET
 
 LOGP_NORMS = ("sum", "mean")
 

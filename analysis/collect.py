@@ -1,6 +1,6 @@
 """Gather every completed run under an output root into one parquet table.
 
-    python analysis/collect.py [ROOT] [--out FILE] [--allow-skips] [--progress]
+    python analysis/collect.py [ROOT] [--out FILE] [--allow-skips] [--prior-attempts] [--progress]
 
 A run is a `<root>/<task>/<algo>/<config_hash>/seed=<n>/` directory. It is kept only if
 its summary.json (written last by the runner) says "completed", its metrics.parquet reads
@@ -10,7 +10,8 @@ rows the config's length implies, its own seed and hash), and no other copy of t
 run that failed, was interrupted or is still running is left out and collect goes on
 (exit 0); a run whose files contradict each other (a damaged "completed" one, a second
 copy) stops it with exit 1 and nothing written, unless --allow-skips (then the table of
-the runs kept is written).
+the runs kept is written). --prior-attempts adds the earlier results on_code_change=rerun
+kept inside run directories, each line that holds one labelled by its code fingerprint.
 """
 import argparse
 import contextlib
@@ -32,10 +33,14 @@ import pyarrow as pa
 import pyarrow.ipc  # noqa: F401 (pa.ipc)
 import pyarrow.parquet as pq
 
-from tpo_bench.analysis.rekey import config_columns, current_hash, rekey_table
-from tpo_bench.contract import io, schema
-from tpo_bench.contract.identity import flatten
-from tpo_bench.contract.schema import STALE_AFTER_S  # a running run silent this long lost its process
+if __name__ == "__main__" and not (__package__ or "").startswith("tpo_bench"):
+    import tpo_bench.analysis  # noqa: F401  (run by path or by a top-level name: the package its relative imports name)
+    __package__ = "tpo_bench.analysis"
+from .rekey import config_columns, current_hash, rekey_table
+from ..cli import spelled
+from ..contract import io, schema
+from ..contract.identity import flatten
+from ..contract.schema import STALE_AFTER_S  # a running run silent this long lost its process
 
 DEFAULT_ROOT = "outputs"
 # Runs that are not (yet) a result: reported and left out of the table without stopping
@@ -53,9 +58,14 @@ REQUIRED = GROUP + ["seed", "step", "error"]
 CODE = "code_fingerprint"
 # The table's own record (df.attrs, kept in the parquet file) of the runs it was collected from.
 COLLECTED = "collected"
+# While collect runs: marks the rows of an earlier result kept in a run directory
+# (--prior-attempts), until their lines are labelled by code; never in a written table.
+PRIOR = "_prior_attempt"
 # The columns that say whose rows a run's table holds: without one its rows would join
 # no line (or the wrong one), so a run's table lacking any is not that run's result.
 IDENTITY = GROUP + ["seed"]
+# in_progress's column: how a run that is not completed stands ("running", "interrupted").
+PROGRESS = "run_status"
 # One row of a run: a table holds each at most once (a second would be averaged in as data).
 ROW_KEY = IDENTITY + ["step"]
 
@@ -108,10 +118,11 @@ class RunInfo:
     #              | "inconsistent" | "duplicate"
     reason: str | None  # why the run is skipped; None for completed runs
     summary: dict | None = None  # its summary.json, where that is readable
+    prior: str | None = None  # an earlier result kept in this folder inside path (prior-attempt-<n>)
 
     @property
     def metrics_path(self) -> Path:
-        return self.path / schema.METRICS
+        return self.path / (self.prior or "") / schema.METRICS
 
 
 class DamagedSummary(ValueError):
@@ -211,6 +222,37 @@ def find_runs(root, stale_after: float = STALE_AFTER_S, progress: Progress | Non
     found = list(schema.run_dirs(root, unreadable))
     return [_classify(d, stale_after) for d in _tracked(found, progress)] + \
         [_unreadable(folder, e) for folder, e in unreadable]
+
+
+def prior_attempts(runs: list[RunInfo]) -> list[RunInfo]:
+    """The earlier results that on_code_change=rerun kept inside the runs' directories
+    (`prior-attempt-<n>/`, bench.runner.keep_prior), each as a run of its own: one per code
+    fingerprint a run directory completed under, the newest first, none under its current
+    result's. A kept summary that cannot be read is a corrupt entry, named."""
+    out = []
+    for run in runs:
+        if run.status == "unreadable":
+            continue
+        try:
+            kept = [(int(m.group(1)), e.name) for e in os.scandir(run.path)
+                    if (m := schema.PRIOR_ATTEMPT.fullmatch(e.name)) and e.is_dir(follow_symlinks=False)]
+        except OSError:
+            continue
+        seen = {(run.summary or {}).get(CODE)} if run.status == "completed" else set()
+        for _, name in sorted(kept, reverse=True):
+            try:
+                info = read_summary(run.path / name / schema.SUMMARY)
+            except PermissionError as e:
+                out.append(_unreadable(run.path / name, e))
+                continue
+            except DamagedSummary as e:
+                out.append(RunInfo(run.path, "corrupt", f"damaged {name}/{schema.SUMMARY}: {e}", prior=name))
+                continue
+            code = info.get(CODE)
+            if info.get("status") == schema.COMPLETED and code and code not in seen:
+                seen.add(code)
+                out.append(RunInfo(run.path, "completed", None, info, prior=name))
+    return out
 
 
 def read_metrics(path: Path) -> pa.Table:
@@ -377,6 +419,36 @@ def collect(root, stale_after: float = STALE_AFTER_S) -> tuple[pd.DataFrame, lis
     return load_runs(find_runs(root, stale_after), root)
 
 
+def in_progress(root, stale_after: float = STALE_AFTER_S) -> pd.DataFrame:
+    """The rows so far of the runs under root that are under way, for figures only (no
+    result: collect leaves them out of the table): a run running, or interrupted (or
+    silent past stale_after) and resumable, whose metrics.parquet holds the episodes
+    of its last attempt, its own (hash and seed as its folder says). Each row is marked
+    `partial`, and PROGRESS says "running" or "interrupted"."""
+    frames = []
+    for run in find_runs(root, stale_after):
+        if run.status not in ("running", "incomplete") or not run.metrics_path.is_file():
+            continue
+        try:
+            df = read_metrics(run.metrics_path).to_pandas()
+        except Exception:  # unreadable or torn: nothing to draw
+            continue
+        own = schema.parse_run_dir(run.path)
+        if (set(IDENTITY) - set(df.columns) or own is None
+                or set(df["config_hash"]) != {own.config_hash} or set(df["seed"]) != {own.seed}):
+            continue
+        frames.append(df.assign(partial=True, **{PROGRESS: "running" if run.status == "running"
+                                                 else "interrupted"}))
+    return pd.concat(frames, ignore_index=True) if frames else pd.DataFrame()
+
+
+def completed(df: pd.DataFrame) -> pd.DataFrame:
+    """The rows of completed runs: without in_progress's rows."""
+    if "partial" not in df.columns:
+        return df
+    return df[~df["partial"].eq(True)]
+
+
 def load_runs(runs: list[RunInfo], root=None,
               progress: Progress | None = None) -> tuple[pd.DataFrame, list[RunInfo]]:
     frames, skipped = [], []
@@ -414,6 +486,8 @@ def load_runs(runs: list[RunInfo], root=None,
         commit, commits = _commits(run.summary or {})
         # an empty fingerprint is no fingerprint: unknown code, like a run without one
         provenance = {"git_commit": commit, "git_commits": commits, CODE: (run.summary or {}).get(CODE) or None}
+        if run.prior:  # one result per (hash, seed, code); marked until its line is labelled
+            key, provenance[PRIOR] = (*key, provenance[CODE]), True
         for col, value in provenance.items():
             df = df.append_column(col, pa.array([value] * df.num_rows))
         frames.append((run, _is_canonical(run, values, root), key, _pack(df, schemas)))
@@ -428,9 +502,11 @@ def load_runs(runs: list[RunInfo], root=None,
             first = kept[key]
             shown = first.relative_to(root) if root is not None else first
             skipped.append(RunInfo(run.path, "duplicate", f"duplicate of {shown} (config_hash "
-                                                          f"{key[0]}, seed {key[1]}): counted once"))
+                                                          f"{key[0]}, seed {key[1]}"
+                                                          + (f", code {key[2]}" if run.prior else "")
+                                                          + "): counted once", prior=run.prior))
             continue
-        kept[key] = run.path
+        kept[key] = run.path / (run.prior or "")
         out.append(packed)
     return _to_pandas(out, schemas), skipped
 
@@ -506,6 +582,17 @@ def split_code(df: pd.DataFrame, mixed: dict) -> pd.DataFrame:
     algo = df["algo.name"].astype(object)
     algo[rows] = [f"{a} [code {str(fp)[:8]}]" for a, fp in zip(algo[rows], df.loc[rows, CODE])]
     return df.assign(**{"algo.name": algo.astype(df["algo.name"].dtype)})
+
+
+def label_prior_lines(df: pd.DataFrame) -> pd.DataFrame:
+    """Each line holding a prior attempt's rows (load_runs marks them) split into one line
+    per code fingerprint (split_code), so an earlier result never reads as today's; the
+    mark dropped."""
+    if PRIOR not in df.columns:
+        return df
+    marked = df[PRIOR].eq(True)
+    lines = {key: None for key in df.loc[marked, GROUP].itertuples(index=False, name=None)}
+    return split_code(df.drop(columns=PRIOR), lines)
 
 
 def check_code(df: pd.DataFrame, split: bool = False) -> pd.DataFrame | None:
@@ -601,7 +688,7 @@ def warn_if_stale(table, root=None) -> int:
                     root)
         print(f"warning: {len(newer)} completed run{'s' * many} under {root} finished after {table} "
               f"was written and {'are' if many else 'is'} not in it; re-collect first: "
-              f"python analysis/collect.py {root} --out {table}", file=sys.stderr)
+              f"{spelled('collect')} {root} --out {table}", file=sys.stderr)
     return len(newer)
 
 
@@ -705,7 +792,7 @@ def read_results(path, what: str = "nothing to work on", say=None,
     legacy_runs: a set given here gets the (hash, seed) of each run the table holds under
     a legacy hash (re-keyed as read), for provenance."""
     path = Path(path)
-    make = "make it with `python analysis/collect.py` (or name another with --results)"
+    make = f"make it with `{spelled('collect')}` (or name another with --results)"
     if not path.is_file():
         print(f"error: results file {path} not found: {make}", file=sys.stderr)
         return 2
@@ -755,6 +842,10 @@ def main(argv=None) -> int:
     parser.add_argument("--split-code", action="store_true",
                         help="keep seeds of one config run under different code as separate "
                              "lines (labelled by code fingerprint) instead of refusing them")
+    parser.add_argument("--prior-attempts", action="store_true",
+                        help="also collect the earlier results on_code_change=rerun kept in run "
+                             "directories (prior-attempt-<n>/), each line that holds one split "
+                             "by code fingerprint and labelled so (tpo [code 1a2b3c4d])")
     parser.add_argument("--progress", action="store_true",
                         help=f"say how many run directories were read on stderr however fast "
                              f"(by default only past {PROGRESS_AFTER_S:g} s or {PROGRESS_MANY} runs)")
@@ -766,7 +857,10 @@ def main(argv=None) -> int:
         return 2
     started = time.monotonic()
     runs = find_runs(root, args.stale_after, Progress("summaries read", args.progress, started))
+    if args.prior_attempts:
+        runs += prior_attempts(runs)
     df, skipped = load_runs(runs, root, Progress("run directories read", args.progress, started))
+    df = label_prior_lines(df)
     # Failed runs first, then the unfinished ones (resumable), then damaged files and
     # tables that are not what their summary says, then extra copies.
     for kinds, title in ((("failed",), "failed"), (("unreadable",), "unreadable"), (("running", "incomplete", "unknown"), "incomplete"),
@@ -777,7 +871,7 @@ def main(argv=None) -> int:
             print(f"{title} ({len(group)}):")
         for run in group:
             prefix = "warning: " if run.status in ("corrupt", "inconsistent") else ""
-            print(f"  {prefix}skipped {run.path.relative_to(root)}: {run.reason}")
+            print(f"  {prefix}skipped {(run.path / (run.prior or '')).relative_to(root)}: {run.reason}")
     if df.empty:
         print(f"error: no completed run found under {root} ({len(skipped)} skipped)", file=sys.stderr)
         return 1 if skipped else 2  # runs that failed or were refused, or nothing to collect
@@ -820,7 +914,10 @@ def main(argv=None) -> int:
               f"{len(left) - failed - unreadable} unfinished"
               + (f", {unreadable} unreadable" if unreadable else "")
               + "; listed above): re-run them to add them")
-    print(f"collected {kept} runs ({len(df)} rows), skipped {len(skipped)} -> {args.out}")
+    earlier = sum(r.prior is not None for r in runs) - sum(r.prior is not None for r in skipped)
+    print(f"collected {kept} runs ({len(df)} rows"
+          + (f"; {earlier} of them earlier results kept by on_code_change=rerun" if earlier else "")
+          + f"), skipped {len(skipped)} -> {args.out}")
     return 0
 
 

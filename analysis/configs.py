@@ -1,12 +1,11 @@
 """The configurations behind a results table: the conf/ defaults a run is compared with
-(an algorithm's yaml values, an optimizer's learning rate), and one configuration out of
-several that fit the same setting. Shared by the paper's selection
+(an algorithm's yaml values, an optimizer's learning rate, as Hydra composes them for a
+run: bench.config), and one configuration out of several that fit the same setting. Shared by the paper's selection
 (analysis/paper/experiments.py) and the tuning reports (analysis/tuning/tuned.py).
 """
 from __future__ import annotations
 
 from functools import lru_cache
-from pathlib import Path
 
 import pandas as pd
 
@@ -19,63 +18,40 @@ ALIASES = {
     "surprisal": "algo.surprisal",
 }
 
-# conf/ beside analysis/: the checkout's, or the one a non-editable install puts there.
-CONF = Path(__file__).resolve().parents[1] / "conf"
+def _composed(group: str, name: str, *overrides: str) -> dict:
+    """The config `python -m bench <group>=<name> OVERRIDES` runs with, as Hydra composes
+    conf/ for a run (bench.config.compose); {} where conf/ has no such preset."""
+    from ..bench.config import CONF, compose
 
-
-def _preset(group: str, name: str) -> dict:
-    """conf/<group>/<name>.yaml's values over what it extends: its base preset, or the
-    defaults of the dataclass its schema entry names ({} if there is no such preset)."""
-    import yaml  # omegaconf's dependency; only needed here
-
-    path = CONF / group / f"{name}.yaml"
-    if not path.is_file():
+    plus = "+" if group == "experiment" else ""
+    if not (CONF / group / f"{name}.yaml").is_file():
         return {}
-    own = yaml.safe_load(path.read_text()) or {}
-    base: dict = {}
-    for entry in own.pop("defaults", None) or []:
-        if isinstance(entry, dict) and f"/schema/{group}@_here_" in entry:
-            base = _dataclass_defaults(group, entry[f"/schema/{group}@_here_"])
-        elif isinstance(entry, str) and not entry.startswith("_"):
-            base = _preset(group, entry)
-    return {**base, **own}
-
-
-def _dataclass_defaults(group: str, impl: str) -> dict:
-    import dataclasses
-
-    from tpo_bench.contract.registry import ALGORITHMS, TASKS
-
-    cls = {"algo": ALGORITHMS, "task": TASKS}[group].get(impl)
-    return {"impl": impl, **{f.name: f.default for f in dataclasses.fields(cls)
-                             if f.init and f.default is not dataclasses.MISSING}}
+    return compose(f"{plus}{group}={name}", *overrides)
 
 
 @lru_cache(maxsize=None)
 def algo_defaults(algo: str) -> dict:
     """The values conf/algo/<algo>.yaml runs with (its own over its dataclass's defaults),
     the reference for held keys ({} if unknown)."""
-    return _preset("algo", algo)
+    return _composed("algo", algo).get("algo", {})
 
 
 @lru_cache(maxsize=None)
 def experiment_task(name: str) -> dict:
     """The task values conf/experiment/<name>.yaml runs: the task preset its sweep names
     (one), under the experiment's own `task` block."""
-    import yaml
+    from ..bench.config import composed
 
-    exp = yaml.safe_load((CONF / "experiment" / f"{name}.yaml").read_text())
-    preset = exp["hydra"]["sweeper"]["params"]["task"]
-    return {**_preset("task", preset), **(exp.get("task") or {})}
+    preset = composed(f"+experiment={name}", hydra=True).hydra.sweeper.params.task
+    if "," in preset:
+        raise ValueError(f"experiment {name} sweeps over several task presets: {preset}")
+    return _composed("experiment", name, f"task={preset}")["task"]
 
 
 @lru_cache(maxsize=None)
 def default_lr(optim: str):
     """conf/optim/<optim>.yaml's learning rate (None if unknown)."""
-    import yaml
-
-    path = CONF / "optim" / f"{optim}.yaml"
-    return (yaml.safe_load(path.read_text()) or {}).get("lr") if path.is_file() else None
+    return _composed("optim", optim).get("optim", {}).get("lr")
 
 
 def pick_config(rows: pd.DataFrame) -> pd.DataFrame:

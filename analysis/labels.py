@@ -11,9 +11,9 @@ from collections import Counter
 
 import pandas as pd
 
-from tpo_bench.analysis.collect import GROUP
-from tpo_bench.analysis.style import fmt
-from tpo_bench.contract import schema
+from .collect import GROUP
+from .style import fmt
+from ..contract import schema
 
 # Per-step metrics and row keys are never legend keys, even where they happen to be
 # constant; nor is provenance: two lines differing only by commit are one configuration.

@@ -24,10 +24,14 @@ from typing import Sequence
 import numpy as np
 import pandas as pd
 
-from tpo_bench.analysis.collect import GROUP, last_step, read_results
-from tpo_bench.analysis.configs import pick_config
-from tpo_bench.analysis.style import COLUMN_IN, LEGEND_PT, SUPTITLE_PT, TITLE_PT, color_for, legend_below, plt, wrap
-from tpo_bench.contract import io
+if __name__ == "__main__" and not (__package__ or "").startswith("tpo_bench"):
+    import tpo_bench.analysis  # noqa: F401  (run by path or by a top-level name: the package its relative imports name)
+    __package__ = "tpo_bench.analysis"
+from .collect import GROUP, last_step, read_results
+from ..cli import spelled
+from .configs import pick_config
+from .style import COLUMN_IN, LEGEND_PT, SUPTITLE_PT, TITLE_PT, color_for, legend_below, look, plt, wrap
+from ..contract import io
 
 IQM_CUT = 0.25  # trimmed from each end: the interquartile mean
 LAST_FRAC = 0.1
@@ -364,7 +368,7 @@ def scores_from_table(df: pd.DataFrame, normalisation: str = "initial", last_fra
     if df.empty:
         raise NoData("no runs to rank" + (f" labelled experiment={experiment}: run "
                                           f"`python -m bench -m +experiment={experiment}`, then "
-                                          f"analysis/collect.py" if experiment else ""))
+                                          f"`{spelled('collect')}`" if experiment else ""))
     df, picked = one_config_per_cell(df, pick)
     notes += picked
     short = incomplete_runs(df)
@@ -543,7 +547,7 @@ def render(board: Board):
     for i, m in enumerate(order):
         y = k - 1 - i
         r = t.loc[m]
-        ax_iqm.errorbar([r.iqm], [y], xerr=[[r.iqm - r.iqm_lo], [r.iqm_hi - r.iqm]], fmt="o",
+        ax_iqm.errorbar([r.iqm], [y], xerr=[[r.iqm - r.iqm_lo], [r.iqm_hi - r.iqm]], fmt=look(m).marker,
                         color=color_for(m), ms=4, capsize=3, lw=1.5)
     ax_iqm.set_yticks(range(k), order[::-1], fontsize=LEGEND_PT)
     ax_iqm.set(xlabel="IQM of normalised score", title=f"IQM, {level} stratified-bootstrap CI")

@@ -10,7 +10,8 @@ seeds), in percent; --where filters on a column by its short key (H, V, K, B, D,
 target, epochs, eta, match; H without reward: the terminal-reward tasks). The committed
 table is read with the committed runs beside it (reproduction/runs/). With --figure: the
 paper's figures in its form (analysis/paper/paper_figures.py), ours (figures.py), or
-`leaderboard`; `all` draws every one; --page writes the comparison page (page.py).
+`leaderboard`; `all` draws every one; --page writes the comparison page (page.py); runs
+under way under --add-runs are drawn as far as they got (never in a table or verdict).
 A line is the seed mean +-1 SE band, SE = std(ddof=0) / sqrt(n_seeds) as in the paper.
 """
 import argparse
@@ -22,19 +23,22 @@ import numpy as np
 import pandas as pd
 from matplotlib.ticker import Formatter, FuncFormatter
 
-from tpo_bench.analysis import leaderboard
-from tpo_bench.analysis import collect
-from tpo_bench.analysis.collect import GROUP, last_step, os_errors_in_one_line, read_results, warn_if_stale
-from tpo_bench.analysis.labels import SHORT, compact_labels, label_text, legend_labels, se_text, title_items
-from tpo_bench.analysis.paper import figures
-from tpo_bench.analysis.configs import pick_config
-from tpo_bench.analysis.paper import paper_figures
-from tpo_bench.analysis.configs import ALIASES
-from tpo_bench.analysis.style import (COLUMN_IN, DPI, LINESTYLES, fit_figure_texts, png_dpi, LOG_FLOOR, TITLE_PT, legend_below, method_label,
+if __name__ == "__main__" and not (__package__ or "").startswith("tpo_bench"):
+    import tpo_bench.analysis  # noqa: F401  (run by path or by a top-level name: the package its relative imports name)
+    __package__ = "tpo_bench.analysis"
+from . import leaderboard
+from . import collect
+from .collect import GROUP, last_step, os_errors_in_one_line, read_results, warn_if_stale
+from .labels import SHORT, compact_labels, label_text, legend_labels, se_text, title_items
+from .paper import figures
+from .configs import pick_config
+from .paper import paper_figures
+from .configs import ALIASES
+from .style import (COLUMN_IN, DPI, LINESTYLES, fit_figure_texts, png_dpi, LOG_FLOOR, TITLE_PT, legend_below, method_label,
                             method_styles, plt, threshold_line)
-from tpo_bench.contract import io
+from ..contract import io
 # The statistics live in stats.py (shared with the paper report); re-exported here for callers.
-from tpo_bench.analysis.stats import THRESHOLD, mean_se, seed_curves, seed_hits, steps_to_threshold  # noqa: F401
+from .stats import THRESHOLD, mean_se, seed_curves, seed_hits, steps_to_threshold  # noqa: F401
 
 
 # ticks in percent on linear and log axes alike ("0.1", "50"); the axis label says "(%)"
@@ -94,9 +98,10 @@ def _missing_last(key, g: pd.DataFrame) -> str | None:
 
 
 def incomplete_groups(df: pd.DataFrame) -> dict[tuple, str]:
-    """Lines some of whose seeds stop before the config's last step, with the reason."""
+    """Lines some of whose completed seeds stop before the config's last step, with the
+    reason (a run under way, collect.in_progress's, is drawn as one)."""
     out = {}
-    for key, g in df.groupby(GROUP, sort=True):
+    for key, g in collect.completed(df).groupby(GROUP, sort=True):
         why = _missing_last(key, g)
         if why:
             out[key] = why
@@ -382,7 +387,8 @@ def main(argv=None) -> int:
     parser.add_argument("--figure", nargs="+", metavar="NAME",
                         help="draw these paper figures (see --list; 'all' for every one)")
     parser.add_argument("--add-runs", action="append", default=[], metavar="ROOT",
-                        help="also the completed runs under this output root (repeatable)")
+                        help="also the completed runs under this output root (repeatable); with "
+                             "--figure, also its runs under way, drawn as far as they got")
     parser.add_argument("--no-committed-runs", action="store_true",
                         help="plotting the committed table: leave out the committed runs beside it "
                              "(read by default when no --add-runs is given)")
@@ -436,6 +442,8 @@ def main(argv=None) -> int:
         added, _ = collect.collect(root)
         if not added.empty:
             df, _ = collect.merge(df, added)
+        if args.figure:  # a run under way is drawn, said so in its panel, never judged
+            df = with_runs_under_way(df, collect.in_progress(root))
     if args.add_runs:
         df = collect.check_code(df, args.split_code)
         if df is None:
@@ -468,7 +476,7 @@ def main(argv=None) -> int:
             return 1
     if args.figure:
         if args.page:  # the page draws the paper's figures itself
-            from tpo_bench.analysis.paper import page
+            from .paper import page
             print(f"wrote {page.write(df, Path(args.page), Path(args.out))}")
         rc = draw_figures(df, args.figure, args.out, paper=not args.page)
         return rc or int(bool(refused))
@@ -494,6 +502,17 @@ def committed_runs(results) -> list[Path]:
     except OSError:
         return []
     return [path.parent / r for r in COMMITTED_RUNS if (path.parent / r).is_dir()] if same else []
+
+
+def with_runs_under_way(df: pd.DataFrame, under_way: pd.DataFrame) -> pd.DataFrame:
+    """df and the rows of runs under way (collect.in_progress) that df does not hold
+    completed (a run resumed after it completed is the completed one here)."""
+    if under_way.empty:
+        return df
+    keys = ["config_hash", "seed"]
+    have = pd.MultiIndex.from_frame(df[keys]) if not df.empty else pd.MultiIndex.from_tuples([], names=keys)
+    new = under_way[~pd.MultiIndex.from_frame(under_way[keys]).isin(have)]
+    return pd.concat([df, new], ignore_index=True) if not new.empty else df
 
 
 def our_figures() -> list[str]:

@@ -13,8 +13,8 @@ from typing import Any
 import numpy as np
 import pandas as pd
 
-from tpo_bench.contract.identity import config_hash, legacy_hash
-from tpo_bench.contract.registry import ALGORITHMS, TASKS, UnknownName
+from ..contract.identity import config_hash, legacy_hash
+from ..contract.registry import ALGORITHMS, TASKS, UnknownName
 
 TOP_LEVEL = {"match": str, "match_k": int}  # the config's science keys outside the sections
 SECTIONS = ("task", "algo", "optim")

@@ -9,6 +9,7 @@ is pyplot after that choice.
 from __future__ import annotations
 
 import zlib
+from dataclasses import dataclass
 
 import matplotlib
 
@@ -18,21 +19,48 @@ import matplotlib.pyplot as plt  # noqa: E402,F401
 import numpy as np  # noqa: E402
 import pandas as pd  # noqa: E402
 
-# One colour, line style, width and name per method in every figure. The paper's methods
-# keep the artifact's plotting-script values (TPO blue, solid and thickest; GRPO orange; DG
-# red, dashed; ...); a token-level variant shares its sequence-level method's colour.
-PAPER_STYLE = {
-    "tpo": ("TPO", "#2C7BB6", "-", 2.6), "grpo": ("GRPO", "#F4A259", "-", 1.9),
-    "dg": ("DG", "#D62728", "--", 1.9), "ppo": ("PPO", "#ABD9E9", "--", 1.7),
-    "grpo_no_kl": ("GRPO (no KL)", "#018571", ":", 1.7), "pg": ("PG", "#ABD9E9", "--", 1.7),
-    "group_pg": ("Group PG", "#BF812D", "--", 1.7), "ce": ("CE", "#878787", ":", 1.7),
-    "tpo_no_anchor": ("TPO (no anchor)", "#8C510A", "-.", 1.7),
-    "grpo_masked": ("GRPO (zv-masked)", "#7B3294", "--", 1.7),
-    "tpo_token": ("TPO_token", "#2C7BB6", "-", 2.6), "grpo_token": ("GRPO_token", "#F4A259", "-", 1.9),
+# One look per method in every figure: name, colour, line style, width and marker (the
+# marker where a figure draws points). The paper's methods keep the artifact's
+# plotting-script values (TPO blue, solid and thickest; GRPO orange; DG red, dashed; ...); a
+# token-level variant shares its sequence-level method's look. PG, which the artifact draws
+# in PPO's light blue (the paper never shows the two together), and every other method of
+# conf/algo have a colour of their own, at least 25 CIELAB units from every other method's.
+@dataclass(frozen=True)
+class Look:
+    label: str
+    color: str
+    ls: str = "-"
+    lw: float = 1.7
+    marker: str = "o"
+
+
+STYLE = {
+    "tpo": Look("TPO", "#2C7BB6", "-", 2.6, "o"), "grpo": Look("GRPO", "#F4A259", "-", 1.9, "s"),
+    "dg": Look("DG", "#D62728", "--", 1.9, "^"), "ppo": Look("PPO", "#ABD9E9", "--", 1.7, "D"),
+    "grpo_no_kl": Look("GRPO (no KL)", "#018571", ":", 1.7, "P"),
+    "pg": Look("PG", "#66A61E", "--", 1.7, "v"),
+    "group_pg": Look("Group PG", "#BF812D", "--", 1.7, "X"), "ce": Look("CE", "#878787", ":", 1.7, "*"),
+    "tpo_no_anchor": Look("TPO (no anchor)", "#8C510A", "-.", 1.7, "<"),
+    "grpo_masked": Look("GRPO (zv-masked)", "#7B3294", "--", 1.7, ">"),
+    "tpo_token": Look("TPO_token", "#2C7BB6", "-", 2.6, "o"),
+    "grpo_token": Look("GRPO_token", "#F4A259", "-", 1.9, "s"),
+    # methods of ours beside the paper's: named as their presets are
+    "cispo": Look("cispo", "#E7298A", "-", 1.7, "h"), "dapo": Look("dapo", "#CC79A7", "-", 1.7, "p"),
+    "dr_grpo": Look("dr_grpo", "#882255", "-", 1.7, "d"), "gpg": Look("gpg", "#EE6677", "-", 1.7, "H"),
+    "gspo": Look("gspo", "#00441B", "-", 1.7, "8"), "lpo": Look("lpo", "#FF7F00", "-", 1.7, "h"),
+    "lpo_clip": Look("lpo_clip", "#1A9850", "-", 1.7, "p"),
+    "lpo_reverse": Look("lpo_reverse", "#CCBB44", "-", 1.7, "d"),
+    "maxrl": Look("maxrl", "#8C564B", "-", 1.7, "H"),
+    "reinforce_pp_baseline": Look("reinforce_pp_baseline", "#C5B0D5", "-", 1.7, "8"),
+    "rloo": Look("rloo", "#33BBEE", "-", 1.7, "h"), "tpo_lennorm": Look("tpo_lennorm", "#2D004B", "-", 1.7, "p"),
 }
-COLORS = {algo: s[1] for algo, s in PAPER_STYLE.items()}
-# Other methods: Paul Tol's colour-blind-safe "muted" palette, minus the hues the paper's take.
-FALLBACK = ["#332288", "#AA4499", "#999933", "#882255", "#44AA99", "#CC6677", "#DDCC77", "#117733"]
+# The paper's methods, in the order its legends list them.
+PAPER_METHODS = ("tpo", "grpo", "dg", "ppo", "grpo_no_kl", "pg", "group_pg", "ce", "tpo_no_anchor",
+                 "grpo_masked", "tpo_token", "grpo_token")
+COLORS = {algo: look.color for algo, look in STYLE.items()}
+# Methods the table does not know (a plug-in's): colours at least 20 CIELAB units from
+# every colour of the table.
+FALLBACK = ["#004488", "#DFC27D", "#F46D43", "#313695", "#7570B3", "#17BECF", "#A50026", "#C49C94"]
 LINESTYLES = ["-", "--", ":", "-."]
 # rcParams of the paper's figures: serif STIX type, no top or right spine.
 PAPER_RC = {"font.family": "serif", "font.serif": ["STIXGeneral", "DejaVu Serif"],
@@ -55,26 +83,29 @@ SUPTITLE_PT = 10
 LOG_FLOOR = 1e-4  # a log axis cannot show the band's lower edge at or below zero
 
 
-def color_for(algo: str) -> str:
+def look(algo: str) -> Look:
+    """The method's look: the table's, or for a method it does not know a FALLBACK colour
+    (crc32 of its name: the same in every figure and process), solid, with circles."""
     # crc32 rather than hash(): Python's str hash changes between processes.
-    return COLORS.get(algo, FALLBACK[zlib.crc32(algo.encode()) % len(FALLBACK)])
+    return STYLE.get(algo) or Look(algo, FALLBACK[zlib.crc32(algo.encode()) % len(FALLBACK)])
+
+
+def color_for(algo: str) -> str:
+    return look(algo).color
 
 
 def method_label(algo: str) -> str:
-    return PAPER_STYLE[algo][0] if algo in PAPER_STYLE else algo
+    return look(algo).label
 
 
 def method_styles(algos) -> dict:
-    """algo -> (colour, line style, width) for the methods of one figure: the paper's
-    methods their fixed look; any other a palette colour no method of this figure has
-    taken (line styles vary once the palette is spent), so colours never repeat in a figure
-    while the palette lasts."""
+    """algo -> (colour, line style, width) for the methods of one figure: each known
+    method its look; a method the table does not know a FALLBACK colour no method of
+    this figure has taken (line styles vary once the palette is spent), so colours
+    never repeat in a figure while the palette lasts."""
     algos = list(dict.fromkeys(algos))
-    out, taken = {}, set()
-    for a in algos:
-        if a in PAPER_STYLE and PAPER_STYLE[a][1] not in taken:
-            out[a] = PAPER_STYLE[a][1:]
-            taken.add(out[a][0])
+    out = {a: (STYLE[a].color, STYLE[a].ls, STYLE[a].lw) for a in algos if a in STYLE}
+    taken = {c for c, _, _ in out.values()}
     rest = [a for a in algos if a not in out]
     for i, a in enumerate(rest):
         free = [c for c in FALLBACK if c not in taken]

@@ -16,6 +16,7 @@ if __name__ == "bench":  # the top-level name: this module is tpo_bench.bench
               f"the harness; rename it, or run from another directory", file=sys.stderr)
         raise SystemExit(2)
     tpo_bench.alias(__name__)
+    __package__ = f"tpo_bench.{__name__}"  # what follows resolves its imports there
 
 from importlib.metadata import PackageNotFoundError, version as _version
 

@@ -6,7 +6,10 @@ import sys
 import hydra
 from omegaconf import DictConfig, OmegaConf
 
-from tpo_bench.bench import config
+if __name__ == "__main__" and not (__package__ or "").startswith("tpo_bench"):
+    import tpo_bench.bench  # noqa: F401  (run by path or by a top-level name: the package its relative imports name)
+    __package__ = "tpo_bench.bench"
+from . import config
 
 
 def groups_help() -> str:
@@ -52,11 +55,11 @@ def register_sweepers() -> None:
 def main(cfg: DictConfig) -> dict:
     from hydra.core.hydra_config import HydraConfig
 
-    from tpo_bench.bench import interrupts
-    from tpo_bench.bench.build import ConfigError
-    from tpo_bench.bench.jobs import explicit_keys, job_result, job_specs
-    from tpo_bench.bench.runner import run, run_seeds
-    from tpo_bench.contract import schema
+    from . import interrupts
+    from .build import ConfigError
+    from .jobs import explicit_keys, job_result, job_specs
+    from .runner import run, run_seeds
+    from ..contract import schema
 
     try:
         resolved = OmegaConf.to_container(cfg, resolve=True)
@@ -148,7 +151,7 @@ def cli() -> None:
     """Exit codes, one convention whoever catches the problem: 0 done; 1 a run failed or
     a file it met was refused; 2 bad input (nothing was created); 128 + N a signal N."""
     if sys.argv[1:] == ["--version"]:  # tpo-bench's, not Hydra's
-        from tpo_bench import __version__
+        from .. import __version__
 
         print(f"tpo-bench {__version__}")
         sys.exit(0)

@@ -15,32 +15,28 @@ from typing import Any
 
 import torch
 
-from tpo_bench.algorithms import ALGORITHMS
-from tpo_bench.bench.config import ConfigError, RunConfig, check_fields, identity_keys, run_config
-from tpo_bench.bench.fingerprint import code_fingerprint
-from tpo_bench.contract.identity import config_hash, legacy_hash
-from tpo_bench.bench.optim import check_optimizer
-from tpo_bench.bench.tracking import logger_config
-from tpo_bench.contract import schema
-from tpo_bench.contract.batch import GROUP_NEEDS, NEEDS, Request
-from tpo_bench.contract.registry import UnknownName, load_plugins
-from tpo_bench.tasks import TASKS
+from ..algorithms import ALGORITHMS
+from .config import ConfigError, RunConfig, check_fields, identity_keys, run_config
+from .fingerprint import code_fingerprint
+from ..contract.identity import config_hash, legacy_hash
+from .optim import check_optimizer
+from .tracking import logger_config
+from ..contract import schema
+from ..contract.batch import GROUP_NEEDS, NEEDS, Request
+from ..contract.registry import UnknownName, load_plugins
+from ..tasks import TASKS
 
 @dataclass(frozen=True)
 class RunSpec:
+    """One (config, seed) resolved: what build() found and what it derived. The top-level
+    keys stay in `run`, as checked (their defaults are RunConfig's)."""
+    run: RunConfig
+    """the top level: seed, device, threads, force, output_root, ..."""
     task: Any
     algo: Any
     algo_name: str
     optim_name: str
     optim_hparams: dict[str, float]
-    seed: int
-    device: str
-    threads: int
-    log_every: int
-    force: bool
-    checkpoint_every: int
-    debug: dict[str, float]
-    """test-only fault injection: nan_at (step), sleep (s/episode), checkpoint_pause (s)"""
     config: dict[str, Any]
     """resolved scientific config (what the hash and the parquet columns carry)"""
     config_hash: str
@@ -55,10 +51,6 @@ class RunSpec:
     summary.json keeps them"""
     labels: dict[str, Any] = dataclasses.field(default_factory=dict)
     """columns that describe but do not identify the run (the experiment preset)"""
-    resume_across_commits: bool = True
-    """resume a checkpoint written under another git commit (recorded either way)"""
-    progress_every_s: float = 30.0
-    """a progress line at least this often (besides every log_every episodes)"""
     code_fingerprint: str = ""
     """hash of the algorithm's and task's code (bench.fingerprint); summary.json keeps it"""
     code_files: tuple[str, ...] = ()
@@ -66,11 +58,8 @@ class RunSpec:
     narrow_fingerprint: str = ""
     """the fingerprint as runs recorded it before it covered the harness and the plugin's
     package (bench.fingerprint): what a run whose summary has no code_scope is compared to"""
-    on_code_change: str = "refuse"
-    """a completed run whose recorded fingerprint differs: refuse, rerun or keep"""
     logger: dict[str, Any] = dataclasses.field(default_factory=lambda: {"name": "none"})
     """where else the metrics rows go (bench.tracking); never part of the identity"""
-    output_root: str = "outputs"
 
     @property
     def lr(self) -> float | None:
@@ -158,6 +147,13 @@ def _check_plain_name(key: str, value: Any) -> None:
                           "under output_root")
 
 
+def _check_episodes(episodes: Any) -> None:
+    """task.episodes, every task's (its dataclass declares the field, this the rule)."""
+    if isinstance(episodes, bool) or not isinstance(episodes, int) or not 1 <= episodes <= MAX_EPISODES:
+        raise ConfigError(f"task.episodes must be an integer from 1 to {MAX_EPISODES:,} (a run "
+                          f"records a row per episode), got {episodes!r}")
+
+
 def _check_device(device: Any, here: bool = True) -> None:
     """Refuse a device this machine lacks here, not as a failed run inside its directory.
     A job validated for another machine (a SLURM job submitted from a login node without
@@ -227,10 +223,7 @@ def build(cfg: dict[str, Any], explicit: frozenset[str] = frozenset(), here: boo
         check_optimizer(optim.get("name"), hparams)
     except ValueError as e:
         raise ConfigError(str(e)) from None
-    episodes = task.episodes
-    if isinstance(episodes, int) and not 1 <= episodes <= MAX_EPISODES:
-        raise ConfigError(f"task.episodes must be an integer from 1 to {MAX_EPISODES:,} (a run "
-                          f"records a row per episode), got {episodes:,}")
+    _check_episodes(task.episodes)
     _check_device(rc.device, here)
     _check_path_length(rc.output_root)
     _check_writable(rc.output_root)
@@ -246,16 +239,12 @@ def build(cfg: dict[str, Any], explicit: frozenset[str] = frozenset(), here: boo
     effective = {"batch_size_effective": run_task.batch_size,
                  "lr_effective": hparams.get("lr")}
     return RunSpec(
-        task=run_task, algo=algo, algo_name=cfg["algo"]["name"], optim_name=optim["name"],
-        optim_hparams=hparams, seed=rc.seed, request=request, effective=effective,
+        run=rc, task=run_task, algo=algo, algo_name=cfg["algo"]["name"], optim_name=optim["name"],
+        optim_hparams=hparams, request=request, effective=effective,
         rewrites=tuple(rewrites), notes=tuple(f"{r['key']}={r['given']} runs as {r['key']}="
                                               f"{r['used']}: {r['why']}" for r in rewrites),
-        labels={"experiment": rc.experiment}, resume_across_commits=rc.resume_across_commits,
-        device=rc.device, threads=rc.threads, log_every=rc.log_every,
-        progress_every_s=rc.progress_every_s, force=rc.force, checkpoint_every=rc.checkpoint_every,
-        debug=dataclasses.asdict(rc.debug), config=config, config_hash=h, logger=logger,
-        output_root=rc.output_root, code_fingerprint=fingerprint,
-        code_files=tuple(files), narrow_fingerprint=narrow, on_code_change=rc.on_code_change,
+        labels={"experiment": rc.experiment}, config=config, config_hash=h, logger=logger,
+        code_fingerprint=fingerprint, code_files=tuple(files), narrow_fingerprint=narrow,
         run_dir=_locate(rc.output_root, task.name, cfg["algo"]["name"], config, rc.seed),
     )
 

@@ -16,8 +16,8 @@ from typing import Any
 
 import torch
 
-from tpo_bench.contract import io
-from tpo_bench.contract.schema import CHECKPOINT, CONFIG
+from ..contract import io
+from ..contract.schema import CHECKPOINT, CONFIG
 
 VERSION = 1
 # A mismatch in any of these means the checkpoint is another run's trajectory (or, for
@@ -74,7 +74,7 @@ def check_identity(run_dir: Path, state: dict[str, Any], ours: dict[str, Any],
     path = run_dir / CHECKPOINT
     theirs = state.get("identity")
     if theirs is None:
-        from tpo_bench.contract.identity import config_hash
+        from ..contract.identity import config_hash
         try:
             config = io.read_json_object(run_dir / CONFIG)
         except (OSError, io.DamagedFile) as e:

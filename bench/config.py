@@ -22,7 +22,11 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Optional
 
-from tpo_bench.contract.schema import MAX_SEED
+if __name__ == "__main__" and not (__package__ or "").startswith("tpo_bench"):
+    import tpo_bench.bench  # noqa: F401  (run by path or by a top-level name: the package its relative imports name)
+    __package__ = "tpo_bench.bench"
+from ..contract.identity import NON_IDENTITY_KEYS
+from ..contract.schema import MAX_SEED
 
 CONF = Path(__file__).resolve().parent.parent / "conf"
 # Config groups whose node is a section of the run config (the rest are Hydra's or
@@ -34,12 +38,12 @@ class ConfigError(ValueError):
     """Bad input, found before any work or directory is created."""
 
 
-def key(default: Any, doc: str, *, identity: bool = False, least: int | None = None,
-        hint: str = "", choices: tuple = (), most: int | None = None, most_hint: str = "") -> Any:
-    """A RunConfig field: its default, what it does (docs/configuration.md's table), whether
-    it is part of the run's identity (the config hash: the science only), and its rule
-    (`most`, an upper bound, goes with `least`; `most_hint` says why)."""
-    meta = {"doc": doc, "identity": identity, "least": least, "hint": hint, "choices": choices,
+def key(default: Any, doc: str, *, least: int | None = None, hint: str = "",
+        choices: tuple = (), most: int | None = None, most_hint: str = "") -> Any:
+    """A RunConfig field: its default, what it does (docs/configuration.md's table) and its
+    rule (`most`, an upper bound, goes with `least`; `most_hint` says why). Whether it is
+    part of the run's identity is contract.identity's to say (`identity_keys`)."""
+    meta = {"doc": doc, "least": least, "hint": hint, "choices": choices,
             "most": most, "most_hint": most_hint}
     if isinstance(default, (list, dict)) or dataclasses.is_dataclass(default):
         factory = (lambda d=default: type(d)(d)) if isinstance(default, (list, dict)) else type(default)
@@ -63,8 +67,8 @@ class RunConfig:
                     most_hint=" (2**63 - 1: metrics.parquet stores it as a 64-bit integer)")
     match: str = key("prompts", "matching: every method B prompts per episode, or `interactions`: "
                      "single-sample methods get B * match_k prompts and lr * sqrt(match_k)",
-                     identity=True, choices=("prompts", "interactions"))
-    match_k: int = key(8, "K of interaction matching", identity=True, least=1)
+                     choices=("prompts", "interactions"))
+    match_k: int = key(8, "K of interaction matching", least=1)
     device: str = key("cpu", "cpu, cuda, cuda:N or mps")
     output_root: str = key("outputs", "runs land in `<output_root>/<task.name>/<algo.name>/<config "
                            "hash>/seed=<n>/`")
@@ -132,8 +136,9 @@ LOGGERS = {"none": NoLogger, "tensorboard": TensorBoardLogger, "wandb": WandbLog
 
 
 def identity_keys() -> tuple[str, ...]:
-    """The top-level keys in a run's identity (its config hash)."""
-    return tuple(f.name for f in dataclasses.fields(RunConfig) if f.metadata["identity"])
+    """The top-level keys in a run's identity (its config hash): those contract.identity
+    does not leave out."""
+    return tuple(f.name for f in dataclasses.fields(RunConfig) if f.name not in NON_IDENTITY_KEYS)
 
 
 def defaults(cls) -> dict[str, Any]:
@@ -286,9 +291,9 @@ def register(plugins: list[str] | tuple[str, ...] = ()) -> None:
     preset holding only `name: arms` comes with its implementation's defaults."""
     from hydra.core.config_store import ConfigStore
 
-    from tpo_bench.algorithms import ALGORITHMS
-    from tpo_bench.contract.registry import load_plugins
-    from tpo_bench.tasks import TASKS
+    from ..algorithms import ALGORITHMS
+    from ..contract.registry import load_plugins
+    from ..tasks import TASKS
 
     cs = ConfigStore.instance()
     if cs.repo.get("run_schema.yaml") is None:
@@ -311,10 +316,10 @@ _STORED: dict[str, set[str]] = {"algo": set(), "task": set()}
 def section_keys(section: str, node: dict[str, Any]) -> tuple[list[str], str] | None:
     """The keys a composed algo/task/optim section may hold and what to call it, or None
     when its implementation cannot be looked up (build then says why)."""
-    from tpo_bench.algorithms import ALGORITHMS
-    from tpo_bench.bench.optim import OPTIMIZERS
-    from tpo_bench.contract.registry import UnknownName
-    from tpo_bench.tasks import TASKS
+    from ..algorithms import ALGORITHMS
+    from .optim import OPTIMIZERS
+    from ..contract.registry import UnknownName
+    from ..tasks import TASKS
 
     if section == "logger":
         cls = LOGGERS.get(node.get("name"))
@@ -444,8 +449,8 @@ def _check_top_value(o) -> None:
 
 def _in_section(name: str) -> str:
     """"; did you mean algo.NAME?" where NAME is a key of an algorithm or task."""
-    from tpo_bench.algorithms import ALGORITHMS
-    from tpo_bench.tasks import TASKS
+    from ..algorithms import ALGORITHMS
+    from ..tasks import TASKS
 
     for section, registry in (("algo", ALGORITHMS), ("task", TASKS)):
         if any(name in {f.name for f in dataclasses.fields(registry.get(n))} for n in registry.names()):
@@ -464,7 +469,7 @@ def _check_section_keys(sectioned: list[tuple[str, str]], choices: list[str]) ->
     from hydra.core.global_hydra import GlobalHydra
     from omegaconf import OmegaConf
 
-    from tpo_bench.contract.registry import load_plugins
+    from ..contract.registry import load_plugins
 
     first = [c.split(",")[0] if "=" in c and "[" not in c else c for c in choices]
     register()
@@ -495,7 +500,7 @@ def markdown_table() -> str:
         value = values[f.name]
         shown = "null" if value is None else str(value).lower() if isinstance(value, bool) else \
             ", ".join(f"{k}={v}" for k, v in value.items()) if isinstance(value, dict) else value
-        rows.append(f"| `{f.name}` | `{shown}` | {'yes' if f.metadata['identity'] else 'no'} | "
+        rows.append(f"| `{f.name}` | `{shown}` | {'yes' if f.name in identity_keys() else 'no'} | "
                     f"{f.metadata['doc']} |")
     return "\n".join(rows)
 

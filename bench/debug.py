@@ -15,12 +15,13 @@ import math
 import time
 from typing import Callable
 
+from .config import DebugConfig
+
 Episode = Callable[[], dict]
 
 
-def inject(episode: Episode, debug: dict[str, float]) -> Callable[[int], dict]:
-    nan_at, sleep = debug.get("nan_at", -1), debug.get("sleep", 0.0)
-    nan_error_at = debug.get("nan_error_at", -1)
+def inject(episode: Episode, debug: DebugConfig) -> Callable[[int], dict]:
+    nan_at, nan_error_at, sleep = debug.nan_at, debug.nan_error_at, debug.sleep
     if nan_at < 0 and nan_error_at < 0 and not sleep:
         return lambda step: episode()
 

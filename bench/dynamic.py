@@ -18,8 +18,8 @@ import dataclasses
 
 import torch
 
-from tpo_bench.contract.batch import Batch, Rollout
-from tpo_bench.contract.schema import ZERO_VAR_STD
+from ..contract.batch import Batch, Rollout
+from ..contract.schema import ZERO_VAR_STD
 
 
 

@@ -23,12 +23,12 @@ from typing import Any
 
 import torch
 
-from tpo_bench.algorithms import OVER_EPOCHS
-from tpo_bench.bench import dynamic
-from tpo_bench.bench.optim import step_seeds
-from tpo_bench.contract import schema
-from tpo_bench.contract.batch import Batch, Request, Rollout, reference_kl
-from tpo_bench.contract.rng import Streams
+from ..algorithms import OVER_EPOCHS
+from . import dynamic
+from .optim import step_seeds
+from ..contract import schema
+from ..contract.batch import Batch, Request, Rollout, reference_kl
+from ..contract.rng import Streams
 
 
 # ---------------------------------------------------------------- one episode

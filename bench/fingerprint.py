@@ -6,7 +6,7 @@ start at the algorithm's and the task's modules, at HARNESS and at every module 
 tracked or not: it runs in every run), within the harness (`tpo_bench.algorithms`,
 `.tasks`, `.contract`, `.bench`) and within a plugin's own package (its top-level package,
 or the folder of a top-level plugin module). Not covered: site-packages and dist-packages,
-analysis/ and tools/, other modules imported by name at run time, data files. Each file
+analysis/, tools/ and dev/, other modules imported by name at run time, data files. Each file
 is normalised through Python's ast (docstrings dropped, printed back by ast.unparse), so
 comments, docstrings and formatting do not count. The git commit cannot say this: it
 misses a plugin outside the repository and untracked files. `harness=False` gives the
@@ -20,8 +20,8 @@ import hashlib
 import importlib.util
 from pathlib import Path
 
-from tpo_bench.contract.io import REPO_ROOT
-from tpo_bench.contract.registry import public_modules
+from ..contract.io import REPO_ROOT
+from ..contract.registry import public_modules
 
 PROJECT = ("tpo_bench.algorithms", "tpo_bench.tasks", "tpo_bench.contract")
 HARNESS_PACKAGES = (*PROJECT, "tpo_bench.bench")

@@ -139,7 +139,7 @@ class SweepStop:
         self._env: dict[str, str | None] = {}
 
     def _on_stop(self, signum: int, frame: FrameType | None) -> None:
-        from tpo_bench.contract import io
+        from ..contract import io
 
         name = signal.Signals(signum).name
         if self.signame is not None:

@@ -2,8 +2,8 @@
 the sweepers (which validate every job before launching any)."""
 from __future__ import annotations
 
-from tpo_bench.bench.build import RunSpec, build
-from tpo_bench.bench.config import run_config
+from .build import RunSpec, build
+from .config import run_config
 
 
 def job_specs(cfg: dict, explicit: frozenset, here: bool = True) -> list[RunSpec]:

@@ -22,9 +22,9 @@ from typing import Any
 
 import pandas as pd
 
-from tpo_bench.bench import checkpoint
-from tpo_bench.contract import io, schema
-from tpo_bench.contract.schema import (CHECKPOINT, CONFIG, ERROR, FAILED, HEARTBEAT_S, IO_ERROR, LOCK, METRICS,
+from . import checkpoint
+from ..contract import io, schema
+from ..contract.schema import (CHECKPOINT, CONFIG, ERROR, FAILED, HEARTBEAT_S, IO_ERROR, LOCK, METRICS,
                              RUNNING, SUMMARY)
 
 BUSY = (errno.EACCES, errno.EAGAIN)  # what lockf raises when another process holds it

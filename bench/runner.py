@@ -26,13 +26,14 @@ from typing import Any
 import pandas as pd
 import torch
 
-from tpo_bench.bench import checkpoint, debug, fingerprint, interrupts, rundir, tracking
-from tpo_bench.bench.build import RunSpec
-from tpo_bench.bench.engine import train_episodes
-from tpo_bench.contract.identity import flatten
-from tpo_bench.bench.optim import build_optimizer
-from tpo_bench.contract import io, schema
-from tpo_bench.contract.rng import Streams
+from . import checkpoint, debug, fingerprint, interrupts, rundir, tracking
+from .build import RunSpec
+from ..cli import spelled
+from .engine import train_episodes
+from ..contract.identity import flatten
+from .optim import build_optimizer
+from ..contract import io, schema
+from ..contract.rng import Streams
 
 
 def fmt_duration(seconds: float) -> str:
@@ -70,7 +71,7 @@ def _threads(requested: int) -> int:
 
 
 def _checkpoint_identity(spec: RunSpec) -> dict[str, Any]:
-    return {"config_hash": spec.config_hash, "seed": spec.seed, "episodes": spec.task.episodes,
+    return {"config_hash": spec.config_hash, "seed": spec.run.seed, "episodes": spec.task.episodes,
             "torch": str(torch.__version__), "git_commit": io.git_commit()}
 
 
@@ -102,7 +103,7 @@ def _attempt_record(prev: dict, spec: RunSpec, threads: int, identity_: dict,
     """summary.json's fields that describe this attempt and every one before it: a run
     resumed under other code, another thread count, other CPU kernels or in a seed batch
     says so."""
-    log = [] if spec.force else list(prev.get("attempts_log", []))
+    log = [] if spec.run.force else list(prev.get("attempts_log", []))
     log.append({"attempt": len(log) + 1, "started_at": time.time(), "pid": os.getpid(),
                 "host": rundir.whoami()["host"], "git_commit": identity_["git_commit"],
                 "code_fingerprint": spec.code_fingerprint,
@@ -110,14 +111,14 @@ def _attempt_record(prev: dict, spec: RunSpec, threads: int, identity_: dict,
                 "batch_seeds": batched,
                 "slurm_job_id": os.environ.get("SLURM_JOB_ID")})
     # Runs from before the attempt log: their attempt count and the commit they started under.
-    earlier = 0 if spec.force else max(prev.get("attempts", 0) - (len(log) - 1), 0)
-    legacy = not spec.force and "attempts_log" not in prev and prev.get("git_commit")
+    earlier = 0 if spec.run.force else max(prev.get("attempts", 0) - (len(log) - 1), 0)
+    legacy = not spec.run.force and "attempts_log" not in prev and prev.get("git_commit")
     commits = (prev.get("git_commits") or [prev["git_commit"]]) if legacy else []
     for a in log:
         if not commits or commits[-1] != a["git_commit"]:
             commits.append(a["git_commit"])
     threads_used = list(dict.fromkeys(
-        ([] if spec.force or "threads" not in prev else [prev["threads"]]) + [a["threads"] for a in log]))
+        ([] if spec.run.force or "threads" not in prev else [prev["threads"]]) + [a["threads"] for a in log]))
     return {"attempts": earlier + len(log), "attempts_log": log, "git_commit": identity_["git_commit"],
             "git_commits": commits, "threads": threads, "threads_used": threads_used}
 
@@ -133,7 +134,7 @@ def _not_run(spec: RunSpec, status: str, reason: str) -> dict[str, Any]:
 
 def run(spec: RunSpec) -> dict[str, Any]:
     """Train one (config, seed) into spec.run_dir and return its summary: `run_seeds` for
-    one seed. A completed run is skipped (unless spec.force); one another process holds
+    one seed. A completed run is skipped (unless spec.run.force); one another process holds
     is left to it; an interrupted one resumes from its checkpoint, if that checkpoint is
     this run's; a failure is recorded (status, reason, partial metrics) and returned, not
     raised."""
@@ -146,7 +147,7 @@ def run_seeds(specs: list[RunSpec], compile: bool = False) -> list[dict[str, Any
     per spec, in order. Completed seeds are skipped and seeds another process holds are
     left to it; the rest train as one batch (`compile`: captured epochs, train_episodes).
     A stop signal waits for an episode boundary (or the end)."""
-    rds = [rundir.RunDir(s.run_dir, pause_s=s.debug.get("checkpoint_pause", 0.0)) for s in specs]
+    rds = [rundir.RunDir(s.run_dir, pause_s=s.run.debug.checkpoint_pause) for s in specs]
     answers: dict[int, dict[str, Any]] = {}
     try:
         claimed = []
@@ -214,7 +215,7 @@ def _attempt(claimed: list, boundary: interrupts.Boundary, answers: dict[int, di
 def _train(seats: _Seats, boundary: interrupts.Boundary, compile: bool = False) -> None:
     """The training loop, over seats in lockstep: each appends to its `rows` (so a failure
     still records them) and fills its `effective` with what the batches really were, and
-    checkpoints every spec.checkpoint_every episodes and whenever a signal asks
+    checkpoints every spec.run.checkpoint_every episodes and whenever a signal asks
     (interrupts.Boundary), always at an episode boundary. A seat that fails alone leaves
     the batch with its verdict (`_Seats.end`)."""
     for i, seat in list(seats.live.items()):
@@ -248,7 +249,7 @@ def _train(seats: _Seats, boundary: interrupts.Boundary, compile: bool = False) 
         checkpointed, asked = False, boundary.pending  # once: every seat checkpoints or none
         for (i, seat), row in zip(active.items(), rows):
             try:
-                row = debug.inject(lambda row=row: row, seat.spec.debug)(step)
+                row = debug.inject(lambda row=row: row, seat.spec.run.debug)(step)
                 checkpointed |= record_step(seat, step, row, asked, boundary.why)
             except Exception as e:
                 seats.end(i, *failure(e))
@@ -287,17 +288,17 @@ def _claim_lock(spec: RunSpec, rd: rundir.RunDir) -> tuple[dict, dict | None]:
         try:
             prev = rd.previous()
         except io.DamagedFile as e:
-            if not spec.force:
+            if not spec.run.force:
                 rd.release()
                 return {}, _not_run(spec, schema.REFUSED, f"{e}; remove it (the run then resumes "
                                     f"from its checkpoint, if any) or force=true restarts the run")
             prev = {}
-        if prev and not spec.force and (wrong := schema.path_disagreements(rd.path)):
+        if prev and not spec.run.force and (wrong := schema.path_disagreements(rd.path)):
             rd.release()
             return prev, _not_run(spec, schema.REFUSED, f"its files are another run's, not this "
                                   f"path's ({'; '.join(wrong)}): copied or planted here? Move it "
                                   f"away (force=true overwrites it)")
-        if prev.get("status") == schema.COMPLETED and not spec.force:
+        if prev.get("status") == schema.COMPLETED and not spec.run.force:
             if damage := _table_damage(rd.path / schema.METRICS):
                 rd.release()
                 return prev, _not_run(spec, schema.REFUSED, f"completed, but its {damage}: the "
@@ -329,7 +330,7 @@ def keep_prior(path: Path, prev: dict) -> Path:
     The folder is made anew (never an existing name or a link) and the table moved in."""
     n = int(prev.get("attempts") or 1)
     while True:
-        prior = Path(path) / f"prior-attempt-{n}"
+        prior = Path(path) / schema.prior_attempt_dir(n)
         try:
             os.mkdir(prior)
             break
@@ -338,7 +339,8 @@ def keep_prior(path: Path, prev: dict) -> Path:
     if (Path(path) / schema.METRICS).is_file():
         os.rename(Path(path) / schema.METRICS, prior / schema.METRICS)
     io.write_under(path, prior / schema.SUMMARY, json.dumps(prev, indent=1))
-    print(f"[rerun] {path}: the old result kept in {prior.name}/", flush=True)
+    print(f"[rerun] {path}: the old result kept in {prior.name}/ (`{spelled('collect')} "
+          f"--prior-attempts` collects it beside the new one, each labelled by its code)", flush=True)
     return prior
 
 
@@ -358,10 +360,10 @@ def _code_changed(spec: RunSpec, prev: dict, said: bool) -> dict | None | bool:
     if _same_code(spec, prev):
         return False
     what = f"completed under other code (code fingerprint {old}, today's {new})"
-    if spec.on_code_change == "keep":
+    if spec.run.on_code_change == "keep":
         print(f"[skip] {spec.run_dir} {what}: the old result is kept (on_code_change=keep)", flush=True)
         return prev
-    if spec.on_code_change == "rerun":
+    if spec.run.on_code_change == "rerun":
         if not said:
             print(f"[rerun] {spec.run_dir} {what}: trained again (on_code_change=rerun)", flush=True)
         return None
@@ -423,24 +425,24 @@ def open_seat(spec: RunSpec, rd: rundir.RunDir, prev: dict, batched: bool = Fals
     """The attempt's start on disk: the checkpoint read and checked, config.json and a
     `running` summary written (`batched`: this attempt trains in a seed batch,
     bench.engine). Returns the seat, or the answer for a refused checkpoint."""
-    if spec.force:
+    if spec.run.force:
         checkpoint.clear(rd.path)
     rd.clear_stale_temps()
-    threads = _threads(spec.threads)
+    threads = _threads(spec.run.threads)
     ident = _checkpoint_identity(spec)
     try:
         state = checkpoint.load(rd.path)
-        notes = checkpoint.check_identity(rd.path, state, ident, spec.resume_across_commits) \
+        notes = checkpoint.check_identity(rd.path, state, ident, spec.run.resume_across_commits) \
             if state is not None else []
     except checkpoint.CheckpointError as e:
         return _not_run(spec, schema.REFUSED, str(e))
     if state is not None and not _same_code(spec, prev):
         what = (f"its checkpoint was written under other code (code fingerprint "
                 f"{prev.get('code_fingerprint')}, today's {spec.code_fingerprint})")
-        if spec.on_code_change == "refuse":
+        if spec.run.on_code_change == "refuse":
             return _not_run(spec, schema.REFUSED, f"{what}; on_code_change=keep resumes it under "
                             f"today's code, on_code_change=rerun starts it again (force=true too)")
-        if spec.on_code_change == "rerun":
+        if spec.run.on_code_change == "rerun":
             print(f"[rerun] {spec.run_dir} {what}: started again (on_code_change=rerun)", flush=True)
             checkpoint.clear(rd.path)
             state, notes = None, []
@@ -456,8 +458,8 @@ def open_seat(spec: RunSpec, rd: rundir.RunDir, prev: dict, batched: bool = Fals
     if len(kernels) > 1:
         notes.append(f"CPU kernels {kernels} across attempts: metrics are bitwise reproducible "
                      "for one instruction set only (ATEN_CPU_CAPABILITY selects a lower one)")
-    rd.begin(_provenance(spec, rd, prev, record), {"seed": spec.seed, **spec.config})
-    label = f"{spec.task.name}/{spec.algo_name} {spec.config_hash} seed={spec.seed}"
+    rd.begin(_provenance(spec, rd, prev, record), {"seed": spec.run.seed, **spec.config})
+    label = f"{spec.task.name}/{spec.algo_name} {spec.config_hash} seed={spec.run.seed}"
     for note in (*spec.notes, *notes):
         print(f"[{label}] {note}", flush=True)
     seat = Seat(spec, rd, label, ident, record["attempts"], state, dict(spec.effective))
@@ -485,10 +487,10 @@ def close_seat(seat: Seat, status: str, reason: str | None, kind: str | None) ->
 
 def _provenance(spec: RunSpec, rd: rundir.RunDir, prev: dict, record: dict) -> dict[str, Any]:
     """summary.json's fields that stay for the whole attempt."""
-    return {"config_hash": spec.config_hash, "run_dir": str(spec.run_dir), "seed": spec.seed,
+    return {"config_hash": spec.config_hash, "run_dir": str(spec.run_dir), "seed": spec.run.seed,
             "task": spec.task.name, "algo": spec.algo_name,
-            "started_at": time.time() if spec.force else prev.get("started_at", time.time()),
-            "versions": io.package_versions(), "device": spec.device,
+            "started_at": time.time() if spec.run.force else prev.get("started_at", time.time()),
+            "versions": io.package_versions(), "device": spec.run.device,
             "lock": rd.lock_note or f"lockf on {schema.LOCK}",
             "slurm_job_id": os.environ.get("SLURM_JOB_ID"),
             "slurm_array_job_id": os.environ.get("SLURM_ARRAY_JOB_ID"),
@@ -501,7 +503,7 @@ def _provenance(spec: RunSpec, rd: rundir.RunDir, prev: dict, record: dict) -> d
 def _metrics_frame(spec: RunSpec, rows: list[dict], effective: dict, status: str) -> pd.DataFrame:
     extra = [k for r in rows for k in r if k not in schema.METRIC_COLUMNS]
     df = pd.DataFrame(rows, columns=list(dict.fromkeys([*schema.METRIC_COLUMNS, *extra])))
-    columns = {"config_hash": spec.config_hash, "seed": spec.seed,
+    columns = {"config_hash": spec.config_hash, "seed": spec.run.seed,
                **flatten(spec.config), **effective, **spec.labels}
     for key, value in columns.items():
         df[key] = value
@@ -514,8 +516,8 @@ def _metrics_frame(spec: RunSpec, rows: list[dict], effective: dict, status: str
 def start_seat(seat: Seat) -> None:
     """The seat's policy, optimizer and streams, fresh or resumed from its checkpoint."""
     spec = seat.spec
-    seat.streams = Streams.from_seed(spec.seed, spec.device)
-    seat.policy = spec.task.make_policy(seat.streams.init).to(spec.device)
+    seat.streams = Streams.from_seed(spec.run.seed, spec.run.device)
+    seat.policy = spec.task.make_policy(seat.streams.init).to(spec.run.device)
     seat.opt = build_optimizer(spec.optim_name, list(seat.policy.parameters()), **spec.optim_hparams)
     # Tasks with held-out evaluation log one row per evaluation, step = updates done
     # (the first before any update); the others one row per episode, step = its
@@ -535,7 +537,7 @@ def start_seat(seat: Seat) -> None:
         if seat.tracker:
             seat.tracker.log(seat.rows[-1])
     seat.progress = ProgressLine(seat.label, spec.task.episodes, seat.start, bool(eval_every),
-                                 spec.log_every, spec.progress_every_s)
+                                 spec.run.log_every, spec.run.progress_every_s)
     seat.t0 = time.perf_counter()
 
 
@@ -574,7 +576,7 @@ def record_step(seat: Seat, step: int, row: dict[str, Any], asked: bool, why: st
     if len(rows) > recorded and seat.tracker:
         seat.tracker.log(rows[-1])
     seat.progress.after(done, row, rows[-1])
-    if done < episodes and (done % spec.checkpoint_every == 0 or asked):
+    if done < episodes and (done % spec.run.checkpoint_every == 0 or asked):
         seat.rd.checkpoint({"identity": seat.ident, "next_step": done, "cumulative": seat.cumulative,
                             "tokens": seat.tokens,
                             "wall_s": row["wall_s"], "policy": seat.policy.state_dict(),

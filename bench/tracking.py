@@ -22,8 +22,8 @@ from dataclasses import asdict
 from pathlib import Path
 from typing import Any
 
-from tpo_bench.bench.config import LOGGERS, ConfigError, check_fields, did_you_mean
-from tpo_bench.contract.identity import flatten
+from .config import LOGGERS, ConfigError, check_fields, did_you_mean
+from ..contract.identity import flatten
 
 
 PACKAGES = {"tensorboard": "tensorboard", "wandb": "wandb", "mlflow": "mlflow"}
@@ -78,7 +78,7 @@ class Tracker:
 
     def __init__(self, spec, attempt: int):
         self.name = spec.logger.get("name", "none")
-        self.label = f"{spec.task.name}/{spec.algo_name} {spec.config_hash} seed={spec.seed}"
+        self.label = f"{spec.task.name}/{spec.algo_name} {spec.config_hash} seed={spec.run.seed}"
         self.backend = None
         if self.name != "none":
             self._safely("start", lambda: setattr(self, "backend", BACKENDS[self.name](spec, attempt)))
@@ -107,7 +107,7 @@ class Tracker:
 
 
 def _identity(spec) -> dict[str, Any]:
-    return {"seed": spec.seed, "config_hash": spec.config_hash, "task": spec.task.name,
+    return {"seed": spec.run.seed, "config_hash": spec.config_hash, "task": spec.task.name,
             "algo": spec.algo_name, **flatten(spec.config)}
 
 
@@ -134,7 +134,7 @@ class _Wandb:
         self.run = wandb.init(
             project=cfg["project"], entity=cfg["entity"], mode=wandb_mode(cfg["mode"]),
             dir=str(spec.run_dir), group=f"{spec.task.name}/{spec.algo_name}/{spec.config_hash}",
-            job_type=spec.algo_name, name=f"{spec.task.name}/{spec.algo_name} seed={spec.seed}",
+            job_type=spec.algo_name, name=f"{spec.task.name}/{spec.algo_name} seed={spec.run.seed}",
             config=_identity(spec), reinit="create_new",
             settings=wandb.Settings(console="off", silent=True))
 
@@ -154,7 +154,7 @@ class _Mlflow:
         uri = cfg["tracking_uri"] or os.environ.get("MLFLOW_TRACKING_URI")
         if not uri:  # MLflow 3 asks for this opt-in before it writes a file store
             os.environ.setdefault("MLFLOW_ALLOW_FILE_STORE", "true")
-            uri = Path(spec.output_root).absolute().joinpath("mlruns").as_uri()
+            uri = Path(spec.run.output_root).absolute().joinpath("mlruns").as_uri()
         self.client = MlflowClient(tracking_uri=uri)
         experiment = self.client.get_experiment_by_name(cfg["experiment"])
         if experiment is None:
@@ -166,8 +166,8 @@ class _Mlflow:
             experiment_id = experiment.experiment_id
         group = f"{spec.task.name}/{spec.algo_name}/{spec.config_hash}"
         self.run_id = self.client.create_run(
-            experiment_id, run_name=f"{spec.task.name}/{spec.algo_name} seed={spec.seed}",
-            tags={"group": group, "seed": str(spec.seed), "config_hash": spec.config_hash,
+            experiment_id, run_name=f"{spec.task.name}/{spec.algo_name} seed={spec.run.seed}",
+            tags={"group": group, "seed": str(spec.run.seed), "config_hash": spec.config_hash,
                   "run_dir": str(spec.run_dir), "attempt": str(attempt)}).info.run_id
         params = [Param(k, str(v)[:500]) for k, v in _identity(spec).items()]
         self.client.log_batch(self.run_id, params=params)

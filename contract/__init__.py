@@ -12,3 +12,4 @@ if __name__ == "contract":  # the top-level name: this module is tpo_bench.contr
     import tpo_bench
 
     tpo_bench.alias(__name__)
+    __package__ = f"tpo_bench.{__name__}"  # what follows resolves its imports there

@@ -23,7 +23,7 @@ from typing import Any, ClassVar, Protocol, runtime_checkable
 import torch
 import torch.nn.functional as F
 
-from tpo_bench.contract.rng import Streams
+from .rng import Streams
 
 
 # The per-step tensors whose padded steps hold 0 (checked where a batch has a mask).

@@ -16,9 +16,10 @@ import hashlib
 import json
 from typing import Any
 
-# Top-level config keys that do not change the science of a run: every key of the run
-# config (bench.config.RunConfig) not marked identity, Hydra's node, the logger, and `seeds`
-# (an experiment's seed count). tests/test_config_schema.py holds the two lists equal.
+# Top-level config keys that do not change the science of a run: Hydra's node, the logger,
+# and every key of the run config (bench.config.RunConfig) but those in its identity (the
+# keys not named here: bench.config.identity_keys). A new run-config key is in the hash
+# until it is named here.
 NON_IDENTITY_KEYS = frozenset({
     "seed", "device", "output_root", "threads", "log_every", "progress_every_s", "force",
     "resume_across_commits", "dry_run", "checkpoint_every", "seeds_per_job", "batch_seeds",

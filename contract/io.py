@@ -14,7 +14,7 @@ from typing import Any, BinaryIO, Iterator
 
 import pandas as pd
 
-from tpo_bench import ROOMS
+from .. import ROOMS
 
 REPO_ROOT = Path(__file__).resolve().parent.parent
 

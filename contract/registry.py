@@ -18,7 +18,7 @@ from importlib.metadata import entry_points
 from pathlib import Path
 from typing import Callable, TypeVar
 
-from tpo_bench.contract.batch import AlgorithmOptions, TaskOptions
+from .batch import AlgorithmOptions, TaskOptions
 
 T = TypeVar("T")
 PLUGIN_GROUP = "tpo_bench.plugins"

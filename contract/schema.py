@@ -9,6 +9,7 @@ read by them.
         metrics.parquet   one row per episode (or evaluation), METRIC_COLUMNS first
         checkpoint.pt     while unfinished
         .lock             held by the one process training it
+        prior-attempt-<n>/  an earlier result under other code, kept by on_code_change=rerun
 
 The names in the path are labels: the hash is of the science alone, so one config run
 under two preset names is one run (`find_run` finds it under either).
@@ -86,6 +87,13 @@ IF_SET = {"identity": "if_set"}
 MAX_SEED = 2**63 - 1
 
 SEED_DIR = re.compile(r"seed=(\d+)")
+PRIOR_ATTEMPT = re.compile(r"prior-attempt-(\d+)")
+
+
+def prior_attempt_dir(n: int) -> str:
+    """The folder inside a run directory that keeps its result of attempt n when a code
+    change trains it again (bench.runner.keep_prior)."""
+    return f"prior-attempt-{n}"
 
 
 def seed_dir(seed: int) -> str:
@@ -140,7 +148,7 @@ def path_disagreements(path: str | Path) -> list[str]:
     its value and the path's ([] for a run where it belongs, or a folder that holds
     neither file yet). A run copied or planted elsewhere under the root, into another
     config's folder or under another seed, says so here."""
-    from tpo_bench.contract.identity import config_hash, legacy_hash
+    from .identity import config_hash, legacy_hash
 
     where = parse_run_dir(path)
     if where is None:

@@ -19,7 +19,7 @@ from dataclasses import dataclass
 
 import torch
 
-from tpo_bench.contract.batch import GROUP_NEEDS, Batch, LossOut, reference_kl
+from ..contract.batch import GROUP_NEEDS, Batch, LossOut, reference_kl
 
 
 class PartialGroups(ValueError):

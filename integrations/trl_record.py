@@ -5,17 +5,19 @@
 (contract.schema's layout), so collect and plot read a TRL-trained run beside the
 harness's own. One row per optimizer step, step = updates before it (0-based, as the
 runner counts episodes): TRL must log every step (`logging_steps=1`, refused otherwise).
-Columns are contract.schema.METRIC_COLUMNS, NaN where TRL reports nothing; `error` is
-1 - reward_mean (the LLM task's training error, scores in [0, 1]); `rollouts` counts the
-completions sampled so far. The hashed config: the task section (`impl: trl`, the model,
-the TRL settings that change what is trained, the caller's extras), the algorithm section
-(registered name and fields, or `trl_<loss_type>` for a plain GRPOTrainer), the optimizer;
-the seed beside them. A run that stops early is recorded `interrupted`; one whose
-training raised is left `running` (its heartbeat goes stale: collect calls it incomplete).
+Columns are contract.schema.METRIC_COLUMNS, NaN where TRL reports nothing; a step that
+reuses a batch (num_iterations > 1) carries its generation's reward and length; `error` is
+1 - reward_mean (scores in [0, 1]); `rollouts` counts the completions sampled so far. The
+hashed config: the task section (`impl: trl`, the model, the TRL settings that change what
+is trained, the caller's extras), the algorithm section (registered name and fields, k and
+epochs as TRL ran them; `trl_<loss_type>` for a plain GRPOTrainer), the optimizer; the seed
+beside. A run that stops early is recorded `interrupted`; one whose training raised is left
+`running` (its heartbeat goes stale: collect calls it incomplete).
 """
 from __future__ import annotations
 
 import dataclasses
+import enum
 import math
 import time
 from pathlib import Path
@@ -23,17 +25,18 @@ from typing import Any
 
 import pandas as pd
 
-from tpo_bench.contract import io, schema
-from tpo_bench.contract.identity import config_hash, flatten
+from ..contract import io, schema
+from ..contract.identity import config_hash, flatten
 
 try:
     from transformers import TrainerCallback
 except ImportError as e:  # pragma: no cover
     raise ImportError(f"integrations.trl_record needs transformers ({e}); pip install 'tpo-bench[trl]'") from e
 
-# TRL's log key -> the harness's column
-FROM_TRL = {"reward": "reward_mean", "loss": "loss", "grad_norm": "grad_norm", "entropy": "entropy",
-            "completions/mean_length": "response_length"}
+# TRL's log key -> the harness's column: at every step (the loss's) and at the steps that
+# generated (the batch's; a reused batch keeps the values of the generation it came from)
+FROM_TRL = {"loss": "loss", "grad_norm": "grad_norm", "entropy": "entropy"}
+FROM_GENERATION = {"reward": "reward_mean", "completions/mean_length": "response_length"}
 FROM_ALGORITHM = ("q_success", "q_fail", "clip_frac", "absA_success", "absA_fail", "kl_ref")
 # TRL settings that change what a run trains (the rest: logging, paths, devices)
 TRAINING_KEYS = ("num_generations", "per_device_train_batch_size", "gradient_accumulation_steps",
@@ -50,19 +53,30 @@ def _number(value: Any) -> float:
         return math.nan
 
 
+def _plain(value: Any) -> Any:
+    """A setting as a config value: an enum by its value (`adamw_torch_fused`), other
+    objects by their text."""
+    if isinstance(value, enum.Enum):
+        value = value.value
+    return value if isinstance(value, (int, float, str, bool, type(None))) else str(value)
+
+
 def run_config(args, model_name: str, algorithm=None, task: dict | None = None) -> dict[str, Any]:
-    """The run's config, as the harness nests it (task / algo / optim; the seed beside)."""
-    trl = {k: getattr(args, k) for k in TRAINING_KEYS if hasattr(args, k)}
-    trl = {k: v if isinstance(v, (int, float, str, bool, type(None))) else str(v) for k, v in trl.items()}
+    """The run's config, as the harness nests it (task / algo / optim; the seed beside).
+    The algorithm's group size and epochs are TRL's `num_generations` and
+    `num_iterations`, which are what the run used."""
+    trl = {k: _plain(getattr(args, k)) for k in TRAINING_KEYS if hasattr(args, k)}
     task_section = {"impl": "trl", "model": model_name, "episodes": int(args.max_steps),
                     **{f"trl_{k}": v for k, v in trl.items()}, **(task or {})}
     if algorithm is not None:
         algo = {"impl": getattr(algorithm, "registered_name", type(algorithm).__name__),
                 **dataclasses.asdict(algorithm)}
+        used = {"k": int(args.num_generations), "epochs": int(args.num_iterations)}
+        algo.update({k: v for k, v in used.items() if k in algo})
     else:  # a plain GRPOTrainer: TRL's own loss
         algo = {"impl": f"trl_{getattr(args, 'loss_type', 'grpo')}"}
     return {"task": task_section, "algo": algo,
-            "optim": {"name": str(getattr(args, "optim", "adamw")), "lr": float(args.learning_rate)},
+            "optim": {"name": _plain(getattr(args, "optim", "adamw")), "lr": float(args.learning_rate)},
             "seed": int(args.seed)}
 
 
@@ -97,19 +111,28 @@ class HarnessRecorder(TrainerCallback):
                                                   "algo": {**self.config["algo"], "name": self.algo_name}})
         self.started = time.time()
         self.t0 = time.perf_counter()
-        self.per_step = args.per_device_train_batch_size * args.world_size * args.gradient_accumulation_steps
+        # TRL generates at every (steps_per_generation x num_iterations)-th micro-step, a batch
+        # of per_device_train_batch_size x steps_per_generation completions on each process
+        spg = getattr(args, "steps_per_generation", None) or 1
+        self.generate_every = spg * getattr(args, "num_iterations", 1)
+        self.per_generation = args.per_device_train_batch_size * spg * args.world_size
         self.rows = []
+        self.generation = {col: math.nan for col in FROM_GENERATION.values()}
         self._summary(schema.RUNNING, heartbeat=time.time())
 
     def on_log(self, args, state, control, logs=None, **kwargs):
         logs = logs or {}
-        if "reward" not in logs:  # the end-of-training summary TRL logs without a step's numbers
+        if "loss" not in logs:  # the end-of-training summary TRL logs without a step's numbers
             return
+        if "reward" in logs:  # this step generated: its batch's numbers
+            self.generation = {col: _number(logs.get(key)) for key, col in FROM_GENERATION.items()}
         row = {c: math.nan for c in schema.METRIC_COLUMNS}
         row.update({col: _number(logs.get(key)) for key, col in FROM_TRL.items()})
+        row.update(self.generation)
         row.update({c: _number(logs.get(f"zoo/{c}")) for c in FROM_ALGORITHM})
         step = int(state.global_step) - 1
-        row.update(step=step, error=1.0 - row["reward_mean"], rollouts=(step + 1) * self.per_step,
+        generations = -(-(step + 1) * args.gradient_accumulation_steps // self.generate_every)
+        row.update(step=step, error=1.0 - row["reward_mean"], rollouts=generations * self.per_generation,
                    wall_s=time.perf_counter() - self.t0)
         self.rows.append(row)
 

@@ -8,16 +8,17 @@ calls the algorithm's `loss`, divided by the gradient-accumulation steps in trai
 TRL divides its own. With `beta` > 0 the penalty is the harness's KL to the reference
 (contract.batch.reference_kl), added as the harness's runner adds it. TRL's `loss_type`,
 `epsilon`, `scale_rewards` and `importance_sampling_level` belong to its own loss and do
-not enter this one; the algorithm's `epochs` is TRL's `num_iterations` here.
-
-Settings whose semantics a group loss cannot honour are refused (`check_args`, each with
-its reason); at run time, rows that are not whole groups or a completion without a score.
+not enter this one. The group size is TRL's `num_generations` and the epochs its
+`num_iterations` (with gradient_accumulation_steps=1: refused otherwise), not the
+algorithm's `k` and `epochs`. The token entropy is logged as TRL logs its own.
+Refused: settings whose semantics a group loss cannot honour (`check_args`, each with its
+reason); at run time, rows that are not whole groups or a completion without a score.
 """
 from __future__ import annotations
 
 import torch
 
-from tpo_bench.integrations.adapter import check_fits, zoo_loss
+from .adapter import check_fits, zoo_loss
 
 try:
     from trl import GRPOTrainer
@@ -36,6 +37,14 @@ def check_args(args) -> None:
             "rows before splitting it into micro-batches, which splits groups across loss calls; "
             "set steps_per_generation=1 (each generation batch is one micro-batch; "
             "gradient_accumulation_steps may stay > 1, each micro-batch then generates its own)")
+    if args.num_iterations > 1 and args.gradient_accumulation_steps > 1:
+        raise ValueError(
+            f"gradient_accumulation_steps={args.gradient_accumulation_steps} with "
+            f"num_iterations={args.num_iterations}: TRL reuses each generated batch for "
+            "num_iterations consecutive micro-steps, so the micro-batches of one optimizer step "
+            "repeat one batch with no update between them (no epochs). Set "
+            "gradient_accumulation_steps=1 (each optimizer step then trains on one batch, "
+            "num_iterations steps in a row), or num_iterations=1")
     if args.per_device_train_batch_size % g:
         raise ValueError(
             f"per_device_train_batch_size={args.per_device_train_batch_size} is not a multiple of "
@@ -69,7 +78,7 @@ class ZooGRPOTrainer(GRPOTrainer):
 
     def __init__(self, *args, algorithm=None, success_at: float = 1.0, **kwargs):
         if algorithm is None:
-            from tpo_bench.algorithms.tpo import TPO
+            from ..algorithms.tpo import TPO
             algorithm = TPO()
         check_fits(algorithm)
         conf = kwargs.get("args")
@@ -108,9 +117,9 @@ class ZooGRPOTrainer(GRPOTrainer):
         prompt_ids, prompt_mask = inputs["prompt_ids"], inputs["prompt_mask"]
         completion_ids, completion_mask = inputs["completion_ids"], inputs["completion_mask"]
         mask = completion_mask if inputs.get("tool_mask") is None else completion_mask * inputs["tool_mask"]
-        logp, _, _ = self._get_per_token_logps_and_entropies(
+        logp, entropy, _ = self._get_per_token_logps_and_entropies(
             model, torch.cat([prompt_ids, completion_ids], 1), torch.cat([prompt_mask, completion_mask], 1),
-            completion_ids.size(1))
+            completion_ids.size(1), compute_entropy=True)
         old = inputs.get("old_per_token_logps")
         old = logp.detach() if old is None else old
         mode = "train" if self.model.training else "eval"
@@ -118,6 +127,10 @@ class ZooGRPOTrainer(GRPOTrainer):
         out, _ = zoo_loss(self.algorithm, logp, old, mask, inputs[SCORES], inputs[GROUP], inputs[SLOT], k,
                           logp_ref=inputs.get("ref_per_token_logps") if self.beta else None,
                           kl_coef=self.beta, success_at=self.success_at)
+        with torch.no_grad():  # mean token entropy over every process's real tokens, as TRL logs it
+            m = mask.to(entropy.dtype)
+            total = self.accelerator.reduce(torch.stack([(entropy * m).sum(), m.sum()]), reduction="sum")
+            self._metrics[mode]["entropy"].append(float(total[0] / total[1].clamp_min(1)))
         for name, value in out.metrics.items():
             value = float(value)
             if value == value:  # NaN: nothing selected (no success in the batch)

@@ -5,21 +5,21 @@ standardised over its uid by the harness's `standardise`, on its tokens) and
 
 verl hands a policy loss per-token tensors and advantages only: no uid, no raw score. The
 loss reads each row's u back, takes a micro-batch's rows as consecutive groups of
-`rollout_n` (the order verl's rollout writes them in) and calls the harness's TPO through
-integrations.adapter; u standardised again is u (up to rounding), so the target is the
-raw scores'. That order is the contract, so what would break it is refused (below, and
-`check_trainer_config` for the trainer's settings the loss cannot see). Where verl fills
-`global_batch_info`, a micro-batch's loss (TPO's mean over its groups) is scaled by
-rows * dp_size / global_batch_size, so summed micro-batches give the mini-batch's mean
-over groups. TPO's loss is per group: `loss_agg_mode` does not enter it.
+`rollout_n` (the legacy trainer's rollout order; the advantage, which sees the uids,
+refuses any other) and calls the harness's TPO through integrations.adapter; u
+standardised again is u (up to rounding), so the target is the raw scores'. What would
+break that order is refused (below; `check_trainer_config` for the trainer's settings).
+Where verl fills `global_batch_info`, a micro-batch's loss (TPO's mean over its groups) is
+scaled by rows * dp_size / global_batch_size, so summed micro-batches give the
+mini-batch's mean over groups. TPO's loss is per group: `loss_agg_mode` does not enter it.
 """
 from __future__ import annotations
 
 import torch
 
-from tpo_bench.algorithms._common import standardise
-from tpo_bench.algorithms.tpo import TPO
-from tpo_bench.integrations.adapter import regroup, zoo_loss
+from ..algorithms._common import standardise
+from ..algorithms.tpo import TPO
+from .adapter import regroup, zoo_loss
 
 try:
     from verl.trainer.ppo.core_algos import register_adv_est, register_policy_loss
@@ -39,10 +39,14 @@ def _get(cfg, key: str, default=None):
     return getattr(cfg, key, default)
 
 
-# Refused, each with its reason: trainer.balance_batch (rows reordered across ranks by
-# length; the loss also checks each block of rollout_n rows sums its u to 0, as a whole
-# group of standardised scores does), actor.shuffle, actor.use_dynamic_bsz, a micro-batch
-# not a multiple of rollout_n, rollout importance-sampling weights.
+# Refused, each with its reason: verl 0.9's default trainer (trainer.use_v1=True: its rows
+# come in the order completions finish and are reordered across data-parallel ranks by
+# length at every step, whatever balance_batch says), trainer.balance_batch (the legacy
+# trainer's reordering by length), rows that are not consecutive groups by uid when the
+# advantage is computed, actor.shuffle, actor.use_dynamic_bsz, a micro-batch not a multiple
+# of rollout_n, rollout importance-sampling weights. The loss also checks each block of
+# rollout_n rows sums its u to 0, as a whole group of standardised scores does.
+USE_LEGACY = "set trainer.use_v1=False (the legacy trainer) and trainer.balance_batch=False"
 
 def check_trainer_config(config) -> None:
     """Refuse (ValueError) a verl PPO trainer config (the full one: trainer, algorithm,
@@ -50,9 +54,14 @@ def check_trainer_config(config) -> None:
     trainer, algorithm = _get(config, "trainer"), _get(config, "algorithm")
     arr = _get(config, "actor_rollout_ref")
     actor, rollout = _get(arr, "actor"), _get(arr, "rollout")
+    if _get(trainer, "use_v1", True):
+        raise ValueError("trainer.use_v1=True (verl 0.9's default trainer) does not keep a prompt's "
+                         "rollout.n rows together: it stores them as completions finish and, at "
+                         "every step, reorders them across data-parallel ranks by length whatever "
+                         f"trainer.balance_batch says. For TPO, {USE_LEGACY}")
     if _get(trainer, "balance_batch", True):
         raise ValueError("trainer.balance_batch=True reorders rows across data-parallel ranks by "
-                         "length, splitting groups; set trainer.balance_batch=False for TPO")
+                         f"length, splitting groups. For TPO, {USE_LEGACY}")
     if _get(algorithm, "adv_estimator") != NAME:
         raise ValueError(f"algorithm.adv_estimator={_get(algorithm, 'adv_estimator')!r}: TPO's loss reads "
                          f"the standardised scores of adv_estimator={NAME!r}")
@@ -76,7 +85,8 @@ def check_actor_config(actor, n: int | None = None) -> None:
 def tpo_advantage(token_level_rewards: torch.Tensor, response_mask: torch.Tensor, index, config=None,
                   **kwargs) -> tuple[torch.Tensor, torch.Tensor]:
     """u: each response's score (its token rewards summed) standardised over its uid's
-    group, on its response tokens; the groups whole and of one size."""
+    group, on its response tokens. The groups must be whole, of one size and each in
+    consecutive rows (the order the loss reads them in)."""
     scores = token_level_rewards.sum(-1)
     ids: dict = {}
     group = torch.tensor([ids.setdefault(u, len(ids)) for u in list(index)], device=scores.device)
@@ -88,6 +98,12 @@ def tpo_advantage(token_level_rewards: torch.Tensor, response_mask: torch.Tensor
         slot[i] = seen[g]
         seen[g] += 1
     rows = regroup(group, slot, k)
+    apart = (group != torch.arange(len(group), device=group.device) // k).nonzero()
+    if len(apart):
+        row = int(apart[0])
+        raise ValueError(f"rows are not consecutive groups of rollout.n={k} (from row {row}, uid "
+                         f"{list(index)[row]!r}): TPO's loss reads each block of {k} rows as one "
+                         f"prompt's, and a trainer reordered them; {USE_LEGACY}")
     u = torch.empty_like(scores)
     u[rows.reshape(-1)] = standardise(scores[rows]).reshape(-1)
     adv = u.unsqueeze(-1) * response_mask
@@ -112,8 +128,8 @@ def tpo_policy_loss(old_log_prob: torch.Tensor, log_prob: torch.Tensor, advantag
     drift = u.view(-1, n).sum(-1).abs()
     if bool((drift > BLOCK_TOL * n).any()):
         raise ValueError("rows are not consecutive groups of rollout.n: a block's standardised "
-                         f"scores sum to {float(drift.max()):.3g}, not 0 (balance_batch or "
-                         "another reordering is on)")
+                         f"scores sum to {float(drift.max()):.3g}, not 0 (a reordering after the "
+                         f"advantage, or before it: {USE_LEGACY})")
     rows = torch.arange(B, device=log_prob.device)
     out, _ = zoo_loss(algorithm, log_prob, old_log_prob, mask, u, rows // n, rows % n, n,
                       success_at=float("inf"))

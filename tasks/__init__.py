@@ -13,10 +13,11 @@ if __name__ == "tasks":  # the top-level name: this module is tpo_bench.tasks
     import tpo_bench
 
     tpo_bench.alias(__name__)
+    __package__ = f"tpo_bench.{__name__}"  # what follows resolves its imports there
 
 import importlib
 
-from tpo_bench.contract.registry import TASKS, public_modules
+from ..contract.registry import TASKS, public_modules
 
 register = TASKS.register
 

@@ -6,7 +6,7 @@ from typing import Any
 
 import torch
 
-from tpo_bench.contract.batch import GROUP_NEEDS, Batch, Request
+from ..contract.batch import GROUP_NEEDS, Batch, Request
 
 
 def check_bandit_request(task, req: Request) -> None:

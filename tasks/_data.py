@@ -23,7 +23,10 @@ from pathlib import Path
 import numpy as np
 import torch
 
-from tpo_bench.contract import io
+if __name__ == "__main__" and not (__package__ or "").startswith("tpo_bench"):
+    import tpo_bench.tasks  # noqa: F401  (run by path or by a top-level name: the package its relative imports name)
+    __package__ = "tpo_bench.tasks"
+from ..contract import io
 
 BASE_URL = "https://ossci-datasets.s3.amazonaws.com/mnist/"
 ENV_VAR = "TPO_BENCH_MNIST_DIR"

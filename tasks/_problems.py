@@ -34,8 +34,8 @@ from decimal import Decimal
 from pathlib import Path
 from typing import Any
 
-from tpo_bench.contract import io
-from tpo_bench.tasks._data import DataError
+from ..contract import io
+from ._data import DataError
 
 GSM8K = "gsm8k"
 SPLITS = ("train", "test")

@@ -23,11 +23,11 @@ from typing import Any, ClassVar
 
 import torch
 
-from tpo_bench.contract.batch import Batch, Request, Rollout, TaskOptions, reference_kl
-from tpo_bench.contract.rng import Streams
-from tpo_bench.contract.schema import IF_SET, NOT_IDENTITY
-from tpo_bench.tasks import _lm, _problems, register
-from tpo_bench.tasks._checks import positive
+from ..contract.batch import Batch, Request, Rollout, TaskOptions, reference_kl
+from ..contract.rng import Streams
+from ..contract.schema import IF_SET, NOT_IDENTITY
+from . import _lm, _problems, register
+from ._checks import positive
 
 # task.dtype -> (the weights' dtype, the dtype forwards autocast to; None: the weights').
 # A full fine-tune keeps float32 weights: AdamW's steps at the paper's lr 1e-5 are ~1e-5
@@ -125,7 +125,7 @@ class LLMTask(TaskOptions):
     def __post_init__(self):
         _problems.check_dataset(self.dataset)
         positive(self, "train_size", "test_size", "prompts_per_step", "max_new_tokens",
-                  "episodes", "eval_every", "eval_k", "warm_start_batch", "eval_batch")
+                  "eval_every", "eval_k", "warm_start_batch", "eval_batch")
         for key in ("lora_rank", "micro_batch", "warm_start_steps", "warm_start_size"):
             value = getattr(self, key)
             if isinstance(value, bool) or not isinstance(value, int) or value < 0:

@@ -26,13 +26,14 @@ from torch import nn
 from torch.func import functional_call
 from torch.nn.utils import parameters_to_vector
 
-from tpo_bench.contract.batch import Batch, Request, Rollout, TaskOptions
-from tpo_bench.tasks._data import BASE_URL, load_mnist
-from tpo_bench.contract.rng import Streams
-from tpo_bench.contract.schema import IF_SET, NOT_IDENTITY
-from tpo_bench.tasks import register
-from tpo_bench.tasks._bandit import check_bandit_request, sampled_batch
-from tpo_bench.tasks._nn import lecun_truncated_
+from ..contract.batch import Batch, Request, Rollout, TaskOptions
+from ._data import BASE_URL, load_mnist
+from ..contract.rng import Streams
+from ..contract.schema import IF_SET, NOT_IDENTITY
+from . import register
+from ._bandit import check_bandit_request, sampled_batch
+from ._checks import positive
+from ._nn import lecun_truncated_
 
 
 
@@ -164,9 +165,7 @@ class MnistTask(TaskOptions):
     steps_per_batch: ClassVar[int] = 1  # one Adam step per batch for every method (science §MNIST bandit)
 
     def __post_init__(self):
-        for key in ("batch_size", "episodes", "eval_every"):
-            if getattr(self, key) < 1:
-                raise ValueError(f"task.{key} must be a positive integer, got {getattr(self, key)}")
+        positive(self, "batch_size", "eval_every")
         if self.delay < 0:
             raise ValueError(f"task.delay must be 0 or more, got {self.delay}")
         if self.holdout < 0:

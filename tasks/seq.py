@@ -11,11 +11,11 @@ from typing import ClassVar
 
 import torch
 
-from tpo_bench.contract.batch import Batch, Request, Rollout, TaskOptions, mean_over_steps
-from tpo_bench.contract.rng import Streams
-from tpo_bench.tasks import register, stacked
-from tpo_bench.tasks._checks import positive
-from tpo_bench.tasks.transformer import Transformer
+from ..contract.batch import Batch, Request, Rollout, TaskOptions, mean_over_steps
+from ..contract.rng import Streams
+from . import register, stacked
+from ._checks import positive
+from .transformer import Transformer
 
 TARGETS = ("copy", "flip", "reverse_copy", "reverse_flip")
 REWARDS = ("bag_of_tokens", "sequential", "terminal")
@@ -78,7 +78,7 @@ class SeqTask(TaskOptions):
             raise ValueError(f"task.target={self.target!r} is not one of {', '.join(TARGETS)}")
         if self.reward not in REWARDS:
             raise ValueError(f"task.reward={self.reward!r} is not one of {', '.join(REWARDS)}")
-        positive(self, "sequence_length", "batch_size", "episodes")
+        positive(self, "sequence_length", "batch_size")
         if self.vocab_size < 2:
             raise ValueError(f"task.vocab_size must be at least 2, got {self.vocab_size}")
 

@@ -18,8 +18,8 @@ from __future__ import annotations
 import torch
 import torch.nn.functional as F
 
-from tpo_bench.tasks._layernorm import layer_norm
-from tpo_bench.tasks.transformer import Transformer
+from ._layernorm import layer_norm
+from .transformer import Transformer
 
 Params = dict[str, torch.Tensor]
 

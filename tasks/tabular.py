@@ -22,10 +22,11 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
-from tpo_bench.contract.batch import Batch, Request, Rollout, TaskOptions
-from tpo_bench.contract.rng import Streams
-from tpo_bench.tasks import register
-from tpo_bench.tasks._bandit import check_bandit_request, sampled_batch
+from ..contract.batch import Batch, Request, Rollout, TaskOptions
+from ..contract.rng import Streams
+from . import register
+from ._bandit import check_bandit_request, sampled_batch
+from ._checks import positive
 
 CORRECT = 0
 
@@ -41,13 +42,6 @@ def misalignment(g: torch.Tensor, oracle: torch.Tensor) -> float:
     g, oracle = g.reshape(-1), oracle.reshape(-1)
     cos = (g @ oracle) / (torch.sqrt(g @ g + 1e-12) * torch.sqrt(oracle @ oracle + 1e-12))
     return float(1 - cos)
-
-
-def _check(task, req: Request) -> None:
-    check_bandit_request(task, req)
-    for key in ("num_actions", "episodes"):
-        if getattr(task, key) < 1:
-            raise ValueError(f"task.{key} must be a positive integer, got {getattr(task, key)}")
 
 
 @dataclass(frozen=True)
@@ -94,10 +88,11 @@ class TabularSingle(TaskOptions):
     baseline: float = 0.5
     steps_per_batch: ClassVar[int] = 1
 
+    def __post_init__(self):
+        positive(self, "num_actions", "batch_size")
+
     def check_algorithm(self, req: Request) -> None:
-        _check(self, req)
-        if self.batch_size < 1:
-            raise ValueError(f"task.batch_size must be a positive integer, got {self.batch_size}")
+        check_bandit_request(self, req)
 
     def make_policy(self, gen: torch.Generator) -> Logits:
         return Logits(torch.zeros(1, self.num_actions))
@@ -151,10 +146,11 @@ class TabularMulti(TaskOptions):
     """science §Tabular bandits measures this error after every step"""
     steps_per_batch: ClassVar[int] = 1
 
+    def __post_init__(self):
+        positive(self, "num_contexts", "num_actions", "eval_every")
+
     def check_algorithm(self, req: Request) -> None:
-        _check(self, req)
-        if self.eval_every < 1 or self.num_contexts < 1:
-            raise ValueError("task.eval_every and task.num_contexts must be positive integers")
+        check_bandit_request(self, req)
 
     def make_policy(self, gen: torch.Generator) -> Logits:
         return Logits(torch.randn(self.num_contexts, self.num_actions, generator=gen))

@@ -13,8 +13,8 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
-from tpo_bench.tasks._layernorm import layer_norm
-from tpo_bench.tasks._nn import lecun_truncated_
+from ._layernorm import layer_norm
+from ._nn import lecun_truncated_
 
 
 def _param(*shape: int) -> nn.Parameter:

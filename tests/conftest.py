@@ -152,6 +152,33 @@ def summary(run_dir: Path) -> dict:
     return json.loads((run_dir / "summary.json").read_text())
 
 
+def as_legacy(run_dir: Path) -> Path:
+    """The run as code from before the preset names left the config hash recorded it (what
+    tools.migrate re-keys): its legacy hash in its folder's name, the table's column,
+    summary.json and the checkpoint's identity. Returns where it now is."""
+    import pandas as pd
+    import torch
+
+    from tpo_bench.contract.identity import legacy_hash
+
+    new, old = run_dir.parent.name, legacy_hash(json.loads((run_dir / "config.json").read_text()))
+    df = pd.read_parquet(run_dir / "metrics.parquet")
+    df.assign(config_hash=old).to_parquet(run_dir / "metrics.parquet", index=False)
+    info = summary(run_dir)
+    info.update(config_hash=old, run_dir=info.get("run_dir", "").replace(f"/{new}/", f"/{old}/"))
+    (run_dir / "summary.json").write_text(json.dumps(info))
+    if (run_dir / "checkpoint.pt").exists():
+        state = torch.load(run_dir / "checkpoint.pt", weights_only=True)
+        state["identity"]["config_hash"] = old
+        torch.save(state, run_dir / "checkpoint.pt")
+    target = run_dir.parent.parent / old / run_dir.name
+    target.parent.mkdir(exist_ok=True)
+    run_dir.rename(target)
+    if not any(run_dir.parent.iterdir()):
+        run_dir.parent.rmdir()
+    return target
+
+
 @pytest.fixture
 def out(tmp_path: Path) -> Path:
     return tmp_path / "outputs"

@@ -1,4 +1,3 @@
-import json
 import subprocess
 import sys
 import time
@@ -10,55 +9,40 @@ import pytest
 
 from tpo_bench.analysis import collect, plot, style
 from tpo_bench.analysis.labels import legend_labels
+from tpo_bench.contract.identity import config_hash
+from dev.bench_collect import demo_config, write_run
 
 REPO = Path(__file__).resolve().parents[1]
 
 
-def write_run(root, task, algo, chash, seed, errors, status="completed", reason=None,
-              summary=True, lr=1e-3, steps=None, heartbeat_age=0.0):
-    d = Path(root) / task / algo / chash / f"seed={seed}"
-    d.mkdir(parents=True)
-    n = len(errors)
-    df = pd.DataFrame({
-        "step": list(steps if steps is not None else range(n)),
-        "error": errors,
-        "loss": np.linspace(1.0, 0.1, n),
-        "kl": [np.nan] * n,
-        "config_hash": chash,
-        "seed": seed,
-        "task.name": task,
-        "algo.name": algo,
-        "algo.k": 8,
-        "optim.lr": lr,
-        "match": "exact",
-    })
-    df.to_parquet(d / "metrics.parquet", index=False)
-    if summary:
-        (d / "summary.json").write_text(json.dumps(
-            {"status": status, "reason": reason, "heartbeat": time.time() - heartbeat_age}))
-    return d
+# The tree's configurations, by a letter: the demo task under TPO, each at its own
+# learning rate (D: each seed ends otherwise; E: each file is damaged).
+CONFIGS = {"A": demo_config(3, 1e-3), "B": demo_config(3, 1e-2), "C": demo_config(4, 2e-3),
+           "D": demo_config(3, 3e-3), "E": demo_config(3, 4e-3)}
+H = {name: config_hash(config) for name, config in CONFIGS.items()}
 
 
 @pytest.fixture
 def tree(tmp_path):
     root = tmp_path / "outputs"
-    write_run(root, "reverse_h4", "tpo", "aaaa1111", 0, [0.5, 0.1, 0.0])
-    write_run(root, "reverse_h4", "tpo", "aaaa1111", 1, [0.6, 0.2, 0.05])
-    write_run(root, "reverse_h4", "tpo", "bbbb2222", 0, [0.9, 0.8, 0.7], lr=1e-2)
-    write_run(root, "reverse_h4", "grpo", "cccc3333", 0, [0.7, 0.6, 0.5, 0.4])
-    write_run(root, "reverse_h4", "grpo", "dddd4444", 0, [0.1] * 3, status="failed", reason="loss is nan")
-    write_run(root, "reverse_h4", "grpo", "dddd4444", 1, [0.1] * 3, status="running")
-    write_run(root, "reverse_h4", "grpo", "dddd4444", 2, [0.1] * 3, summary=False)
-    bad = write_run(root, "reverse_h4", "pg", "eeee5555", 0, [0.1] * 3)
+    A, B, C, D, E = CONFIGS.values()
+    write_run(root, A, 0, [0.5, 0.1, 0.0])
+    write_run(root, A, 1, [0.6, 0.2, 0.05])
+    write_run(root, B, 0, [0.9, 0.8, 0.7])
+    write_run(root, C, 0, [0.7, 0.6, 0.5, 0.4])
+    write_run(root, D, 0, [0.1] * 3, status="failed", reason="loss is nan")
+    write_run(root, D, 1, [0.1] * 3, status="running", heartbeat=time.time())
+    write_run(root, D, 2, [0.1] * 3, status=None)
+    bad = write_run(root, E, 0, [0.1] * 3)
     (bad / "metrics.parquet").write_bytes(b"\x00garbage, not parquet\xff" * 10)
-    cut = write_run(root, "reverse_h4", "pg", "eeee5555", 1, [0.1] * 50)
+    cut = write_run(root, E, 1, [0.1] * 50)
     data = (cut / "metrics.parquet").read_bytes()
     (cut / "metrics.parquet").write_bytes(data[: len(data) // 2])
     # Parquet files that are not a seed dir's metrics.parquet must be ignored.
     pd.DataFrame({"step": [0], "error": [1.0]}).to_parquet(root / "results.parquet")
-    pd.DataFrame({"step": [0], "error": [1.0]}).to_parquet(root / "reverse_h4" / "metrics.parquet")
+    pd.DataFrame({"step": [0], "error": [1.0]}).to_parquet(root / "demo" / "metrics.parquet")
     pd.DataFrame({"step": [0], "error": [1.0]}).to_parquet(
-        root / "reverse_h4" / "tpo" / "aaaa1111" / "seed=0" / "ckpt.parquet")
+        root / "demo" / "tpo" / H["A"] / "seed=0" / "ckpt.parquet")
     return root
 
 
@@ -70,24 +54,24 @@ def test_collect_keeps_exactly_good_rows(tree):
     df, skipped = collect.collect(tree)
     assert len(df) == 3 + 3 + 3 + 4
     runs = set(zip(df["config_hash"], df["seed"]))
-    assert runs == {("aaaa1111", 0), ("aaaa1111", 1), ("bbbb2222", 0), ("cccc3333", 0)}
-    assert df.loc[df.config_hash == "bbbb2222", "optim.lr"].eq(1e-2).all()
+    assert runs == {(H["A"], 0), (H["A"], 1), (H["B"], 0), (H["C"], 0)}
+    assert df.loc[df.config_hash == H["B"], "optim.lr"].eq(1e-2).all()
 
     r = reasons(skipped)
     assert len(r) == 5
-    assert r["dddd4444/seed=0"] == "failed: loss is nan"
-    assert r["dddd4444/seed=1"].startswith("incomplete (running, heartbeat")
-    assert r["dddd4444/seed=2"] == "incomplete (no summary.json)"
-    assert r["eeee5555/seed=0"].startswith("corrupt metrics.parquet: ")
-    assert r["eeee5555/seed=1"].startswith("corrupt metrics.parquet: ")
+    assert r[f"{H['D']}/seed=0"] == "failed: loss is nan"
+    assert r[f"{H['D']}/seed=1"].startswith("incomplete (running, heartbeat")
+    assert r[f"{H['D']}/seed=2"] == "incomplete (no summary.json)"
+    assert r[f"{H['E']}/seed=0"].startswith("corrupt metrics.parquet: ")
+    assert r[f"{H['E']}/seed=1"].startswith("corrupt metrics.parquet: ")
 
 
 def test_find_runs_classifies_by_summary(tree):
     status = {"/".join(r.path.parts[-2:]): r.status for r in collect.find_runs(tree)}
-    assert status["aaaa1111/seed=0"] == "completed"
-    assert status["dddd4444/seed=0"] == "failed"
-    assert status["dddd4444/seed=1"] == "running"
-    assert status["dddd4444/seed=2"] == "incomplete"
+    assert status[f"{H['A']}/seed=0"] == "completed"
+    assert status[f"{H['D']}/seed=0"] == "failed"
+    assert status[f"{H['D']}/seed=1"] == "running"
+    assert status[f"{H['D']}/seed=2"] == "incomplete"
     assert len(status) == 9
 
 
@@ -127,7 +111,7 @@ def test_cli_errors(tmp_path, capsys):
     assert "no completed run found" in capsys.readouterr().err
 
     root = tmp_path / "outputs"
-    write_run(root, "t", "tpo", "h", 0, [0.5], status="failed", reason="oom")
+    write_run(root, demo_config(1), 0, [0.5], status="failed", reason="oom")
     out = tmp_path / "r.parquet"
     assert collect.main([str(root), "--out", str(out)]) == 1
     captured = capsys.readouterr()
@@ -285,9 +269,9 @@ def test_legend_names_algo_knobs_only_within_an_algorithm():
 
 
 def test_stale_heartbeat_is_reported_as_killed(tmp_path):
-    write_run(tmp_path, "t", "tpo", "h", 0, [0.5], status="running", heartbeat_age=3600)
-    write_run(tmp_path, "t", "tpo", "h", 1, [0.5], status="running", heartbeat_age=5)
-    write_run(tmp_path, "t", "tpo", "h", 2, [0.5], status="interrupted", reason="KeyboardInterrupt")
+    write_run(tmp_path, demo_config(1), 0, [0.5], status="running", heartbeat=time.time() - 3600)
+    write_run(tmp_path, demo_config(1), 1, [0.5], status="running", heartbeat=time.time() - 5)
+    write_run(tmp_path, demo_config(1), 2, [0.5], status="interrupted", reason="KeyboardInterrupt")
     runs = {r.path.name: r for r in collect.find_runs(tmp_path, stale_after=600)}
     assert runs["seed=0"].status == "incomplete" and "heartbeat stale" in runs["seed=0"].reason
     assert runs["seed=1"].status == "running"

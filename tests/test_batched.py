@@ -379,7 +379,7 @@ def _when(monkeypatch, seed: int, step: int, act) -> None:
     record = runner.record_step
 
     def recording(seat, at, row, asked, why):
-        if seat.spec.seed == seed and at == step:
+        if seat.spec.run.seed == seed and at == step:
             act()
         return record(seat, at, row, asked, why)
 

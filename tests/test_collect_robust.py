@@ -1,7 +1,6 @@
 """collect, plot and migrate over damaged, partial, mixed-code, symlinked and stale run
-trees, with run directories made by hand (tools/bench_collect.py's `write_run`, shaped
+trees, with run directories made by hand (dev/bench_collect.py's `write_run`, shaped
 like the runner's): no training, each test well under a second."""
-import json
 import time
 from pathlib import Path
 
@@ -10,7 +9,8 @@ import pandas as pd
 import pytest
 
 from tpo_bench.analysis import collect
-from tpo_bench.tools.bench_collect import demo_config, write_run
+from dev.bench_collect import demo_config, write_run
+from conftest import as_legacy
 
 REPO = Path(__file__).resolve().parents[1]
 
@@ -177,6 +177,28 @@ def test_split_code_draws_each_code_version_as_its_own_line(tmp_path, capsys):
     assert (tmp_path / "plots" / "demo.png").is_file()
 
 
+def test_prior_attempts_name_a_damaged_one_and_leave_out_one_without_code(tmp_path, capsys):
+    """--prior-attempts: a kept result whose summary.json is damaged blocks collect as any
+    damaged run does, named by its folder; one recording no code fingerprint (its code
+    unknown, so it could pool with today's) is left out."""
+    import shutil
+
+    root = tmp_path / "outputs"
+    damaged, unknown = runs(root, seeds=(0, 1), code_fingerprint=NEW)
+    (damaged / "prior-attempt-1").mkdir()
+    (damaged / "prior-attempt-1" / "summary.json").write_text("{")
+    (unknown / "prior-attempt-1").mkdir()
+    shutil.copy(unknown / "metrics.parquet", unknown / "prior-attempt-1")
+    info = json.loads((unknown / "summary.json").read_text())
+    (unknown / "prior-attempt-1" / "summary.json").write_text(json.dumps({**info, "code_fingerprint": None}))
+    rc, text, out = main(root, tmp_path, "--prior-attempts", capsys=capsys)
+    assert rc == 1 and out is None, text
+    assert "skipped demo/tpo/" in text and "seed=0/prior-attempt-1: damaged prior-attempt-1/summary.json" in text
+    rc, text, out = main(root, tmp_path, "--prior-attempts", "--allow-skips", capsys=capsys)
+    assert rc == 0, text
+    assert out.groupby("seed").size().to_dict() == {0: 3, 1: 3} and set(out["algo.name"]) == {"tpo"}
+
+
 def test_a_code_fingerprint_is_provenance_not_a_legend_key(tmp_path, capsys):
     from tpo_bench.analysis.labels import legend_labels
 
@@ -286,18 +308,7 @@ def test_plot_warns_when_runs_finished_after_its_table(tmp_path, capsys):
 
 def legacy_run(root, seed):
     """A run recorded under the hash with the preset names in (tools.migrate re-keys it)."""
-    from tpo_bench.contract.identity import legacy_hash
-
-    config = demo_config()
-    d = write_run(root, config, seed, [0.9, 0.5, 0.2])
-    old = d.parent.parent / legacy_hash(config) / d.name
-    old.parent.mkdir(exist_ok=True)
-    d.rename(old)
-    df = pd.read_parquet(old / "metrics.parquet").assign(config_hash=legacy_hash(config))
-    df.to_parquet(old / "metrics.parquet", index=False)
-    info = json.loads((old / "summary.json").read_text())
-    (old / "summary.json").write_text(json.dumps({**info, "config_hash": legacy_hash(config)}))
-    return old
+    return as_legacy(write_run(root, demo_config(), seed, [0.9, 0.5, 0.2]))
 
 
 def test_a_legacy_copy_beside_its_current_run_is_counted_once(tmp_path):
@@ -373,3 +384,24 @@ def test_collect_gives_the_table_it_always_gave(tmp_path, monkeypatch, block_run
     assert df["code_fingerprint"].tolist() == [OLD] * 6 + [None] * 13
     expected = pd.read_parquet(EXPECTED)
     pd.testing.assert_frame_equal(df.drop(columns="code_fingerprint"), expected, check_exact=True)
+
+
+def test_runs_under_way_are_read_for_figures_and_never_collected(tmp_path):
+    root = tmp_path / "outputs"
+    runs(root, seeds=(0,))
+    config = demo_config(episodes=5)
+    write_run(root, config, 1, [0.9, 0.8], status="running", heartbeat=time.time())
+    write_run(root, config, 2, [0.9, 0.8, 0.7], status="interrupted", reason="SIGTERM")
+    write_run(root, config, 3, [0.9, 0.8], status="running", heartbeat=0.0)  # silent: its process is gone
+    write_run(root, config, 4, [0.9], status="failed", reason="FloatingPointError: loss is nan")
+    copied = write_run(root, config, 5, [0.9, 0.8], status="interrupted")  # another run's table
+    df = pd.read_parquet(copied / "metrics.parquet").assign(seed=6)
+    df.to_parquet(copied / "metrics.parquet", index=False)
+    got = collect.in_progress(root)
+    assert got.groupby("seed")["step"].max().to_dict() == {1: 1, 2: 2, 3: 1}
+    assert got.groupby("seed")[collect.PROGRESS].first().to_dict() == {1: "running", 2: "interrupted",
+                                                                        3: "interrupted"}
+    assert got["partial"].eq(True).all() and collect.completed(got).empty
+    table, _ = collect.collect(root)
+    assert set(table["seed"]) == {0}  # a result only when completed
+    assert collect.in_progress(tmp_path / "none").empty

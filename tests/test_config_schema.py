@@ -78,13 +78,30 @@ def test_top_level_defaults_live_in_the_dataclass_only():
     assert run_config(cfg) == RunConfig()
 
 
-def test_the_hash_leaves_out_exactly_the_keys_the_schema_marks():
-    """contract.identity's list of keys outside a run's identity is the run config's
-    fields not marked identity (plus Hydra's node, the logger, an experiment's seeds)."""
-    from tpo_bench.contract.identity import NON_IDENTITY_KEYS
+def test_a_top_level_key_joins_the_hash_only_by_name():
+    """The run config's science is matching and its K: every other top-level key, a new
+    one too, is left out of the hash only because contract.identity names it."""
+    from tpo_bench.bench.config import identity_keys
 
-    marked = {f.name for f in dataclasses.fields(RunConfig) if not f.metadata["identity"]}
-    assert NON_IDENTITY_KEYS == marked | {"hydra", "logger", "seeds"}
+    assert identity_keys() == ("match", "match_k")
+
+
+def test_analysis_reads_a_preset_as_a_run_composes_it():
+    """analysis.configs's view of conf/: a preset's values over its base's and its
+    dataclass's, a nested group (task/arch) composed in, an experiment's task block over
+    the one preset its sweep names; nothing for a name conf/ lacks."""
+    from tpo_bench.analysis import configs
+
+    grpo_no_kl = configs.algo_defaults("grpo_no_kl")
+    assert (grpo_no_kl["impl"], grpo_no_kl["kl_coef"], grpo_no_kl["clip_eps"]) == ("grpo", 0.0, 0.2)
+    llm = configs.experiment_task("llm_spell_backward")
+    assert (llm["name"], llm["max_new_tokens"], llm["arch"]["hidden_size"]) == ("llm_spell_backward", 6, 128)
+    k_sweep = configs.experiment_task("k_sweep")
+    assert (k_sweep["sequence_length"], k_sweep["batch_size"], k_sweep["target"]) == (8, 256, "reverse_copy")
+    assert configs.default_lr("adamw_tiny") == 3.0e-4
+    assert configs.algo_defaults("no_such_algo") == {} and configs.default_lr("no_such") is None
+    with pytest.raises(ValueError, match="several task presets"):
+        configs.experiment_task("ablations")
 
 
 @pytest.mark.parametrize("preset", sorted(

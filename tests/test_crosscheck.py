@@ -1,10 +1,10 @@
-"""tools/crosscheck_artifact.py maps the JAX artifact's parameter tree onto our
+"""dev/crosscheck_artifact.py maps the JAX artifact's parameter tree onto our
 Transformer; a wrong mapping would make the cross-check compare the wrong tensors."""
 import numpy as np
 import torch
 
 from tpo_bench.tasks.transformer import Transformer
-from tpo_bench.tools import crosscheck_artifact as crosscheck
+from dev import crosscheck_artifact as crosscheck
 
 
 def _flax_tree(m: Transformer) -> dict:

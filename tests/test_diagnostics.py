@@ -287,7 +287,7 @@ def test_recorded_diagnostics_on_a_tiny_tpo_run():
     two episodes against what the batch and the parameters say."""
     spec = build(compose(*TINY, "task.batch_size=6"))
     task = Recording(spec.task)
-    streams = Streams.from_seed(spec.seed)
+    streams = Streams.from_seed(spec.run.seed)
     policy = spec.task.make_policy(streams.init)
     opt = build_optimizer(spec.optim_name, list(policy.parameters()), **spec.optim_hparams)
     for _ in range(2):

@@ -1,10 +1,12 @@
 """The documentation's code runs as printed: the README's quickstart sweep (at a small
-size), the extending page's algorithm and task (as plug-ins), every script, module and
+size), the extending page's algorithm and task (as plug-ins), the TRL page's CPU example
+(where TRL is installed), every script, module and
 launcher the docs name exists, and the site builds with `mkdocs build --strict`. The
 numbers the docs quote from committed data are that data's (the fault campaign, the
 paper's own inconsistencies, where the committed runs ran, the figure page's verdicts);
 tests/test_pages.py, test_speed.py and test_layernorm.py check the others."""
 import json
+import math
 import re
 import shlex
 import subprocess
@@ -12,6 +14,7 @@ import sys
 
 import pandas as pd
 import pytest
+import torch
 import yaml
 
 from conftest import REPO, md_rows, one_line
@@ -39,6 +42,23 @@ def test_version_is_one_number_everywhere():
     assert bench.__version__ == version("tpo-bench") == declared == cff["version"]
 
 
+def test_the_readme_and_getting_started_name_every_extra():
+    """pyproject.toml's extras are the one list: the README's extras sentence and the
+    install block of the getting-started page name each of them, and the extras the README
+    says `.[test]` holds are in it."""
+    import tomllib
+
+    extras = tomllib.loads((REPO / "pyproject.toml").read_text())["project"]["optional-dependencies"]
+    readme = one_line(README.read_text())
+    sentence = re.search(r"Extras: (.*?)\. See", readme)[1]
+    assert set(re.findall(r"`\.\[(\w+)\]`", sentence)) == set(extras), sentence
+    [block] = [b for b in code_blocks(DOCS / "getting-started.md", "bash") if "pip install -e ." in b]
+    assert set(re.findall(r"pip install -e '\.\[(\w+)\]'", block)) == set(extras), block
+    held = re.search(r"`\.\[test\]` \(the ([\w, ]+) extras, and pytest\)", sentence)[1]
+    named = re.split(r", | and ", held)
+    assert len(named) >= 3 and [x for x in named if not set(extras[x]) <= set(extras["test"])] == []
+
+
 def test_every_script_module_and_launcher_the_docs_name_exists():
     docs = [README, *DOCS.glob("*.md"), *(REPO / "reproduction").glob("*.md"),
             *(REPO / "reproduction").glob("*.sh")]
@@ -46,10 +66,10 @@ def test_every_script_module_and_launcher_the_docs_name_exists():
     named, missing = set(), []
     for doc in docs:
         text = re.sub(r"(python|-m)\n", r"\1 ", doc.read_text().replace("\\\n", " "))
-        for m in re.findall(r"python3? ((?:analysis|reproduction|bench|tools)/[\w/]+\.py)", text):
+        for m in re.findall(r"python3? ((?:analysis|reproduction|bench|tools|dev)/[\w/]+\.py)", text):
             named.add(m)
             missing += [] if (REPO / m).is_file() else [(doc.name, m)]
-        for m in re.findall(r"python3? -m (?:tpo_bench\.)?((?:analysis|bench|tools)(?:\.\w+)+)", text):
+        for m in re.findall(r"python3? -m (?:tpo_bench\.)?((?:analysis|bench|tools|dev)(?:\.\w+)+)", text):
             named.add(m)
             path = REPO / m.replace(".", "/")
             missing += [] if path.with_suffix(".py").is_file() or path.is_dir() else [(doc.name, m)]
@@ -61,15 +81,17 @@ def test_every_script_module_and_launcher_the_docs_name_exists():
 
 def test_the_docs_spell_a_tool_one_way():
     """A tool is `python -m tools.<name>` in the README and the docs, never its installed
-    command (`tpo-bench speed`) nor `python -m tpo_bench.tools.<name>`."""
+    command (`tpo-bench study`) nor `python -m tpo_bench.tools.<name>`; a maintenance script
+    is `python -m dev.<name>`, no `tpo-bench` command (the docs name none that is not one)."""
     from tpo_bench.cli import COMMANDS
 
     tools = {name for name, (module, _) in COMMANDS.items() if ".tools." in module}
     docs = [README, *DOCS.glob("*.md"), *(REPO / "reproduction").glob("*.md")]
     found = [(doc.name, m) for doc in docs
-             for m in re.findall(r"tpo-bench [\w-]+|tpo_bench\.tools\.\w+", doc.read_text())
-             if m.startswith("tpo_bench") or m.split()[1] in tools]
-    assert len(tools) >= 10 and not found, found
+             for m in re.findall(r"(?:^|`)tpo-bench [a-z][\w-]*|tpo_bench\.(?:tools|dev)\.\w+",
+                                 doc.read_text(), re.M)
+             if m.startswith("tpo_bench") or m.split()[1] in tools or m.split()[1] not in COMMANDS]
+    assert len(tools) >= 4 and not found, found
 
 
 def test_the_committed_report_links_figures_that_exist():
@@ -204,3 +226,25 @@ def test_the_site_builds_strictly(tmp_path):
                           cwd=REPO, capture_output=True, text=True, timeout=600)
     assert proc.returncode == 0, proc.stdout + proc.stderr
     assert (tmp_path / "site" / "science" / "index.html").is_file()
+
+
+@pytest.mark.slow  # trains two TRL steps
+def test_the_trl_pages_cpu_example_trains_as_printed(tmp_path, monkeypatch):
+    """docs/trl_verl.md's CPU example, the block as printed, in a fresh folder: it builds its
+    model in code and trains two optimizer steps of TPO through ZooGRPOTrainer (the
+    harness's loss, whose diagnostics TRL logs), in float32; the GPU example stays beside it."""
+    pytest.importorskip("trl", reason="TRL is not installed: pip install -e '.[trl]' runs this test")
+    section = (DOCS / "trl_verl.md").read_text().split("\n## TRL\n", 1)[1].split("\n## ", 1)[0]
+    blocks = re.findall(r"```python\n(.*?)```", section, re.S)
+    [cpu] = [b for b in blocks if "use_cpu=True" in b]
+    assert any("ZooGRPOTrainer(" in b and "Qwen/" in b for b in blocks if b != cpu)  # the GPU one
+    monkeypatch.chdir(tmp_path)
+    monkeypatch.setenv("HF_HUB_OFFLINE", "1")  # nothing to download
+    names: dict = {"__name__": "__main__"}
+    exec(compile(cpu, str(DOCS / "trl_verl.md"), "exec"), names)
+    trainer = names["trainer"]
+    assert trainer.state.global_step == 2 and not trainer.args.bf16
+    steps = [h for h in trainer.state.log_history if "loss" in h]
+    assert len(steps) == 2 and all(math.isfinite(h["loss"]) for h in steps), steps
+    assert all("zoo/q_success" in h for h in steps), steps  # the harness's loss ran
+    assert next(trainer.model.parameters()).dtype == torch.float32

@@ -10,7 +10,7 @@ Sentences about "3 seeds" or "the first 5 seeds" name their seeds here explicitl
 seeds merged into the same configurations change the tables, not these checks.
 
 Not checked here, because no committed data holds them: the artifact's own runs and the
-cross-check table (`tools/crosscheck_artifact.py`, run on an artifact checkout outside this
+cross-check table (`dev/crosscheck_artifact.py`, run on an artifact checkout outside this
 repository), the 10x-learning-rate eta probe (its runs are not committed), and the values
 read off the paper's figures ("about 0.35 and 0.42", "about 3.2 % in its Figure 4").
 """
@@ -748,7 +748,7 @@ def test_findings_tabular_plain_means_are_the_committed_runs():
     fail (GRPO's and TPO's mean error, TPO's and DG's mean misalignment) and the seed count:
     each is the report's curve mean on the single-context runs."""
     text = _entry(_findings(), "Tabular claims")
-    m = _search(r"\(GRPO's mean error ([\d.]+) vs TPO ([\d.]+); TPO and DG misalignment ([\d.]+) each\)", text)
+    m = _search(r"set GRPO's mean error ([\d.]+) against TPO's ([\d.]+), and TPO's and DG's misalignment at ([\d.]+) each", text)
     sel = _section("tabular_single")
 
     def mean(algo, y):
@@ -767,7 +767,7 @@ def test_findings_stale_actor_finals_are_the_committed_runs():
     text = _entry(_findings(), "Stale actors")
     sel = _section("mnist_stale")
     final = {(a, D): _finals(g) for (a, D), g in sel.groupby(["algo.name", "task.delay"])}
-    m = _search(r"fails: ([\d.]+) % against ([\d.]+) % \((\d+) seeds, SE about ([\d.]+)\)", text)
+    m = _search(r"compares ([\d.]+) % against ([\d.]+) % \((\d+) seeds, SE about ([\d.]+)\)", text)
     tpo0, tpo1000 = final["tpo", 0], final["tpo", 1000]
     assert _near(tpo1000.mean(), m[1]) and _near(tpo0.mean(), m[2])
     assert len(tpo0) == len(tpo1000) == int(m[3])
@@ -830,3 +830,21 @@ def test_hand_written_findings_name_no_verdict():
     text = _findings().lower()
     for label in (V.REPRODUCED, V.DIFFERS, V.INCONCLUSIVE, V.NOT_DISTINGUISHABLE, "within noise"):
         assert label not in text, label
+
+
+# -- the findings quote numbers and name no verdict ---------------------------------------
+
+VERDICT_WORDS = re.compile(r"\b(fails|failed|reproduced|inconclusive|not run yet|differs|"
+                           r"not distinguishable|claim holds|holds by)\b", re.I)
+
+
+def test_findings_name_no_verdict():
+    """The rules compute every verdict; a hand-written sentence that names one can
+    contradict its table (a claim said to hold where its row fails)."""
+    found = [m.group(0) for m in VERDICT_WORDS.finditer(_findings())]
+    assert not found, found
+
+
+def test_the_report_embeds_the_findings_as_they_are():
+    text = one_line((REPO / "reproduction" / "REPRODUCTION.md").read_text())
+    assert _findings() in text, "REPRODUCTION.md embeds an older findings.md: regenerate the report"

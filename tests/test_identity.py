@@ -2,8 +2,8 @@
 under the hash from before (names included) are still found: directories through
 `python -m tools.migrate`, tables re-keyed as they are read."""
 import json
-import os
 import shutil
+import signal
 import subprocess
 import sys
 from pathlib import Path
@@ -16,7 +16,8 @@ from tpo_bench.bench.build import ConfigError, build
 from tpo_bench.contract import schema
 from tpo_bench.contract.identity import config_hash, legacy_hash
 from tpo_bench.tools import migrate
-from conftest import REPO, compose, cpu_vendor, run_bench, run_here
+from conftest import REPO, as_legacy, compose, metrics, run_bench, run_dirs, run_here, summary, wait_for
+from integrity_runs import start
 
 # Runs written by the code of commit 1d90937 (names in the hash): a completed
 # tabular_single TPO run, and a GRPO run stopped by SIGTERM at a checkpoint.
@@ -24,12 +25,6 @@ LEGACY = REPO / "tests" / "fixtures" / "legacy_runs"
 COMPLETED = ["task=tabular_single", "algo=tpo", "seed=0", "task.episodes=30", "threads=1"]
 INTERRUPTED = ["task=tabular_single", "algo=grpo", "seed=3", "task.episodes=200",
                "checkpoint_every=4", "threads=1"]
-# The machine that wrote them ran torch's CPU kernels at AVX2: under AVX512 the same torch
-# rounds softmax and sums differently, so its 42 rows and its step-42 logits are not what
-# a fresh run computes there (a few ulps off: rows 10, 11, 18, ... of error and
-# misalignment; the logits by up to 4e-9). With ATEN_CPU_CAPABILITY=avx2 a fresh run
-# reproduces them bit for bit, so the runs compared with them use those kernels.
-LEGACY_KERNELS = {"ATEN_CPU_CAPABILITY": "avx2"}
 
 
 def _spec(*overrides, root):
@@ -98,36 +93,33 @@ def test_a_legacy_run_is_refused_until_migrated_then_found(tmp_path, capsys):
     assert "moved 0, already current 2, left 0" in capsys.readouterr().out
 
 
-def _kernels(env: dict) -> str:
-    return subprocess.run([sys.executable, "-c", "import torch; print(torch.backends.cpu."
-                           "get_cpu_capability())"], env={**os.environ, **env},
-                          capture_output=True, text=True, check=True).stdout.strip()
-
-
 @pytest.mark.slow
 def test_a_migrated_checkpoint_resumes_to_the_uninterrupted_curve(tmp_path):
-    if _kernels(LEGACY_KERNELS) != "AVX2":
-        pytest.skip("the legacy run's AVX2 kernels are not available on this CPU")
-    if cpu_vendor() != "AuthenticAMD":
-        # measured on an Intel Xeon (AVX512): MKL's own code paths round the legacy run's
-        # rows otherwise, under ATEN_CPU_CAPABILITY=avx2 and MKL_CBWR=AVX2,STRICT or COMPATIBLE
-        pytest.skip("the legacy run's rows reproduce on AMD CPUs, not under Intel's MKL paths")
-    root = _legacy_tree(tmp_path)
+    """A run stopped at a checkpoint under its legacy hash resumes, once migrated, to the
+    curve of a run never stopped. Recorded here and made legacy (conftest.as_legacy), so
+    both curves come from this CPU's kernels: bit for bit on any machine."""
+    root = tmp_path / "runs"
+    p = start(*INTERRUPTED, "debug.sleep=0.02", f"output_root={root}")
+    wait_for(lambda: list(root.rglob(schema.CHECKPOINT)))
+    p.send_signal(signal.SIGTERM)  # stops at the next episode, with a checkpoint there
+    p.wait()
+    [run] = run_dirs(root)
+    stopped = len(pd.read_parquet(run / schema.METRICS))
+    assert 0 < stopped < 200 and summary(run)["status"] == schema.INTERRUPTED
+    legacy = as_legacy(run)
+    with pytest.raises(ConfigError, match="legacy hash"):
+        _spec(*INTERRUPTED, root=root)
     assert migrate.main([str(root)]) == 0
-    proc = run_bench(*INTERRUPTED, f"output_root={root}", env=LEGACY_KERNELS)
-    assert "resumed from checkpoint" in proc.stdout
-    resumed = pd.read_parquet(_spec(*INTERRUPTED, root=root).run_dir / schema.METRICS)
+    spec = _spec(*INTERRUPTED, root=root)
+    assert spec.run_dir == run and not legacy.exists()
+    proc = run_bench(*INTERRUPTED, f"output_root={root}")
+    assert f"resumed from checkpoint at step {stopped}" in proc.stdout, proc.stdout
     fresh_root = tmp_path / "fresh"
-    run_bench(*INTERRUPTED, f"output_root={fresh_root}", env=LEGACY_KERNELS)
-    fresh = pd.read_parquet(_spec(*INTERRUPTED, root=fresh_root).run_dir / schema.METRICS)
+    run_bench(*INTERRUPTED, f"output_root={fresh_root}")
+    resumed, fresh = metrics(spec.run_dir), metrics(_spec(*INTERRUPTED, root=fresh_root).run_dir)
     assert len(resumed) == 200
-    # Bit for bit (assert_frame_equal's default is a 1e-5 relative tolerance), except the
-    # masked-mean diagnostics: the legacy rows took an indexed mean, today's code a masked
-    # sum over n, which rounds otherwise (measured: within 1e-6 relative).
-    masked = [c for c in ("absA_success", "absA_fail", "q_success", "q_fail") if c in fresh]
-    pd.testing.assert_frame_equal(resumed.drop(columns=["wall_s", *masked]),
-                                  fresh.drop(columns=["wall_s", *masked]), check_exact=True)
-    pd.testing.assert_frame_equal(resumed[masked], fresh[masked], check_exact=False, rtol=1e-6)
+    # Bit for bit (assert_frame_equal's default is a 1e-5 relative tolerance).
+    pd.testing.assert_frame_equal(resumed, fresh, check_exact=True)
 
 
 def test_migration_leaves_what_it_cannot_place(tmp_path):

@@ -59,7 +59,7 @@ def test_a_seeds_slice_is_that_seed_alone_bit_for_bit(S, n, d):
 
 
 def test_its_op_count_does_not_grow_with_the_seeds():
-    from tpo_bench.tools.speed import OpCount
+    from dev.speed import OpCount
 
     def ops(S):
         x, w, b, dy = _case(S, 5, 8)
@@ -73,7 +73,7 @@ def test_its_op_count_does_not_grow_with_the_seeds():
 def test_its_op_count_against_the_fused_kernels_is_the_performance_pages():
     """docs/performance.md: 7 ops per call under autograd (forward and backward) and 2
     without, where F.layer_norm's fused kernels take 2 and 1."""
-    from tpo_bench.tools.speed import OpCount
+    from dev.speed import OpCount
 
     x, w, b, dy = _case(1, 5, 8)
 

@@ -1,8 +1,9 @@
 """The house's rooms and floors, read from the source with `ast` (every import, at the top
 or inside a function, so a lazy import cannot hide an arrow): the harness imports itself
 only as tpo_bench.<room>; the contract imports none of the rest; tasks and algorithms never
-import each other nor the runner; analysis reads the records through the contract alone;
-the tools may import anything and nothing but the tests imports them; no import cycle.
+import each other nor the runner; analysis reads the records through the contract alone
+(and conf/ through bench.config); the tools may import any room and dev/ (the project's
+maintenance) anything, and only the tests and dev/ import those two; no import cycle.
 Inside analysis/: no cycle, the generic modules stay out of the paper's and the tuning's
 rooms. Nowhere (tests and tools included) does a module use another's underscore names.
 The runner, and analysis through the registry's tables, read no task or algorithm member
@@ -20,11 +21,12 @@ import pytest
 from conftest import REPO
 
 PACKAGES = ("contract", "bench", "tasks", "algorithms", "analysis", "hydra_plugins", "tools",
-            "integrations")
+            "integrations", "dev")
 NAMESPACE = "tpo_bench"  # every harness package is imported as tpo_bench.<package>
 HARNESS = ("contract", "bench", "tasks", "algorithms", "analysis", "tools", "conf", "integrations")
-# package -> the project packages it may import (itself always); none but tools may import
-# tools, and the tests may import any
+# package -> the project packages it may import (itself always); none but tools and dev may
+# import tools, none but dev may import dev (the checkout's maintenance, not installed), and
+# the tests may import any
 MAY_IMPORT = {
     "contract": set(),
     "tasks": {"contract"},
@@ -34,8 +36,12 @@ MAY_IMPORT = {
     "analysis": {"contract"},  # a preset's dataclass through contract.registry's tables
     # other trainers' hooks: rows -> Batch -> a registered algorithm's loss, curves -> run dirs
     "integrations": {"contract", "algorithms"},
-    "tools": set(PACKAGES),
+    "tools": set(PACKAGES) - {"dev"},
+    "dev": set(PACKAGES),
 }
+# Arrows a floor may draw beyond MAY_IMPORT, each to one module: analysis reads conf/'s
+# presets as a run composes them (the one reader of conf/).
+ALSO_MAY_IMPORT = {("analysis.configs", "bench.config")}
 ANALYSIS_GENERIC = {"analysis.collect", "analysis.stats", "analysis.configs", "analysis.style",
                     "analysis.labels", "analysis.plot", "analysis.rekey"}
 # plot --figure NAME draws the paper's figures (--page, their comparison page): the one way
@@ -81,8 +87,8 @@ def imports(path: Path, known: set[str]) -> dict[str, str]:
             for a in node.names:
                 if room_name(a.name) in known:
                     names[a.asname or a.name] = room_name(a.name)
-        elif isinstance(node, ast.ImportFrom) and node.module and node.level == 0:
-            module = room_name(node.module)
+        elif isinstance(node, ast.ImportFrom) and (node.module and node.level == 0 or node.level):
+            module = room_name(node.module) if not node.level else absolute(path, node)
             for a in node.names:
                 full = f"{module}.{a.name}"
                 if full in known:  # from tpo_bench.analysis.paper import figures
@@ -90,6 +96,14 @@ def imports(path: Path, known: set[str]) -> dict[str, str]:
                 elif module in known:  # from tpo_bench.analysis.style import fmt
                     names.setdefault(f"<{module}>", module)
     return names
+
+
+def absolute(path: Path, node: ast.ImportFrom) -> str:
+    """A relative import's module as its room name: `from ..contract import io` in
+    bench/runner.py -> contract."""
+    parts = list(path.relative_to(REPO).parent.parts)
+    parts = parts[:len(parts) - (node.level - 1)] if node.level > 1 else parts
+    return ".".join(parts + ([node.module] if node.module else []))
 
 
 def bare_imports(path: Path) -> list[str]:
@@ -131,7 +145,8 @@ def cycle(g: dict[str, set[str]]) -> list[str] | None:
 @pytest.mark.parametrize("pkg", sorted(MAY_IMPORT))
 def test_each_floor_imports_only_the_floors_below(pkg):
     wrong = sorted((m, t) for m, targets in graph().items() if m.split(".")[0] == pkg
-                   for t in targets if t.split(".")[0] not in MAY_IMPORT[pkg] | {pkg})
+                   for t in targets if t.split(".")[0] not in MAY_IMPORT[pkg] | {pkg}
+                   and (m, t) not in ALSO_MAY_IMPORT)
     assert not wrong, f"{pkg} reaches up: {wrong}"
 
 
@@ -506,9 +521,16 @@ def static_room_arrows(packages=PACKAGES) -> set[tuple[str, str]]:
     for path in modules(packages).values():
         room = path.relative_to(REPO).parts[0]
         for node in nodes(path):
+            base = ""
+            if isinstance(node, ast.ImportFrom) and node.level:  # relative: from the file's folder
+                folder = path.parent.resolve()
+                for _ in range(node.level - 1):
+                    folder = folder.parent
+                base = ".".join(folder.relative_to(REPO).parts)
+            head = ".".join(filter(None, [base, getattr(node, "module", None) or ""]))
             names = [a.name for a in node.names] if isinstance(node, ast.Import) else \
-                [f"{node.module}.{a.name}" for a in node.names] + [node.module] \
-                if isinstance(node, ast.ImportFrom) and node.module and node.level == 0 else []
+                [f"{head}.{a.name}" if head else a.name for a in node.names] + ([head] if head else []) \
+                if isinstance(node, ast.ImportFrom) and (node.module or node.level) else []
             for name in names:
                 if (target := resolve_to_file(name)) is not None and target.is_relative_to(REPO):
                     arrows.add((room, target.relative_to(REPO).parts[0]))

@@ -371,7 +371,7 @@ def test_the_preset_lists_every_method_on_every_cell(tmp_path):
     assert [j["seed"] for j in jobs[:len(CELLS) * len(METHODS)]] == ["0"] * (len(CELLS) * len(METHODS))  # seed-major
     # The shrink and a cell's config, in process: the job list the sweeper expands
     # (sweep_jobs) and the config a run composes.
-    from tpo_bench.tools.speed import sweep_jobs
+    from dev.speed import sweep_jobs
 
     one = sweep_jobs("+experiment=leaderboard", "seeds=1", "task.episodes=3")
     assert len(one) == n // 5 and {o for job in one for o in job if o.startswith("seed=")} == {"seed=0"}

@@ -11,7 +11,7 @@ import sys
 
 import pytest
 
-from conftest import REPO, TINY, bench_here, spec_for, train_here
+from conftest import REPO, TINY, bench_here, refuse_here, spec_for, train_here
 
 
 # ------------------------------------------------------------------ refused at launch
@@ -22,6 +22,15 @@ def test_an_episode_count_no_table_holds_is_refused_at_launch(tmp_path):
     with pytest.raises(ConfigError, match=r"task\.episodes must be an integer from 1 to 100,000,000"):
         spec_for(tmp_path / "out", "task.episodes=1000000000000")
     assert not (tmp_path / "out").exists()
+
+
+@pytest.mark.parametrize("task", ["demo", "tabular_single", "tabular_multi", "mnist"])
+def test_every_task_takes_the_one_episode_rule(task, tmp_path):
+    """One rule for every task's run length, whatever the task checks of its own fields."""
+    for bad in ("0", "-3"):
+        refused = refuse_here(f"task={task}", f"task.episodes={bad}", f"output_root={tmp_path}")
+        assert refused.startswith(f"task.episodes must be an integer from 1 to 100,000,000"), refused
+        assert refused.endswith(f"got {bad}"), refused
 
 
 def test_a_bad_episode_count_anywhere_in_a_sweep_stops_it_before_any_run(tmp_path):
@@ -186,10 +195,60 @@ def test_on_code_change_rerun_keeps_the_old_result_as_a_prior_attempt(tmp_path):
     assert train_here(spec)["status"] == "completed"
     before = (spec.run_dir / "metrics.parquet").read_bytes()
     summary = (spec.run_dir / "summary.json").read_text()
-    edited = dataclasses.replace(spec, code_fingerprint="0" * 16, on_code_change="rerun")
+    edited = dataclasses.replace(spec, code_fingerprint="0" * 16,
+                                 run=dataclasses.replace(spec.run, on_code_change="rerun"))
     answer = train_here(edited)
     assert answer["status"] == "completed" and answer["attempts"] == 2, answer
     prior = spec.run_dir / "prior-attempt-1"
     assert (prior / "metrics.parquet").read_bytes() == before
     assert json.loads((prior / "summary.json").read_text()) == json.loads(summary)
     assert len(pd.read_parquet(spec.run_dir / "metrics.parquet")) == len(pd.read_parquet(prior / "metrics.parquet"))
+
+
+@pytest.mark.slow  # trains
+def test_a_rerun_under_edited_code_is_collected_and_drawn_beside_the_old_result(tmp_path, capsys):
+    """A loss edited (TPO's eta quadrupled, the config unchanged) and its runs trained again
+    with on_code_change=rerun: `collect --prior-attempts` keeps the old and the new result
+    side by side, each line labelled by its code, and plot draws both; editing back to the
+    first code adds no second copy of its result. Without the flag the table is today's."""
+    import pandas as pd
+
+    from tpo_bench.analysis import collect, plot
+
+    root = tmp_path / "out"
+    first = [spec_for(root, f"seed={s}") for s in (0, 1)]
+    edited = [dataclasses.replace(s, algo=dataclasses.replace(s.algo, eta=4 * s.algo.eta),
+                                  code_fingerprint="e" * 16, on_code_change="rerun") for s in first]
+    curves = {}
+    for specs in (first, edited):
+        for spec in specs:
+            assert train_here(spec)["status"] == "completed"
+            curves[spec.code_fingerprint, spec.seed] = \
+                pd.read_parquet(spec.run_dir / "metrics.parquet")["error"].tolist()
+    old, new = first[0].code_fingerprint, "e" * 16
+    assert curves[old, 0] != curves[new, 0]  # the edit changed the result
+    assert "--prior-attempts" in capsys.readouterr().out  # the rerun says how to see both
+
+    def table(*flags: str) -> pd.DataFrame:
+        out = tmp_path / f"results{len(flags)}.parquet"
+        assert collect.main([str(root), "--out", str(out), *flags]) == 0, capsys.readouterr()
+        return pd.read_parquet(out)
+
+    today = table()
+    assert set(today["algo.name"]) == {"tpo"} and set(today["code_fingerprint"]) == {new}
+    both = table("--prior-attempts")
+    lines = {algo: {seed: g["error"].tolist() for seed, g in rows.groupby("seed")}
+             for algo, rows in both.groupby("algo.name")}
+    assert lines == {f"tpo [code {fp[:8]}]": {s: curves[fp, s] for s in (0, 1)} for fp in (old, new)}
+    plots = tmp_path / "plots"
+    capsys.readouterr()
+    assert plot.main(["--results", str(tmp_path / "results1.parquet"), "--out", str(plots)]) == 0
+    summary = capsys.readouterr().out
+    assert f"tpo [code {old[:8]}]" in summary and f"tpo [code {new[:8]}]" in summary, summary
+    assert (plots / "demo.png").is_file()
+
+    for spec in first:  # the edit undone: today's code is the first again
+        assert train_here(dataclasses.replace(spec, on_code_change="rerun"))["status"] == "completed"
+    again = table("--prior-attempts")
+    assert again.groupby(["algo.name", "seed"]).size().to_dict() == \
+        both.groupby(["algo.name", "seed"]).size().to_dict()  # one result per code and seed

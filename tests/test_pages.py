@@ -25,7 +25,7 @@ def _check(name, block):
         f"{pages.PAGES[name]}: block {block} is stale; run `python -m analysis.paper.pages`")
 
 
-@pytest.mark.parametrize("block", ["verdicts", "paired", "status", "cost", "margins"])
+@pytest.mark.parametrize("block", ["verdicts", "registered", "paired", "status", "cost", "margins"])
 def test_reproducing_page_is_generated_from_the_committed_report_and_runs(block):
     _check("reproducing", block)
 
@@ -33,6 +33,13 @@ def test_reproducing_page_is_generated_from_the_committed_report_and_runs(block)
 @pytest.mark.parametrize("block", ["board", "readings"])
 def test_leaderboard_page_is_generated_from_the_committed_board(block):
     _check("leaderboard", block)
+
+
+def test_the_readmes_claim_line_is_the_reports_registered_outcome():
+    _check("readme", "claim")
+    line = committed_blocks("readme")["claim"]
+    outcome = pages.registered_block(pages.REPORT.read_text())
+    assert line.split("H): ", 1)[1].split(". Seeds", 1)[0] in outcome
 
 
 @pytest.mark.slow
@@ -137,3 +144,12 @@ def test_the_leaderboard_prose_quotes_its_tasks_seeds_and_readings():
            f"{seeds.min()} seeds each",
            f"With {seeds.min()} pairs the smallest possible p is 1/{2 ** seeds.min()}",
            f"({WORDS[len(readings)]} of them)")
+
+
+def test_the_verdict_block_labels_its_spread_and_shared_runs():
+    block = committed_blocks("reproducing")["verdicts"]
+    assert pages.OURS in block.splitlines()[0] and "SE" in pages.OURS
+    # one mean under two rows: the interaction-matched row names whose runs it reads
+    rows = pages.tables(block)[0]
+    shared = [r for r in rows if r["algorithm"] == "tpo" and r["match"] == "interactions" and r[pages.OURS]]
+    assert shared and all("prompt-matched runs" in r["seeds"] for r in shared)

@@ -270,8 +270,8 @@ def check_text_inside(fig, slack=1.0):
 
 
 def panel_notes(ax) -> str:
-    """What a panel says about lines it lacks: its note, or an empty panel's text."""
-    notes = [a for a in ax.get_children() if getattr(a, "get_gid", lambda: None)() == "absent"]
+    """What a panel says of its lines: its note, or an empty panel's text."""
+    notes = [a for a in ax.get_children() if getattr(a, "get_gid", lambda: None)() == "notes"]
     return " ".join([*(t.get_text() for n in notes for t in n.get_texts()), *(t.get_text() for t in ax.texts)])
 
 
@@ -304,7 +304,7 @@ def test_a_bar_the_paper_draws_and_we_lack_is_named_with_its_category(table):
 
 def test_an_empty_panel_names_the_lines_it_lacks(drawn):
     fig, _ = drawn("gradient_norms", empty=True)
-    assert "TPO, GRPO, PPO, DG: not run" in panel_notes(fig.axes[0])
+    assert "TPO (4 ep), TPO (1 ep), GRPO, PPO, DG: not run" in " ".join(panel_notes(fig.axes[0]).split())
     assert "TPO, GRPO: not run" in panel_notes(fig.axes[1])
 
 
@@ -485,10 +485,11 @@ def test_the_llm_figure_names_each_paper_panel_not_run_beside_ours(table):
     ours["pass_at_1"] = 1 - ours["error"]
     fig, _ = P.render("llm", pd.concat([table, ours], ignore_index=True))
     papers = [p.title for p in P.PAPER["llm"].panels]
-    assert [ax.get_title() for ax in fig.axes[:3]] == papers  # the paper's three tasks, first
-    for ax in fig.axes[:3]:
+    n = len(papers)
+    assert [ax.get_title() for ax in fig.axes[:n]] == papers  # the paper's tasks and models, first
+    for ax in fig.axes[:n]:
         assert not curves(ax) and "TPO, GRPO: not run" in panel_notes(ax), ax.get_title()
-    [mine] = fig.axes[3:]
+    [mine] = fig.axes[n:]
     assert "ours" in mine.get_title() and "spell_backward" in mine.get_title()
     assert [l.get_label() for l in curves(mine)] == ["TPO", "GRPO"]
     check_text_inside(fig)
@@ -504,3 +505,294 @@ def test_mnist_test_error_panels_say_the_test_file_is_the_first_3000_images(draw
     titles = [ax.get_title().replace("\n", " ") for ax in stale.axes]
     assert len(titles) == 4 and all(said in t for t in titles), titles
     P.plt.close(stale)
+
+
+# ---- every line the paper draws: declared, then drawn or named in its panel ----
+
+# Facts from the paper's figures: lines (and Figure 9's row of panels) it draws that have
+# no runs here; declared, each is named in its panel.
+PAPER_GAPS = {
+    "task_variants": {None: ["GRPO (no KL)"]},  # its legend's green dotted line, every panel
+    "gradient_norms": {"(a)": ["TPO (1 ep)"]},
+    "all_fail": {"(b)": ["TPO (1 ep)"]},
+}
+PAPER_LLM_MODELS = ("Qwen3-1.7B", "R1-Distill-Qwen-1.5B")  # Figure 9: a row of panels each
+
+
+def drawn_labels(ax) -> set:
+    lines = {l.get_label().removesuffix(" winners").removesuffix(" losers") for l in curves(ax)}
+    return lines | {c.get_label() for c in ax.containers if not c.get_label().startswith("_")}
+
+
+def named_not_run(ax) -> set:
+    """The lines a panel names as not drawn: each statement of its note, or its empty text,
+    up to ": not run" (or a metric's ": not recorded")."""
+    notes = [a for a in ax.get_children() if getattr(a, "get_gid", lambda: None)() == "notes"]
+    said = [" ".join(t.get_text().split()) for t in [*(t for n in notes for t in n.get_texts()), *ax.texts]]
+    return {name for s in said for cut in re.findall(r"^(.*?): not (?:run|recorded)", s)
+            for name in cut.split(", ")}
+
+
+def test_the_papers_lines_are_declared_where_it_draws_them():
+    for name, where in PAPER_GAPS.items():
+        for panel in P.PAPER[name].panels:
+            for title, labels in where.items():
+                if title is None or panel.title == title:
+                    assert set(labels) <= {P.line_label(l) for l in panel.lines}, (name, panel.title)
+    for model in PAPER_LLM_MODELS:
+        row = [p for p in P.PAPER["llm"].panels if p.title.endswith(f" - {model}")]
+        assert [p.title.split(" - ")[0] for p in row] == ["GSM8K", "Graph color", "Knights & Knaves"], model
+        assert all([P.line_label(l) for l in p.lines] == ["TPO", "GRPO"] for p in row), model
+
+
+@pytest.mark.slow  # renders every paper figure, with and without runs
+@pytest.mark.parametrize("name", P.ORDER)
+def test_every_line_a_figure_declares_is_drawn_or_named_in_its_panel(name, drawn):
+    for empty in (False, True):
+        fig, _ = drawn(name, empty)
+        for ax, panel in zip(fig.axes, P.PAPER[name].panels):
+            shown, named = drawn_labels(ax), named_not_run(ax)
+            silent = [P.line_label(l) for l in panel.lines
+                      if P.line_label(l) not in shown and P.line_label(l) not in named]
+            assert not silent, (name, panel.title, "empty table" if empty else "synthetic table")
+            assert not (shown & named), (name, panel.title)  # drawn and said not run: one is false
+
+
+def test_an_llm_panel_draws_its_own_models_runs_only(table):
+    ours = pd.concat([run("llm", algo, {"impl": "llm", "name": "llm_gsm8k", "dataset": "gsm8k",
+                                        "model_path": "/models/DeepSeek-R1-Distill-Qwen-1.5B"})
+                      for algo in ("tpo", "grpo")], ignore_index=True)
+    ours["pass_at_1"] = 1 - ours["error"]
+    fig, _ = P.render("llm", pd.concat([table, ours], ignore_index=True))
+    by_title = {ax.get_title(): ax for ax in fig.axes}
+    assert [l.get_label() for l in curves(by_title["GSM8K - R1-Distill-Qwen-1.5B"])] == ["TPO", "GRPO"]
+    assert named_not_run(by_title["GSM8K - Qwen3-1.7B"]) == {"TPO", "GRPO"}
+    P.plt.close(fig)
+
+
+# ---- what else a panel says of its lines ----
+
+def test_an_interaction_matched_panel_says_which_lines_are_prompt_matched_runs(table):
+    # a grouped method's interaction-matched runs are its prompt-matched ones, as the runner
+    # records them (experiments.already_interaction_matched): none under match=interactions
+    inter = table["match"].eq("interactions") & table["algo.k"].eq(8)
+    cut = table[~inter].assign(match_k=8)
+    fig, _ = P.render("terminal_h_sweep", cut)
+    said = "TPO, GRPO, GRPO (no KL): prompt-matched runs (same configuration)"
+    for ax in fig.axes[4:]:  # the interaction-matched row
+        assert said in " ".join(panel_notes(ax).split()), ax.get_title()
+        assert {"TPO", "GRPO", "GRPO (no KL)", "DG", "PPO"} <= drawn_labels(ax)
+    assert not any("prompt-matched runs" in panel_notes(ax) for ax in fig.axes[:4])
+    P.plt.close(fig)
+    fig, _ = P.render("task_variants", cut)  # Figure 6's bottom rows: dense runs, only prompt-matched
+    for ax in fig.axes[8:]:
+        text = " ".join(panel_notes(ax).split())
+        assert "TPO_token, GRPO_token: prompt-matched runs (same configuration)" in text
+        assert named_not_run(ax) == {"DG", "PPO", "GRPO (no KL)"}
+    P.plt.close(fig)
+
+
+def caption(fig) -> str:
+    return " ".join((fig.get_suptitle() or fig._supxlabel.get_text()).split())
+
+
+def test_seeds_are_given_per_panel_where_a_methods_count_differs(table):
+    # DG with 2 seeds at V = 4, 3 elsewhere; PPO with 2 at H = 10 prompt-matched
+    dg = table["experiment"].eq("vocab_sweep") & table["algo.name"].eq("dg") & table["task.vocab_size"].eq(4)
+    ppo = (table["experiment"].eq("terminal_h_sweep") & table["algo.name"].eq("ppo")
+           & table["task.sequence_length"].eq(10) & table["match"].eq("prompts"))
+    cut = table[~((dg | ppo) & table["seed"].eq(2))]
+    fig, _ = P.render("vocab_sweep", cut)
+    text = caption(fig)
+    assert "per panel: V = 2, V = 8, V = 16: 3* per line; V = 4: TPO_token 3*, GRPO_token 3*, DG 2*, PPO 3*" in text
+    assert not re.search(r"\d[-–]\d", text), text  # no range of counts
+    P.plt.close(fig)
+    fig, _ = P.render("terminal_h_sweep", cut)
+    text = caption(fig)
+    assert "prompt H = 10: TPO 3*, GRPO 3*, GRPO (no KL) 3*, DG 3*, PPO 2*" in text
+    assert "interaction H = 10: 3* per line" in text.replace("interaction H = 10, ", "")
+    assert not re.search(r"\d[-–]\d", text), text
+    P.plt.close(fig)
+
+
+def under_way(rows: pd.DataFrame, last: int, status: str = "running") -> pd.DataFrame:
+    """rows as collect.in_progress reads a run under way: its first episodes, marked."""
+    from tpo_bench.analysis.collect import PROGRESS
+    return rows[rows["step"] <= last].assign(partial=True, **{PROGRESS: status})
+
+
+def test_runs_under_way_are_drawn_as_far_as_they_got_and_never_as_a_final_value(table):
+    k4 = table["experiment"].eq("k_sweep") & table["algo.name"].eq("tpo") & table["algo.k"].eq(4)
+    part = pd.concat([table[~k4], under_way(table[k4], 19)], ignore_index=True)
+    total = int(table.loc[k4, "task.episodes"].iloc[0])
+    fig, got = P.render("k_sweep", part)
+    a, _, c = fig.axes
+    [line] = [l for l in curves(a) if l.get_label() == "$K$=4"]
+    assert max(line.get_xdata()) == 19
+    assert f"$K$=4: episodes 0–19 of {total}, running" in " ".join(panel_notes(a).split())
+    [tpo] = [h for h in c.containers if h.get_label() == "TPO"]
+    assert 4 not in list(tpo.lines[0].get_xdata())  # no final value from a run under way
+    assert f"TPO at K = 4: episodes 0–19 of {total}, running" in " ".join(panel_notes(c).split())
+    assert "TPO" not in named_not_run(c)
+    P.plt.close(fig)
+    comp = figures.render("k_sweep", part)  # the generic layout says so too
+    assert f"tpo at K = 4: episodes 0–19 of {total}, running" in " ".join(
+        t.get_text() for a in comp.axes for n in a.get_children() if getattr(n, "get_gid", lambda: None)() == "progress"
+        for t in n.get_texts()).replace("\n", " ")
+    P.plt.close(comp)
+
+
+@pytest.mark.slow  # runs plot.main
+def test_plot_draws_the_runs_under_way_under_add_runs(tmp_path, monkeypatch):
+    import time
+    from dev.bench_collect import demo_config, write_run
+    config = demo_config(episodes=2000)
+    config["task"].update(name="reverse_h10", reward="terminal", sequence_length=10, vocab_size=2,
+                          batch_size=100)
+    root = tmp_path / "runs"
+    for seed in (0, 1):  # seed 1 further on: the line stops where both are
+        write_run(root, config, seed, np.linspace(1.0, 0.5, 500 + 100 * seed), status="running",
+                  heartbeat=time.time())
+    write_run(root, config, 2, np.linspace(1.0, 0.5, 300), status="interrupted", reason="SIGTERM")
+    res = tmp_path / "r.parquet"
+    user_table().to_parquet(res)
+    figs = []
+    monkeypatch.setattr(plot.plt, "close", figs.append)
+    assert plot.main(["--figure", "hero", "--results", str(res), "--add-runs", str(root),
+                      "--out", str(tmp_path / "f")]) == 0
+    b = figs[0].axes[1]
+    [tpo] = [l for l in curves(b) if l.get_label() == "TPO"]
+    assert max(tpo.get_xdata()) == 299
+    assert "TPO: episodes 0–299 of 2,000, running" in " ".join(panel_notes(b).split())
+
+
+def test_the_pages_verdicts_come_from_completed_runs_only(table, tmp_path, monkeypatch):
+    from tpo_bench.analysis.paper import page
+    judged = []
+    monkeypatch.setattr(page, "numbers", lambda name, df, *a: judged.append(df) or [])
+    monkeypatch.setattr(page, "section", lambda *a: "")
+    part = pd.concat([table, under_way(table[table["algo.name"].eq("tpo")].assign(config_hash="new"), 9)],
+                     ignore_index=True)
+    page.write(part, tmp_path / "figures.md", tmp_path)
+    assert judged and all(not d["partial"].eq(True).any() for d in judged)
+    assert all(len(d) == len(table) for d in judged)
+
+
+def test_a_panel_says_its_lines_mix_learning_rates_where_they_do():
+    """The committed LLM runs (reproduction/runs/llm): the learning rates the drawn lines
+    ran at, said in the panel when they differ."""
+    from tpo_bench.analysis import collect
+    runs, _ = collect.collect(REPO / "reproduction" / "runs" / "llm")
+    fig, got = P.render("llm", runs)
+    [ax] = [ax for ax in fig.axes if "(ours" in ax.get_title()]
+    lrs = {label: set(v) for label, v in got.lrs[fig.axes.index(ax)].items()}
+    assert sorted(lrs) == sorted(l.get_label() for l in curves(ax))
+    for line in curves(ax):  # each drawn line's learning rate, as its runs recorded it
+        algo = next(a for a in runs["algo.name"].unique() if P.method_label(a) == line.get_label())
+        hashes = set(runs.loc[runs["algo.name"].eq(algo), "config_hash"]) & got.hashes
+        assert lrs[line.get_label()] == set(runs.loc[runs["config_hash"].isin(hashes), "optim.lr"])
+    text = " ".join(panel_notes(ax).split())
+    if len(set().union(*lrs.values())) > 1:
+        assert text.startswith("lines mix learning rates: ")
+        for label, values in lrs.items():
+            assert re.search(rf"{re.escape(label)}(, [\w ()]+)* {'|'.join(f'{v:g}' for v in values)}", text)
+    else:
+        assert "learning rate" not in text
+    P.plt.close(fig)
+    same = runs[runs["optim.lr"].eq(runs["optim.lr"].max())]  # one rate: nothing said
+    fig, _ = P.render("llm", same)
+    assert not any("learning rate" in panel_notes(ax) for ax in fig.axes)
+    P.plt.close(fig)
+
+
+def test_the_figures_pages_introduction_is_the_generators():
+    from tpo_bench.analysis.paper import page
+    text = (REPO / "docs" / "figures.md").read_text()
+    assert text.startswith("\n".join(page.intro()))
+    assert "Each line the paper draws is drawn or named inside its panel" in " ".join(page.intro())
+
+
+# ---- one look per method in every figure ----
+
+def cielab(color: str) -> np.ndarray:
+    """sRGB colour -> CIELAB (D65), where distance is seen difference."""
+    rgb = np.array(P.plt.matplotlib.colors.to_rgb(color))
+    lin = np.where(rgb <= 0.04045, rgb / 12.92, ((rgb + 0.055) / 1.055) ** 2.4)
+    xyz = np.array([[0.4124, 0.3576, 0.1805], [0.2126, 0.7152, 0.0722], [0.0193, 0.1192, 0.9505]]) @ lin
+    f = np.cbrt(xyz / np.array([0.95047, 1.0, 1.08883]))
+    return np.array([116 * f[1] - 16, 500 * (f[0] - f[1]), 200 * (f[1] - f[2])])
+
+
+def one_method(a: str, b: str) -> bool:
+    """A token-level variant and its sequence-level method: one method, one look."""
+    return a.removesuffix("_token") == b.removesuffix("_token")
+
+
+def test_every_method_has_a_look_of_its_own():
+    from tpo_bench.analysis import style
+    methods = sorted(p.stem for p in (REPO / "conf" / "algo").glob("*.yaml"))
+    assert set(methods) <= set(style.STYLE), set(methods) - set(style.STYLE)
+    gap = lambda a, b: float(np.linalg.norm(cielab(a) - cielab(b)))  # noqa: E731
+    colors = {m: look.color for m, look in style.STYLE.items()}
+    for m, c in colors.items():
+        others = [colors[o] for o in colors if not one_method(o, m)]
+        assert c not in others, m
+        if m not in style.PAPER_METHODS:  # the paper's keep the artifact's colours
+            assert min(gap(c, o) for o in others) >= 25, m
+    assert min(gap(f, c) for f in style.FALLBACK for c in colors.values()) >= 20
+    pg, ppo = style.STYLE["pg"], style.STYLE["ppo"]
+    assert (pg.color, pg.marker) != (ppo.color, ppo.marker) and pg.color != ppo.color
+
+
+def method_of(label: str, paper_form: bool) -> str | None:
+    """The method a legend label names: the paper's form names it exactly (a label with a
+    setting, "TPO (1 ep)", is a tone of its own); other figures by name and settings."""
+    from tpo_bench.analysis import style
+    names = {**{look.label: m for m, look in style.STYLE.items()}, **{m: m for m in style.STYLE}}
+    return names.get(label if paper_form else label.split(" (")[0])
+
+
+@pytest.mark.slow  # renders a dozen figures
+def test_a_method_looks_the_same_in_every_figure_and_unlike_the_others_beside_it(table, drawn):
+    from tpo_bench.analysis import style
+    demo = probe_table({"tpo": 8, "grpo": 8, "dg": 1, "pg": 1, "ppo": 1})  # the quickstart's methods
+    figs = [(drawn(n)[0], True) for n in ("hero", "tabular_single", "mnist", "vocab_sweep", "k_sweep",
+                                          "terminal_h_sweep")]
+    owned = [(figures.render(n, table), False) for n in ("hero", "mnist", "k_sweep")]
+    owned.append((plot.render_task("probe", demo), False))
+    colors, markers = {}, {}
+    for fig, paper_form in figs + owned:
+        for ax in fig.axes:
+            here = {}
+            # a curve carries its label, an error-bar line its container
+            labelled = [*((l, l) for l in ax.get_lines()),
+                        *((c, c.lines[0]) for c in ax.containers if hasattr(c, "has_xerr"))]
+            for holder, line in labelled:
+                m = method_of(holder.get_label(), paper_form)
+                if m is None:
+                    continue
+                color = P.plt.matplotlib.colors.to_hex(line.get_color()).upper()
+                colors.setdefault(m, set()).add(color)
+                here.setdefault(color, set()).add(m)
+                if line.get_marker() not in ("None", "", None):
+                    markers.setdefault(m, set()).add(line.get_marker())
+            shared = [ms for ms in here.values() if len(ms) > 1 and not all(one_method(*p) for p in
+                                                                           zip(sorted(ms), sorted(ms)[1:]))]
+            assert not shared, (ax.get_title(), shared)  # two methods, one colour
+    for m, seen in colors.items():
+        assert seen == {style.STYLE[m].color.upper()}, (m, seen)
+    for m, seen in markers.items():
+        assert seen == {style.STYLE[m].marker}, (m, seen)
+    assert {"pg", "ppo", "dg", "tpo", "grpo"} <= set(colors) and {"tpo", "grpo"} <= set(markers)
+    [ax] = owned[-1][0].axes
+    for line in ax.get_lines():  # the quickstart's figure: each method its dash too
+        m = method_of(line.get_label(), False)
+        if m:
+            assert line.get_linestyle() == style.STYLE[m].ls, m
+    for fig, _ in owned:
+        P.plt.close(fig)
+
+
+def probe_table(algos: dict) -> pd.DataFrame:
+    task = seq("bag_of_tokens", H=6, V=3, B=50, name="probe")
+    return pd.concat([run("probe", a, task, k=k) for a, k in algos.items()], ignore_index=True)

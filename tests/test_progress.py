@@ -7,7 +7,6 @@ import re
 import time
 from pathlib import Path
 
-import pandas as pd
 import pytest
 
 from conftest import bench_here, compose, run_bench, run_dirs, run_script
@@ -94,8 +93,8 @@ def test_progress_every_s_is_not_identity_and_is_validated():
     a, b = build({**cfg, "progress_every_s": 0.5}), build({**cfg, "progress_every_s": 120})
     legacy = build({k: v for k, v in cfg.items() if k != "progress_every_s"})
     assert a.run_dir == b.run_dir == legacy.run_dir  # hashes from before the key are kept
-    assert (a.progress_every_s, b.progress_every_s) == (0.5, 120.0)
-    assert build({**cfg, "log_every": 0}).log_every == 0  # log_every=0: by time only
+    assert (a.run.progress_every_s, b.run.progress_every_s) == (0.5, 120.0)
+    assert build({**cfg, "log_every": 0}).run.log_every == 0  # log_every=0: by time only
     for bad in (-1, -0.5, "often", True, math.nan, math.inf, None):
         with pytest.raises(ConfigError, match=r"progress_every_s must be a non-negative number"):
             build({**cfg, "progress_every_s": bad})
@@ -219,20 +218,14 @@ def test_sweep_line_in_a_multirun(tmp_path):
 
 # ---------------------------------------------------------------- collect's count
 
-def _fake_run(root: Path, seed: int, status: str = "completed") -> None:
-    d = root / "demo" / "tpo" / "abcdef0123" / f"seed={seed}"
-    d.mkdir(parents=True)
-    pd.DataFrame({"step": [0, 1], "error": [0.5, 0.4], "config_hash": "abcdef0123",
-                  "seed": seed, "task.name": "demo", "algo.name": "tpo"}).to_parquet(d / "metrics.parquet", index=False)
-    (d / "summary.json").write_text(json.dumps({"status": status, "reason": None}))
-
-
 @pytest.mark.slow
 def test_collect_progress_on_stderr_only_when_asked_or_slow(tmp_path):
     root = tmp_path / "out"
+    from dev.bench_collect import demo_config, write_run
+
     for seed in range(3):
-        _fake_run(root, seed)
-    _fake_run(root, 3, status="failed")
+        write_run(root, demo_config(2), seed, [0.5, 0.4])
+    write_run(root, demo_config(2), 3, [0.5, 0.4], status="failed")
     quiet = run_script("analysis/collect.py", str(root), "--out", str(tmp_path / "a.parquet"),
                        "--allow-skips")
     assert "collect:" not in quiet.stderr + quiet.stdout  # a small, fast root: no noise

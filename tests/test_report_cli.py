@@ -65,7 +65,7 @@ def test_default_run_without_results_is_refused_and_writes_nothing(cwd):
     before = listing(cwd)
     proc = report(cwd)
     assert_refused(proc, cwd, before, "outputs/results.parquet", "not found",
-                   "python analysis/collect.py")
+                   "tpo-bench collect")  # the scratch folder is no checkout
     assert not (cwd / "outputs").exists()
 
 
@@ -168,32 +168,25 @@ def test_nothing_is_drawn_before_the_refusal(tmp_path):
     assert "![mnist_stale](figures/mnist_stale.png)" in text
 
 
-def _as_run(root: Path, rows, seed: int) -> None:
-    """A completed run directory holding these rows, as the runner writes one."""
-    import json
-
-    rows = rows.assign(seed=seed)
-    first = rows.iloc[0]
-    d = root / first["task.name"] / first["algo.name"] / first["config_hash"] / f"seed={seed}"
-    d.mkdir(parents=True)
-    rows.to_parquet(d / "metrics.parquet", index=False)
-    (d / "summary.json").write_text(json.dumps({"status": "completed", "rows": len(rows)}))
-
-
 @pytest.mark.slow
 def test_runs_added_from_a_root_join_the_table_without_rewriting_it(cwd):
-    df = results_table().query("experiment == 'tabular_single'")
+    import pandas as pd
+
+    from tpo_bench.analysis import collect
+    from dev.bench_collect import demo_config, write_run
+
+    root = cwd / "runs"
+    write_run(root, demo_config(), 0, [0.9, 0.5, 0.2])   # a run the table has: replaced, not counted twice
+    run, _ = collect.collect(root)
+    write_run(root, demo_config(), 1000, [0.8, 0.4, 0.1])  # a new seed: added
+    df = pd.concat([results_table().query("experiment == 'tabular_single'"), run], ignore_index=True)
     table = cwd / "results.parquet"
     df.to_parquet(table)
     before = table.read_bytes()
-    (h, s), run = next(iter(df.groupby(["config_hash", "seed"])))
-    root = cwd / "runs"
-    _as_run(root, run, s)          # a run the table has: replaced, not counted twice
-    _as_run(root, run, s + 1000)   # a new seed: added
     proc = report(cwd, "--results", "results.parquet", "--add-runs", "runs", "--out", "R.md")
     assert proc.returncode == 0, proc.stderr
     text = (cwd / "R.md").read_text()
-    assert f"from `results.parquet` and the completed runs under `runs` ({len(df) + len(run)} rows)" in text
+    assert f"from `results.parquet` and the completed runs under `runs` ({len(df) + 3} rows)" in text  # the new seed's 3
     assert "added 2 completed run(s) from runs (1 replacing the table's copy" in proc.stderr
     assert table.read_bytes() == before
     missing = report(cwd, "--results", "results.parquet", "--add-runs", "nope", "--out", "R2.md")

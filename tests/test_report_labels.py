@@ -102,3 +102,22 @@ def test_not_run_yet_is_never_said_of_a_row_with_results():
            if r.get("verdict") == V.NOT_RUN and r.get("ours")]
     assert not ran
     assert any(r.get("verdict") == V.NOT_RUN for t in pages.tables(TEXT) for r in t)  # the label is read
+
+
+def test_no_row_places_our_mean_among_subsets_when_only_one_exists():
+    """At the paper's own seed count there is one subset of its seeds, so "where our mean
+    falls among the means of n of its n seeds" says nothing: the note is left out."""
+    same = [m.group(0) for m in re.finditer(r"means of (\d+) of the paper's (\d+) seeds", TEXT)
+            if int(m.group(1)) >= int(m.group(2))]
+    assert not same, same
+
+
+def test_rows_judged_on_another_matchings_runs_say_so():
+    """TPO and GRPO draw K candidates per prompt, so their prompt-matched runs are also the
+    interaction-matched configuration: those rows say whose runs they are."""
+    rows = pages.section_tables(TEXT, "terminal_h_sweep")[0]
+    inter = [r for r in rows if "match=interactions" in r["setting"] and r["algorithm"] in ("tpo", "grpo")
+             and r["ours"]]
+    assert inter and all("prompt-matched runs" in r["seeds"] for r in inter), [r["seeds"] for r in inter]
+    own = [r for r in rows if "match=interactions" in r["setting"] and r["algorithm"] in ("ppo", "dg") and r["ours"]]
+    assert own and not any("matched runs" in r["seeds"] for r in own)

@@ -95,7 +95,7 @@ def test_a_seed_past_64_bits_is_refused_up_front(tmp_path, seed):
     with pytest.raises(ConfigError, match=r"seed must be an integer from 0 to 9223372036854775807"):
         spec_for(tmp_path, f"seed={seed}")
     assert not tmp_path.exists() or not any(tmp_path.iterdir())
-    assert spec_for(tmp_path, f"seed={2**63 - 1}").seed == 2**63 - 1
+    assert spec_for(tmp_path, f"seed={2**63 - 1}").run.seed == 2**63 - 1
 
 
 @pytest.mark.slow  # starts a process
@@ -133,7 +133,7 @@ def test_a_completed_run_without_its_table_is_damaged_not_skipped(tmp_path, dama
     assert "force=true re-runs it" in answer["reason"]
     assert "already completed" not in capsys.readouterr().out
     import dataclasses
-    assert train_here(dataclasses.replace(spec, force=True))["status"] == "completed"
+    assert train_here(dataclasses.replace(spec, run=dataclasses.replace(spec.run, force=True)))["status"] == "completed"
     assert table.stat().st_size > 100
 
 
@@ -378,7 +378,7 @@ def test_a_plugin_loss_edited_between_launches_is_not_silently_skipped(tmp_path)
     """As a user would: run, edit your plugin's loss, run again: refused naming both
     fingerprints; on_code_change=rerun trains it under the new code."""
     from conftest import run_bench, run_dirs
-    from tpo_bench.tools.faults import EDITS, PLUGIN
+    from dev.faults import EDITS, PLUGIN
     plugin = tmp_path / "plugin"
     plugin.mkdir()
     (plugin / "fault_plugin.py").write_text(PLUGIN)

@@ -170,7 +170,7 @@ def test_two_merges_into_one_table_at_once_keep_every_run(tmp_path):
 
     from conftest import REPO
     from tpo_bench.analysis import collect
-    from tpo_bench.tools.bench_collect import demo_config, write_run
+    from dev.bench_collect import demo_config, write_run
 
     roots = []
     for i, seeds in enumerate(((0,), (0, 1), (0, 1, 2))):
@@ -364,7 +364,7 @@ def test_a_config_column_edited_in_a_runs_table_is_inconsistent(tmp_path, capsys
     import numpy as np
     import pandas as pd
 
-    from tpo_bench.tools.bench_collect import demo_config, write_run
+    from dev.bench_collect import demo_config, write_run
 
     root = tmp_path / "out"
     config = demo_config(3, 1e-3)
@@ -391,7 +391,7 @@ def test_a_teammates_unreadable_run_is_named_and_left_out(tmp_path, capsys, monk
     import numpy as np
 
     from tpo_bench.contract import schema
-    from tpo_bench.tools.bench_collect import demo_config, write_run
+    from dev.bench_collect import demo_config, write_run
 
     root = tmp_path / "out"
     mine = write_run(root, demo_config(3, 1e-3), 0, np.linspace(0.9, 0.1, 3))
@@ -428,7 +428,7 @@ def test_a_huge_episode_count_claimed_by_a_table_is_named_not_allocated(tmp_path
     import numpy as np
     import pandas as pd
 
-    from tpo_bench.tools.bench_collect import demo_config, write_run
+    from dev.bench_collect import demo_config, write_run
 
     root = tmp_path / "out"
     runs = [write_run(root, demo_config(3, 1e-3), s, np.linspace(0.9, 0.1, 3)) for s in (0, 1)]
@@ -465,7 +465,7 @@ def test_a_seed_past_64_bits_anywhere_in_a_sweep_stops_it_before_any_run(tmp_pat
 def test_an_infinite_error_edited_into_a_completed_run_is_inconsistent(tmp_path, capsys, value):
     import numpy as np
 
-    from tpo_bench.tools.bench_collect import demo_config, write_run
+    from dev.bench_collect import demo_config, write_run
 
     root = tmp_path / "out"
     write_run(root, demo_config(3, 1e-3), 0, np.linspace(0.9, 0.1, 3))

@@ -137,21 +137,26 @@ def _launcher_config(*overrides: str) -> dict:
 
 def _sbatch_text(launcher: dict, folder: Path) -> str:
     """The sbatch script hydra-submitit-launcher would submit for this launcher config
-    (its parameters passed to submitit the way the plugin passes them)."""
+    (its parameters passed to submitit the way the plugin passes them). Writing it needs no
+    cluster: submitit's check for `srun` on PATH, which only guards submission, is answered
+    as on a SLURM node, so the presets are checked on any machine."""
     import submitit
     from hydra_plugins.hydra_submitit_launcher.config import BaseQueueConf
     from omegaconf import OmegaConf
+    from submitit.slurm.slurm import SlurmExecutor
 
     base = set(OmegaConf.structured(BaseQueueConf).keys())
-    executor = submitit.AutoExecutor(folder=folder, cluster="slurm",
-                                     slurm_max_num_timeout=launcher["max_num_timeout"])
+    with pytest.MonkeyPatch.context() as patch:
+        patch.setattr(SlurmExecutor, "affinity", classmethod(lambda cls: 2))  # (2: srun found)
+        executor = submitit.AutoExecutor(folder=folder, cluster="slurm",
+                                         slurm_max_num_timeout=launcher["max_num_timeout"])
     executor.update_parameters(**{
         k if k in base else f"slurm_{k}": v for k, v in launcher.items()
         if k not in ("_target_", "submitit_folder", "max_num_timeout")})
     return executor._executor._make_submission_file_text("python -u -m bench", "uid")
 
 
-@pytest.mark.slow  # needs srun on PATH (a SLURM client)
+@pytest.mark.slow  # composes Hydra configs
 def test_launcher_presets_make_the_intended_sbatch_jobs(tmp_path):
     cpu = _launcher_config("hydra/launcher=slurm_cpu", "output_root=/data/runs")
     assert cpu["_target_"].endswith("SlurmLauncher")

@@ -11,7 +11,7 @@ from tpo_bench.contract.rng import Streams
 from tpo_bench.bench.optim import build_optimizer
 from tpo_bench.bench.build import build
 from tpo_bench.bench.engine import train_episode
-from tpo_bench.tools.speed import transformer_flops_per_token
+from dev.speed import transformer_flops_per_token
 from conftest import PRESET_JOBS, REPO, TINY, WORDS, bench_here, compose, one_line
 from tpo_bench.tasks.transformer import Transformer
 
@@ -25,7 +25,7 @@ def test_flop_count_by_hand():
 @pytest.mark.slow
 def test_speed_benchmark_table(tmp_path):
     out = tmp_path / "speed.csv"
-    proc = subprocess.run([sys.executable, "-m", "tpo_bench.tools.speed", "--episodes", "1", "--warmup", "0",
+    proc = subprocess.run([sys.executable, "-m", "dev.speed", "--episodes", "1", "--warmup", "0",
                            "--threads", "1", "--cases", "dg:reversal_v2", "--out", str(out)],
                           cwd=REPO, capture_output=True, text=True, timeout=600)
     assert proc.returncode == 0, proc.stderr
@@ -69,7 +69,7 @@ def test_harness_has_no_old_logprob_forward(monkeypatch):
 def test_seed_batched_mode_and_study_estimate(tmp_path):
     """`--seeds` on the CPU at tiny sizes, the path a GPU run takes with --device cuda."""
     out = tmp_path / "seeds.csv"
-    proc = subprocess.run([sys.executable, "-m", "tpo_bench.tools.speed", "--seeds", "1", "2", "--episodes", "1",
+    proc = subprocess.run([sys.executable, "-m", "dev.speed", "--seeds", "1", "2", "--episodes", "1",
                            "--warmup", "0", "--batch-size", "2", "--threads", "1", "--out", str(out)],
                           cwd=REPO, capture_output=True, text=True, timeout=600)
     assert proc.returncode == 0, proc.stderr
@@ -100,7 +100,7 @@ def test_seed_batched_mode_and_study_estimate(tmp_path):
 
 
 def test_bilinear_is_exact_on_its_cost_model():
-    from tpo_bench.tools.speed import bilinear
+    from dev.speed import bilinear
 
     cost = lambda k, e: 0.5 + 0.01 * k + 0.2 * e + 0.003 * k * e
     corners = {(k, e): cost(k, e) for k in (4, 64) for e in (1, 16)}
@@ -126,7 +126,7 @@ def test_pack_gpu_packs_a_presets_seeds_into_jobs(tmp_path):
 def test_op_count_counts_kernels_not_views():
     """OpCount: an add and a sum are two ops, the view between them none; .item() one op
     and one read."""
-    from tpo_bench.tools.speed import OpCount
+    from dev.speed import OpCount
     x = torch.ones(3)
     with OpCount() as count:
         (x + 1).view(3, 1).sum().item()
@@ -138,7 +138,7 @@ def test_a_seed_batch_costs_far_fewer_ops_than_its_seeds_alone(algo):
     """At S = 4 a batched episode dispatches under 2x the single run's ops (a loop over
     the seeds in the loss or the optimizer would add about one single run's worth per
     seed), and reads no value one by one into Python."""
-    from tpo_bench.tools.speed import count_ops
+    from dev.speed import count_ops
     small = ("task=demo", "task.batch_size=5", "task.sequence_length=3", "task.vocab_size=3", f"algo={algo}")
     one, four = count_ops(small, 1, 1, 1), count_ops(small, 4, 1, 1)
     assert four["ops_per_episode"] < 2 * one["ops_per_episode"], (one, four)
@@ -150,21 +150,23 @@ def test_an_added_seed_costs_only_its_draws(algo):
     """Ops per added seed (S 4 -> 8): the seed's two draws (its prompts, its episode's
     sampling noise); everything else, the LayerNorm backward too (tasks/_layernorm.py),
     runs once for all seeds."""
-    from tpo_bench.tools.speed import count_ops
+    from dev.speed import count_ops
     small = ("task=demo", "task.batch_size=5", "task.sequence_length=3", "task.vocab_size=3", f"algo={algo}")
     four, eight = count_ops(small, 4, 1, 1), count_ops(small, 8, 1, 1)
     per_seed = (eight["ops_per_episode"] - four["ops_per_episode"]) / 4
     assert per_seed <= 2, (four, eight)
 
 
-@pytest.mark.parametrize("csv", ["ops.csv", "vs_loop.csv", "profile.csv", "candidates.csv"])
+@pytest.mark.parametrize("csv", ["ops.csv", "vs_loop.csv", "profile.csv", "candidates.csv",
+                                 "sweep_validation.csv"])
 def test_the_performance_page_shows_the_committed_measurements(csv):
-    """docs/performance.md carries each table as `python -m tools.speed --table` prints it
-    from the committed CSV."""
-    from tpo_bench.tools.speed import candidates_table, ops_table, profile_table, vs_loop_table
+    """docs/performance.md carries each table as `python -m dev.speed --table` (or
+    `python -m dev.sweep_speed --table`) prints it from the committed CSV."""
+    from dev.speed import candidates_table, ops_table, profile_table, vs_loop_table
+    from dev.sweep_speed import table as sweep_table
     df = pd.read_csv(REPO / "reproduction" / "perf" / csv)
     table = {"ops.csv": ops_table, "vs_loop.csv": vs_loop_table, "profile.csv": profile_table,
-             "candidates.csv": candidates_table}[csv](df)
+             "candidates.csv": candidates_table, "sweep_validation.csv": sweep_table}[csv](df)
     assert table in (REPO / "docs" / "performance.md").read_text()
 
 
@@ -184,8 +186,8 @@ def _quoted(page: str, *phrases: str) -> None:
 
 def test_the_performance_pages_prose_quotes_the_profile_and_the_flop_counts():
     """The shares, seconds and FLOP ratios the prose reads off profile.csv, vs_artifact.csv
-    and tools.speed.seq_episode_flops."""
-    from tpo_bench.tools.speed import seq_episode_flops, transformer_flops_per_token
+    and dev.speed.seq_episode_flops."""
+    from dev.speed import seq_episode_flops, transformer_flops_per_token
 
     prof = pd.read_csv(PERF / "profile.csv")
     share = {(c, part, n): s for c, part, n, s in prof[["config", "part", "name", "share"]].itertuples(index=False)}
@@ -271,14 +273,14 @@ def test_the_performance_pages_prose_quotes_the_op_counts_and_the_loop():
 
 @pytest.mark.slow  # starts a process
 def test_the_performance_page_quotes_the_recorded_artifact_comparison():
-    """docs/performance.md carries the artifact comparison as `python -m tools.vs_artifact
+    """docs/performance.md carries the artifact comparison as `python -m dev.vs_artifact
     --table` prints it from the committed CSV, and its quoted median is the CSV's."""
     from conftest import run_script
     csv = REPO / "reproduction" / "perf" / "vs_artifact.csv"
     df = pd.read_csv(csv)
     ratio = df["artifact_cpu_s"] / df["ours_cpu_s"]
     assert (ratio - df["ratio_cpu"]).abs().max() < 1e-9
-    printed = run_script("tools/vs_artifact.py", "--table", str(csv)).stdout.strip()
+    printed = run_script("dev/vs_artifact.py", "--table", str(csv)).stdout.strip()
     page = (REPO / "docs" / "performance.md").read_text()
     for line in printed.splitlines():
         assert line in page, line
@@ -293,7 +295,7 @@ def test_the_performance_page_quotes_the_recorded_artifact_comparison():
 @pytest.mark.slow  # starts a process
 def test_vs_artifact_refuses_bad_input_in_one_line(args, key):
     from conftest import run_script
-    proc = run_script("tools/vs_artifact.py", *args, check=False)
+    proc = run_script("dev/vs_artifact.py", *args, check=False)
     assert proc.returncode != 0
     lines = proc.stderr.strip().splitlines()
     assert len(lines) == 1 and lines[0].startswith(f"vs_artifact: {key}"), proc.stderr
@@ -303,7 +305,7 @@ def test_vs_artifact_refuses_bad_input_in_one_line(args, key):
 def test_the_profile_splits_an_episode_by_phase_and_kind_of_op():
     """`--profile`'s rows: the phases' shares and the kinds of op's shares each sum to 1,
     matmul and gelu are found in a transformer's episode, and the table prints them."""
-    from tpo_bench.tools.speed import op_kind, profile_config, profile_table
+    from dev.speed import op_kind, profile_config, profile_table
 
     assert [op_kind(n) for n in ("aten::mm", "aten::gelu_backward", "aten::cat", "aten::view")] == \
         ["matmul", "gelu", "copies", "other"]
@@ -323,7 +325,7 @@ def test_the_candidates_compute_what_the_model_computes():
     replaced gives the policy's log-probs bit for bit (its module is a fresh copy)."""
     import torch.nn.functional as F
 
-    from tpo_bench.tools.speed import candidate_policy, matmul_attention, seed_policies, sigmoid_gelu
+    from dev.speed import candidate_policy, matmul_attention, seed_policies, sigmoid_gelu
 
     x = torch.linspace(-6, 6, 1001)
     assert torch.allclose(sigmoid_gelu(x), F.gelu(x, approximate="tanh"), atol=1e-6, rtol=0)
@@ -340,3 +342,15 @@ def test_the_candidates_compute_what_the_model_computes():
     assert type(same) is not type(policy)
     assert torch.equal(spec.task.logprobs(same, batch), spec.task.logprobs(policy, batch))
     assert torch.allclose(spec.task.logprobs(other, batch), spec.task.logprobs(policy, batch), atol=1e-5)
+
+
+def test_the_performance_pages_prose_quotes_the_sweep_validation():
+    """The machine, its load and the CPU cost per added job the page quotes, from
+    reproduction/perf/sweep_validation.csv."""
+    df = pd.read_csv(PERF / "sweep_validation.csv")
+    first = df.iloc[0]
+    per_job = [1000 * (r.cpu_s - first.cpu_s) / (r.jobs - first.jobs) for r in df.iloc[1:].itertuples()]
+    assert len(per_job) >= 2
+    _quoted(_prose(), f"a shared {df['cores'][0]}-core {df['cpu'][0]} at a load average of {df['load_average'][0]}",
+            f"beyond the first {first.jobs:,} cost {per_job[0]:.2f} ms of CPU at {df['jobs'][1]:,} jobs and "
+            f"{per_job[-1]:.2f} ms at {df['jobs'].iloc[-1]:,}")

@@ -1,6 +1,7 @@
 """The study queue (tools/study.py): its order, its state, the GPU study's jobs, the
 page's queue block and the per-run commits."""
 import json
+import os
 import subprocess
 import sys
 import tarfile
@@ -190,6 +191,53 @@ def test_run_trains_only_at_the_queues_commit(tmp_path):
     git("commit", "-qam", "two")
     why = study.check_code(repo, first[:7])
     assert why is not None and first[:7] in why and "--repo" in why
+
+
+PREFIX_QUEUE = """
+stages:
+  - name: a_mechanism
+    why: every line to its first episodes, then to its end
+    prefix: 100
+    sweeps:
+      - {root: runs/m, seeds: [0, 1], cost_s: 10, args: "task=demo task.episodes=200 task.batch_size=4 task.sequence_length=3 algo=tpo,grpo"}
+"""
+
+
+def test_a_prefix_stage_lists_every_run_to_its_prefix_before_any_to_its_end(tmp_path):
+    js = study.jobs(study.load(_queue(tmp_path, PREFIX_QUEUE)))
+    assert [j.until for j in js] == [100, 100, None, None]
+    assert [j.overrides for j in js[:2]] == [j.overrides for j in js[2:]]
+
+
+@pytest.mark.slow
+def test_a_prefix_pass_stops_each_run_at_its_prefix_and_the_extension_is_bit_identical(tmp_path, capsys, monkeypatch):
+    monkeypatch.setattr(study, "PREFIX_POLL_S", 0.2)
+    repo = tmp_path / "repo"
+    repo.mkdir()
+    q = _queue(tmp_path, PREFIX_QUEUE)
+    assert study.main(["run", "--queue", str(q), "--repo", str(repo), "--jobs", "1", "--any-code",
+                       "--max-runs", "2"]) == 0, capsys.readouterr()
+    out = capsys.readouterr().out
+    assert out.count("to episode 100") == 2 and "at episode" in out
+    runs = sorted(repo.rglob("summary.json"))
+    assert len(runs) == 2
+    for p in runs:
+        assert json.loads(p.read_text())["status"] != "completed"
+        assert 100 <= study.next_step(p.parent) < 200
+    rows = study.survey(study.jobs(study.load(q)), repo.resolve())
+    assert [st for _, _, st in rows] == ["completed", "completed", "started", "started"]
+    # the extension: both to their end, then the same curve as one uninterrupted run
+    assert study.main(["run", "--queue", str(q), "--repo", str(repo), "--jobs", "1", "--any-code"]) == 0
+    whole = tmp_path / "whole"
+    env = {**os.environ, "ATEN_CPU_CAPABILITY": "avx2"}  # the queue's kernels
+    subprocess.run([sys.executable, "-m", "bench", "task=demo", "task.episodes=200", "task.batch_size=4",
+                    "task.sequence_length=3", "algo=tpo", "seed=0", *study.COMMON, f"output_root={whole}"],
+                   check=True, capture_output=True, cwd=tmp_path, env=env)
+    import pandas as pd
+    resumed = pd.read_parquet(next(p for p in repo.rglob("metrics.parquet") if "/tpo/" in str(p)))
+    straight = pd.read_parquet(next(whole.rglob("metrics.parquet")))
+    cols = [c for c in straight.columns if c not in ("wall_s",)]
+    pd.testing.assert_frame_equal(resumed[cols].reset_index(drop=True), straight[cols].reset_index(drop=True))
 
 
 def _git_repo(repo: Path):

@@ -22,7 +22,7 @@ def test_a_teammates_unreadable_summary_file_is_named_unreadable_not_damaged(tmp
     """A run folder others may list but whose summary.json is 0600 (a teammate's umask
     077 on files, or chmod): as root cannot be refused a file, the OS's answer is played
     by the read that meets it."""
-    from tpo_bench.tools.bench_collect import demo_config, write_run
+    from dev.bench_collect import demo_config, write_run
 
     root = tmp_path / "out"
     write_run(root, demo_config(3, 1e-3), 0, np.linspace(0.9, 0.1, 3))
@@ -45,7 +45,7 @@ def test_a_table_outside_the_output_root_warns_of_a_run_it_misses_whatever_the_c
     """The table kept in a home folder, the runs on scratch, the new run's node clock far
     behind the table's (its record says it finished at 1 s after the epoch)."""
     from tpo_bench.analysis import collect
-    from tpo_bench.tools.bench_collect import demo_config, write_run
+    from dev.bench_collect import demo_config, write_run
 
     root, table = tmp_path / "scratch" / "out", tmp_path / "home" / "results.parquet"
     write_run(root, demo_config(3, 1e-3), 0, np.linspace(0.9, 0.1, 3))
@@ -63,7 +63,7 @@ def test_a_table_outside_the_output_root_warns_of_a_run_it_misses_whatever_the_c
 
 def test_plot_says_which_seeds_diverged_beside_a_one_seed_line(tmp_path, capsys):
     from tpo_bench.analysis import collect, plot
-    from tpo_bench.tools.bench_collect import demo_config, write_run
+    from dev.bench_collect import demo_config, write_run
 
     root, table = tmp_path / "out", tmp_path / "out" / "results.parquet"
     write_run(root, demo_config(3, 1e-3), 0, np.linspace(0.9, 0.1, 3))
@@ -83,7 +83,7 @@ def test_a_heartbeat_from_a_clock_ahead_is_not_a_live_run_forever(tmp_path):
     import time
 
     from tpo_bench.analysis import collect
-    from tpo_bench.tools.bench_collect import demo_config, write_run
+    from dev.bench_collect import demo_config, write_run
 
     d = write_run(tmp_path, demo_config(3, 1e-3), 0, np.linspace(0.9, 0.1, 3), status="running",
                   heartbeat=time.time() + 86_400, finished_at=None)

@@ -124,7 +124,7 @@ def test_batched_seeds_are_tracked_as_runs_of_their_own(tmp_path, monkeypatch):
     assert sorted(by_seed) == [0, 1]
     for spec in specs:
         df = pd.read_parquet(spec.run_dir / "metrics.parquet")
-        got = {m.step: m.value for m in client.get_metric_history(by_seed[spec.seed].info.run_id, "error")}
+        got = {m.step: m.value for m in client.get_metric_history(by_seed[spec.run.seed].info.run_id, "error")}
         assert got == pytest.approx(_expect(df, "error"))
 
 

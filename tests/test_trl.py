@@ -11,6 +11,7 @@ Needs TRL (the `trl` extra): skipped, with this reason, where it is not installe
 imported by the `lib` fixture (tests/trl_support.py), not at collection."""
 import importlib.util
 import json
+import math
 import shutil
 from pathlib import Path
 
@@ -69,6 +70,9 @@ def test_trl_steps_equal_a_plain_forward_and_the_harness_loss(lib, tmp_path, alg
     (dict(top_entropy_quantile=0.5), "top_entropy_quantile"),
     (dict(mask_truncated_completions=True), "mask_truncated_completions"),
     (dict(multi_objective_aggregation="normalize_then_sum"), "raw weighted sum"),
+    # TRL reuses each generated batch for num_iterations consecutive micro-steps, so with
+    # accumulation the micro-batches of one optimizer step repeat a batch, no update between
+    (dict(gradient_accumulation_steps=2, num_iterations=2), "gradient_accumulation_steps=2 with num_iterations=2"),
 ])
 def test_settings_a_group_loss_cannot_honour_are_refused(lib, tmp_path, setting, message):
     kw = dict(output_dir=str(tmp_path), num_generations=lib.G, per_device_train_batch_size=2 * lib.G,
@@ -141,3 +145,49 @@ def test_the_recorder_refuses_a_row_less_than_every_step(lib, tmp_path):
     rec = lib.HarnessRecorder(tmp_path, "t", "tpo", "m", algorithm=TPO())
     with pytest.raises(ValueError, match="logging_steps=1"):
         rec.on_train_begin(lib.config(tmp_path, logging_steps=2), None, None)
+
+
+@pytest.mark.slow
+def test_a_run_with_num_iterations_is_recorded_at_every_step_with_what_trl_used(lib, tmp_path):
+    """num_iterations=2: TRL generates at every other step; each step is still a row (the
+    reused batch's reward beside it), the run completes, collect takes it, and the config
+    records TRL's epochs, group size and optimizer, not the algorithm object's defaults."""
+    from tpo_bench.analysis import collect
+    from transformers.training_args import OptimizerNames
+    root = tmp_path / "outputs"
+    algo = TPO()
+    assert (algo.k, algo.epochs) != (lib.G, 2)  # the defaults differ from what TRL runs
+    rec = lib.HarnessRecorder(root, "trl_sums", "tpo", "tiny-llama-2x16", algorithm=algo)
+    t = lib.train(tmp_path, algo, recorder=rec, max_steps=4, gradient_accumulation_steps=1, num_iterations=2)
+    summary = json.loads((rec.path / "summary.json").read_text())
+    assert summary["status"] == "completed" and summary["rows"] == 4, summary
+    df, skipped = collect.collect(root)
+    assert not skipped, skipped
+    assert sorted(df["step"]) == list(range(4))
+    assert df["reward_mean"].notna().all() and df["loss"].notna().all()
+    assert df["entropy"].between(0, math.log(len(lib.CHARS) + 2)).all(), df["entropy"]
+    per_generation = t.args.per_device_train_batch_size  # one process, one micro-batch a step
+    assert df.sort_values("step")["rollouts"].tolist() == [per_generation * g for g in (1, 1, 2, 2)]
+    config = json.loads((rec.path / "config.json").read_text())
+    assert (config["algo"]["epochs"], config["algo"]["k"]) == (t.args.num_iterations, t.args.num_generations)
+    assert OptimizerNames(config["optim"]["name"]) == t.args.optim
+    assert "." not in config["task"]["trl_lr_scheduler_type"]
+
+
+@pytest.mark.slow
+def test_the_zoo_grpo_is_trl_dr_grpo_up_to_a_constant_not_trl_grpo(lib, tmp_path):
+    """On-policy, on the rows of a TRL step (TRL's own advantages, scale_rewards='group'),
+    the zoo's grpo gradient points where TRL's loss_type='dr_grpo' does (a constant apart:
+    sum over tokens / (rows x max_completion_length), std with Bessel's correction) and not
+    where loss_type='grpo' does (each completion's tokens averaged: lengths weigh in), as
+    docs/trl_verl.md says."""
+    t = lib.train(tmp_path, GRPO(), reward=lib.digit_share, max_steps=1, gradient_accumulation_steps=1,
+                  max_completion_length=8)
+    rows = t.checks[0]["rows"][0]
+    assert rows["completion_mask"].sum(-1).unique().numel() > 1  # lengths differ
+    assert (rows["advantages"] != 0).any()
+    cos = lib.gradient_cosines(t, rows, ("dr_grpo", "grpo"))
+    assert cos["dr_grpo"] > 1 - 1e-6, cos
+    assert cos["grpo"] < 0.999, cos
+    page = " ".join((Path(__file__).parents[1] / "docs" / "trl_verl.md").read_text().split())
+    assert 'the zoo\'s `grpo` is TRL\'s `loss_type="dr_grpo"`' in page

@@ -8,8 +8,9 @@ default one. To run them:
 
 `import verl` loads the `verl.plugins` entry point, which registers loss_mode=tpo and
 adv_estimator=tpo; the loss on verl's tensors equals the harness's TPO.loss on the raw
-scores; micro-batches scaled by verl's global-batch info sum to the mini-batch's loss;
-configurations that would reorder or split groups are refused."""
+scores; micro-batches (and 2 ranks) scaled by verl's global-batch info give the batch's
+loss; configurations that would reorder or split groups are refused, among them verl 0.9's
+default trainer, whose own reorder at 2 ranks (built from verl's functions) splits groups."""
 import numpy as np
 import pytest
 import torch
@@ -64,9 +65,10 @@ def test_import_verl_registers_the_plugin():
     assert get_adv_estimator_fn("tpo").__module__ == "tpo_bench.integrations.verl_plugin"
 
 
-def test_the_advantage_is_the_score_standardised_per_uid_in_any_order():
+def test_the_advantage_is_the_score_standardised_per_uid_in_any_group_and_slot_order():
     d = groups()
-    perm = torch.randperm(N * K, generator=torch.Generator().manual_seed(1))
+    g = torch.Generator().manual_seed(1)
+    perm = torch.cat([int(i) * K + torch.randperm(K, generator=g) for i in torch.randperm(N, generator=g)])
     adv, ret = get_adv_estimator_fn("tpo")(d["rewards"][perm], d["mask"][perm], d["uid"][perm.numpy()])
     want = standardise(d["scores"].view(N, K)).reshape(-1)[perm]
     assert torch.equal(adv, want.unsqueeze(-1) * d["mask"][perm]) and torch.equal(ret, adv)
@@ -122,14 +124,71 @@ def test_reordered_rows_and_rollout_weights_are_refused():
 
 def test_the_trainer_config_check():
     from tpo_bench.integrations.verl_plugin import check_trainer_config
-    ok = {"trainer": {"balance_batch": False}, "algorithm": {"adv_estimator": "tpo"},
+    ok = {"trainer": {"use_v1": False, "balance_batch": False}, "algorithm": {"adv_estimator": "tpo"},
           "actor_rollout_ref": {"actor": {"shuffle": False, "use_dynamic_bsz": False,
                                           "ppo_micro_batch_size_per_gpu": 2 * K},
                                 "rollout": {"n": K}}}
     check_trainer_config(ok)
     with pytest.raises(ValueError, match="balance_batch=True"):
-        check_trainer_config({**ok, "trainer": {}})  # verl's default is True
+        check_trainer_config({**ok, "trainer": {"use_v1": False}})  # verl's default is True
+    with pytest.raises(ValueError, match="trainer.use_v1=True"):
+        check_trainer_config({**ok, "trainer": {"balance_batch": False}})  # verl 0.9's default trainer
     with pytest.raises(ValueError, match="adv_estimator='grpo'"):
         check_trainer_config({**ok, "algorithm": {"adv_estimator": "grpo"}})
     with pytest.raises(ValueError, match="not a multiple of rollout.n=4"):
         check_trainer_config({**ok, "actor_rollout_ref": {**ok["actor_rollout_ref"], "rollout": {"n": 4}}})
+
+
+def seqlen_reorder(lengths: torch.Tensor, ranks: int) -> list[int]:
+    """The row order verl 0.9's default trainer gives a step's batch before dispatching it to
+    `ranks` data-parallel ranks in equal consecutive shares (its _balance_batch, which
+    trainer.balance_batch does not switch off), built from verl's own functions."""
+    from verl.utils.seqlen_balancing import calculate_workload, get_seqlen_balanced_partitions
+    parts = get_seqlen_balanced_partitions(calculate_workload(lengths), k_partitions=ranks, equal_size=True)
+    return [j for part in parts for j in part]
+
+
+def test_verl_default_reorder_at_two_ranks_splits_groups_and_is_refused():
+    from tpo_bench.integrations.verl_plugin import check_trainer_config
+    d = groups()
+    order = seqlen_reorder(d["mask"].sum(-1).long(), ranks=2)
+    uid = d["uid"][order]
+    shares = [set(uid[: N * K // 2]), set(uid[N * K // 2:])]
+    assert shares[0] & shares[1], shares  # a prompt's rows on both ranks
+    with pytest.raises(ValueError, match="not consecutive groups of rollout.n=3.*trainer.use_v1=False"):
+        get_adv_estimator_fn("tpo")(d["rewards"][order], d["mask"][order], uid)
+    default = {"trainer": {"balance_batch": False}, "algorithm": {"adv_estimator": "tpo"},
+               "actor_rollout_ref": {"actor": {"ppo_micro_batch_size_per_gpu": K}, "rollout": {"n": K}}}
+    with pytest.raises(ValueError, match="trainer.use_v1=True.*set trainer.use_v1=False"):
+        check_trainer_config(default)
+    check_trainer_config({**default, "trainer": {"use_v1": False, "balance_batch": False}})
+
+
+def test_rows_of_tied_scores_swapped_between_groups_are_refused_by_uid():
+    """Equal standardised scores swapped between two groups pass the loss's score check
+    (each block still sums to 0) but change the loss; the advantage sees the uids."""
+    d = groups()
+    d["scores"] = torch.tensor([0, 1, 2] * N, dtype=torch.float64)  # every group: the same u pattern
+    d["rewards"] = torch.zeros_like(d["rewards"])
+    d["rewards"][torch.arange(N * K), d["mask"].sum(-1).long() - 1] = d["scores"]
+    perm = torch.arange(N * K)
+    perm[0], perm[K] = K, 0  # slot 0 of group 0 and of group 1 trade places
+    adv, _ = get_adv_estimator_fn("tpo")(d["rewards"], d["mask"], d["uid"])
+    loss, _ = get_policy_loss_fn("tpo")(d["old"][perm], d["logp"][perm], adv[perm], d["mask"][perm],
+                                        "token-mean", actor())
+    assert abs(loss.item() - harness_loss(d).item()) > 1e-6  # a different loss, accepted
+    with pytest.raises(ValueError, match="not consecutive groups"):
+        get_adv_estimator_fn("tpo")(d["rewards"][perm], d["mask"][perm], d["uid"][perm.numpy()])
+
+
+def test_two_ranks_of_the_legacy_trainer_average_to_the_batch_loss():
+    """trainer.use_v1=False, balance_batch=False: rows stay in rollout order and each of 2
+    ranks gets a consecutive share of whole groups; verl averages the ranks' gradients, so
+    the mean of their scaled losses is the harness's loss on the whole batch."""
+    d = groups()
+    adv, _ = get_adv_estimator_fn("tpo")(d["rewards"], d["mask"], d["uid"])
+    cfg = actor(global_batch_info={"global_batch_size": N * K, "dp_size": 2})
+    half = N * K // 2
+    losses = [get_policy_loss_fn("tpo")(d["old"][r], d["logp"][r], adv[r], d["mask"][r], "token-mean", cfg)[0]
+              for r in (slice(0, half), slice(half, N * K))]
+    assert abs(sum(losses).item() / 2 - harness_loss(d).item()) <= 1e-12

@@ -128,12 +128,41 @@ def plain_loss(model, inputs, algo, beta, logp=None):
     return loss + beta * reference_kl(batch, view(logp)) if beta else loss
 
 
-def train(tmp_path, algorithm, recorder=None, **kw):
+def digit_share(completions, **_):
+    """A graded reward (the share of a completion's characters that are digits): unequal
+    scores inside most groups, so a group loss has a gradient from the first step."""
+    return [sum(c.isdigit() for c in text) / max(len(text), 1) for text in completions]
+
+
+def gradient_cosines(trainer, inputs, loss_types) -> dict[str, float]:
+    """The cosine between the gradient of the harness's loss on these rows (a plain forward,
+    the trainer's algorithm) and that of TRL's own loss with each loss_type, at the model's
+    current parameters, on the same rows and TRL's advantages."""
+    model = trainer.model
+    model.train()
+    params = [p for p in model.parameters() if p.requires_grad]
+
+    def flat(loss):
+        return torch.cat([g.reshape(-1) for g in torch.autograd.grad(loss, params)]).double()
+
+    zoo = flat(plain_loss(model, inputs, trainer.algorithm, 0.0))
+    kept, out = trainer.loss_type, {}
+    try:
+        for loss_type in loss_types:
+            trainer.loss_type = loss_type
+            theirs = flat(trl.GRPOTrainer._compute_loss(trainer, model, inputs))
+            out[loss_type] = float(zoo @ theirs / (zoo.norm() * theirs.norm()))
+    finally:
+        trainer.loss_type = kept
+    return out
+
+
+def train(tmp_path, algorithm, recorder=None, reward=harness_reward, **kw):
     model, tok = tiny_model_and_tokenizer()
     path = tmp_path / "tiny-llama"  # from disk: TRL loads the reference model (beta > 0) by path
     model.save_pretrained(path)
     tok.save_pretrained(path)
-    trainer = Recording(model=str(path), reward_funcs=harness_reward, args=config(tmp_path, **kw),
+    trainer = Recording(model=str(path), reward_funcs=reward, args=config(tmp_path, **kw),
                         train_dataset=dataset(), processing_class=tok, algorithm=algorithm,
                         callbacks=[recorder] if recorder else None)
     trainer.train()

@@ -1,20 +1,18 @@
-"""Tools around the harness, not on a run's path: benchmarks, probes, the migration, the
-data stager and the cross-checks. Each is `python -m tools.<name>` from a checkout's root
-(`tpo-bench <name>` where installed). Nothing imports this package but the tests; it
-may import every other one.
+"""The commands a user runs around the harness, not on a run's path: the data stager, the
+LLM base builder and probe, the migration and the reproduction's study queue. Each is
+`python -m tools.<name>` from a checkout's root (`tpo-bench <name>` where installed).
+Nothing imports this package but the tests; it may import every room of the harness.
+The project's own benchmarks, probes and cross-checks are in dev/, not installed.
 
-    speed            runs' speed (episodes/s, op counts, seed batching against the loop)
-    seed_batch_speed seed batching measured three ways side by side
-    llm_scale        an LLM preset's memory and throughput at paper scale
+    data             stage (download and verify) MNIST or GSM8K
     llm_base         build (or rebuild) the cached base model of an LLM task
-    faults           randomised fault campaign over short demo runs
+    llm_scale        an LLM preset's memory and throughput on this device (random weights)
     migrate          re-key run directories recorded under the legacy config hash
-    data             stage (download and verify) MNIST or GSM8K; bench_collect: collect's speed
-    crosscheck_zoo, crosscheck_artifact  our losses against verl's and TRL's, our dense
-                     stack against the paper's JAX artifact
+    study            the reproduction's study queue (reproduction/study.yaml)
     slurm-local.sh   a one-node SLURM cluster on this machine (start, status, stop)
 """
 if __name__ == "tools":  # the top-level name: this module is tpo_bench.tools
     import tpo_bench
 
     tpo_bench.alias(__name__)
+    __package__ = f"tpo_bench.{__name__}"  # what follows resolves its imports there

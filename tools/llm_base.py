@@ -13,8 +13,11 @@ import sys
 import time
 from pathlib import Path
 
-from tpo_bench.bench.build import ConfigError, build
-from tpo_bench.bench.config import compose
+if __name__ == "__main__" and not (__package__ or "").startswith("tpo_bench"):
+    import tpo_bench.tools  # noqa: F401  (run by path or by a top-level name: the package its relative imports name)
+    __package__ = "tpo_bench.tools"
+from ..bench.build import ConfigError, build
+from ..bench.config import compose
 
 
 def main(argv: list[str]) -> int:

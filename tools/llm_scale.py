@@ -27,13 +27,16 @@ from pathlib import Path
 
 import torch
 
-from tpo_bench.bench.build import ConfigError, build
-from tpo_bench.bench.optim import build_optimizer
-from tpo_bench.bench.engine import train_episode
-from tpo_bench.bench.config import compose
-from tpo_bench.contract.rng import Streams
-from tpo_bench.tasks import _lm
-from tpo_bench.tasks.llm import DTYPES, compute
+if __name__ == "__main__" and not (__package__ or "").startswith("tpo_bench"):
+    import tpo_bench.tools  # noqa: F401  (run by path or by a top-level name: the package its relative imports name)
+    __package__ = "tpo_bench.tools"
+from ..bench.build import ConfigError, build
+from ..bench.optim import build_optimizer
+from ..bench.engine import train_episode
+from ..bench.config import compose
+from ..contract.rng import Streams
+from ..tasks import _lm
+from ..tasks.llm import DTYPES, compute
 
 GIB = 2 ** 30
 CPU_MAX_GIB = 12.0
@@ -169,8 +172,8 @@ def updated_fraction(before: list[torch.Tensor], after: list[torch.nn.Parameter]
 def rl_steps(cfg: dict, steps: int) -> Probe:
     spec = build(cfg)
     task, algo = spec.task, spec.algo
-    device = torch.device(spec.device)
-    streams = Streams.from_seed(spec.seed, spec.device)
+    device = torch.device(spec.run.device)
+    streams = Streams.from_seed(spec.run.seed, spec.run.device)
     baseline = memory_now(device)
     t0 = time.perf_counter()
     policy = task.make_policy(streams.init).to(device)

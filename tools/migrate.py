@@ -19,8 +19,11 @@ from pathlib import Path
 
 import pandas as pd
 
-from tpo_bench.contract import io, schema
-from tpo_bench.contract.identity import config_hash, legacy_hash
+if __name__ == "__main__" and not (__package__ or "").startswith("tpo_bench"):
+    import tpo_bench.tools  # noqa: F401  (run by path or by a top-level name: the package its relative imports name)
+    __package__ = "tpo_bench.tools"
+from ..contract import io, schema
+from ..contract.identity import config_hash, legacy_hash
 
 
 class Unreadable(ValueError):
@@ -37,7 +40,7 @@ def _read(path: Path) -> tuple[pd.DataFrame | None, dict | None, dict | None]:
         except Exception as e:  # pyarrow raises several types for a torn or foreign file
             raise Unreadable(f"{schema.METRICS} unreadable ({type(e).__name__})") from None
     if (path / schema.CHECKPOINT).exists():
-        from tpo_bench.bench import checkpoint  # only here: reading a table needs no torch
+        from ..bench import checkpoint  # only here: reading a table needs no torch
 
         try:
             state = checkpoint.load(path)
@@ -101,7 +104,7 @@ def migrate_run(path: Path) -> tuple[str, str]:
     elsewhere = schema.find_run(path.parents[3], new, where.seed)
     if target.exists() or elsewhere is not None:
         return "left", f"{target if target.exists() else elsewhere} already holds this run"
-    from tpo_bench.bench import rundir  # only here: its checkpoint module needs torch
+    from ..bench import rundir  # only here: its checkpoint module needs torch
 
     rd = rundir.RunDir(path)
     holder = rd.acquire()

@@ -1,14 +1,14 @@
 """The reproduction's study queue: `python -m tools.study {status,run,list,gpu}`.
 
-The queue is reproduction/study.yaml: stages in the order the reproduction needs them,
-each a few sweeps (overrides with comma lists, a seed range, a cost per run) and the
-commit its runs train at. `run` trains what is not completed, in order, JOBS at once, one
-thread each, checkpointing every 100 episodes (stop and rerun at will); `--commit` commits
-each completed run (summary, config, metrics; no checkpoint), and any whose commit failed
-before. `status` gives what is done, started and left with its cost (`--page`: the
-reproducing page's block). `gpu` runs every config's unfinished seeds seed-batched on one
-device, the mechanism stage first, PARALLEL jobs at once, stops at BUDGET_S with every seed
-checkpointed, and packs the touched runs into a tar (`tar -xf` at the repository root).
+The queue is reproduction/study.yaml: stages in order, each a few sweeps (overrides with
+comma lists, a seed range, a cost per run), and the commit its runs train at. `run` trains
+what is not completed, JOBS at once, one thread each, checkpointing every 100 episodes;
+`--commit` commits each completed run (no checkpoint) and any whose commit failed before.
+A stage with `prefix: N` takes every run to episode N (stopped, checkpointed, committed)
+before any runs on. `status`: done, started and left, with the cost (`--page`: the
+reproducing page's block). `gpu`: every config's unfinished seeds seed-batched on one
+device, mechanism stage first, stopped at BUDGET_S checkpointed, packed into a tar
+(`tar -xf` at the repository root); its estimate is in docs/performance.md.
 
     python -m tools.study status [--markdown] [--page docs/reproducing.md [--check]]
     python -m tools.study run --repo CHECKOUT_AT_CODE [--jobs 2] [--stage NAME] [--commit]
@@ -27,10 +27,13 @@ import tarfile
 import time
 import warnings
 from concurrent.futures import ThreadPoolExecutor
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from pathlib import Path
 
 import yaml
+if __name__ == "__main__" and not (__package__ or "").startswith("tpo_bench"):
+    import tpo_bench.tools  # noqa: F401  (run by path or by a top-level name: the package its relative imports name)
+    __package__ = "tpo_bench.tools"
 
 ROOT = Path(__file__).resolve().parent.parent
 QUEUE = ROOT / "reproduction" / "study.yaml"
@@ -43,6 +46,7 @@ class Job:
     root: str  # output root, relative to the repository root
     overrides: tuple[str, ...]  # one run's overrides, seed included
     cost_s: float  # estimated CPU-seconds for the whole run (one thread)
+    until: int | None = None  # a prefix pass: train to this episode, checkpoint and stop
 
     @property
     def label(self) -> str:
@@ -146,6 +150,8 @@ def jobs(stages: list[dict], only: str | None = None) -> list[Job]:
                 for sw in s["sweeps"] for seed in range(*sw["seeds"]) for combo in _expand(sw["args"])]
         if s.get("interleave"):  # seed-major across the stage's sweeps: any prefix is balanced
             mine.sort(key=lambda j: int(j.overrides[0].split("=", 1)[1]))
+        if s.get("prefix"):  # every run to its first `prefix` episodes, then each to its end
+            mine = [replace(j, until=int(s["prefix"])) for j in mine] + mine
         out += mine
     return out
 
@@ -156,10 +162,10 @@ _HASHES: dict = {}
 def locate(job: Job, repo: Path) -> Path:
     """The run directory `python -m bench` would use for this job (nothing is created);
     the config is composed once per sweep combination, the seed only names the folder."""
-    from tpo_bench.bench.build import build
-    from tpo_bench.bench.config import compose
-    from tpo_bench.bench.jobs import explicit_keys
-    from tpo_bench.contract import schema
+    from ..bench.build import build
+    from ..bench.config import compose
+    from ..bench.jobs import explicit_keys
+    from ..contract import schema
 
     root = repo / job.root
     seed, rest = int(job.overrides[0].split("=", 1)[1]), job.overrides[1:]
@@ -209,11 +215,24 @@ def survey(all_jobs: list[Job], repo: Path) -> list[tuple[Job, Path, str]]:
     seen, out = set(), []
     for j in all_jobs:
         d = locate(j, repo)
-        if d in seen:
+        if (d, j.until) in seen:
             continue
-        seen.add(d)
-        out.append((j, d, state(d)))
+        seen.add((d, j.until))
+        st = state(d)
+        if j.until is not None and st != "completed":
+            st = "completed" if next_step(d) >= j.until else st
+        out.append((j, d, st))
     return out
+
+
+def next_step(run_dir: Path) -> int:
+    """The episode a run resumes at: its checkpoint's next step (0 without one)."""
+    import torch
+
+    try:
+        return int(torch.load(run_dir / "checkpoint.pt", weights_only=True)["next_step"])
+    except Exception:  # noqa: BLE001 (none yet, half-written, or not a checkpoint: start at 0)
+        return 0
 
 
 def status_table(rows, stages, markdown: bool = False, loose: set[Path] | None = None) -> str:
@@ -224,7 +243,7 @@ def status_table(rows, stages, markdown: bool = False, loose: set[Path] | None =
              "|---|---:|---:|---:|---:|---:|---:|"] if markdown else []
     total = [0, 0, 0, 0, 0.0]
     for s in stages:
-        mine = [r for r in rows if r[0].stage == s["name"]]
+        mine = [r for r in rows if r[0].stage == s["name"] and r[0].until is None]
         done = sum(r[2] == "completed" for r in mine)
         started = sum(r[2] == "started" for r in mine)
         left = len(mine) - done
@@ -256,7 +275,7 @@ def queue_block(table: str, stages: list[dict]) -> str:
 
 
 def write_block(page: Path, block: str, check: bool) -> int:
-    from tpo_bench.analysis.paper import pages
+    from ..analysis.paper import pages
 
     text = page.read_text()
     if "<!-- generated:queue -->" not in text:
@@ -293,9 +312,14 @@ def commit_run(repo: Path, run_dir: Path, tries: int = 20) -> bool:
     s = json.loads((run_dir / "summary.json").read_text())
     err = (s.get("final") or {}).get("error")
     size = sum((repo / f).stat().st_size for f in files)
-    msg = (f"Study: {s['task']}/{s['algo']} {s['config_hash']} seed {s['seed']} completed "
-           f"(final error {err:.4f}; code {s.get('git_commit')}; {size / 1024:.0f} KiB)" if err is not None
-           else f"Study: {run_dir.relative_to(repo)} completed ({size / 1024:.0f} KiB)")
+    if s.get("status", "completed") != "completed":
+        msg = (f"Study: {s['task']}/{s['algo']} {s['config_hash']} seed {s['seed']} in progress, "
+               f"to episode {next_step(run_dir)} (code {s.get('git_commit')}; {size / 1024:.0f} KiB)")
+    elif err is not None:
+        msg = (f"Study: {s['task']}/{s['algo']} {s['config_hash']} seed {s['seed']} completed "
+               f"(final error {err:.4f}; code {s.get('git_commit')}; {size / 1024:.0f} KiB)")
+    else:
+        msg = f"Study: {run_dir.relative_to(repo)} completed ({size / 1024:.0f} KiB)"
     for _ in range(tries):
         add = _git(repo, "add", "--", *files)
         if add.returncode == 0:
@@ -308,12 +332,36 @@ def commit_run(repo: Path, run_dir: Path, tries: int = 20) -> bool:
     return False
 
 
+PREFIX_POLL_S = 30.0  # how often a prefix pass reads its run's checkpoint
+STOPPED = (-signal.SIGTERM, 128 + signal.SIGTERM)  # a run told to stop, checkpointed
+
+
+def run_prefix(job: Job, run_dir: Path, repo: Path, commit: bool, cmd: list, env: dict) -> str:
+    """Train until the run's checkpoint reaches job.until, then stop it (SIGTERM: it
+    checkpoints at its next step; resuming continues bit for bit); commit what it logged."""
+    t0 = time.time()
+    print(f"[study] start {job.stage} to episode {job.until}: {job.label}", flush=True)
+    proc = subprocess.Popen(cmd, cwd=repo, env=env, stdout=subprocess.DEVNULL)
+    while proc.poll() is None:
+        time.sleep(PREFIX_POLL_S)
+        if next_step(run_dir) >= job.until and proc.poll() is None:
+            proc.send_signal(signal.SIGTERM)
+            proc.wait()
+    rc = proc.returncode
+    ok = rc == 0 or rc in STOPPED
+    print(f"[study] {'at episode ' + str(next_step(run_dir)) if ok else f'exit {rc}'} after "
+          f"{time.time() - t0:.0f} s: {job.label}", flush=True)
+    if not ok:
+        return "failed"
+    return "failed" if commit and not commit_run(repo, run_dir) else "ran"
+
+
 def held_elsewhere(run_dir: Path) -> bool:
     """Whether another process holds the run's lock now (another queue trains it), or has
     completed it."""
-    from tpo_bench.bench import rundir
-    from tpo_bench.contract import io
-    from tpo_bench.contract.schema import LOCK
+    from ..bench import rundir
+    from ..contract import io
+    from ..contract.schema import LOCK
 
     if state(run_dir) == "completed":
         return True
@@ -333,6 +381,8 @@ def run_one(job: Job, run_dir: Path, repo: Path, commit: bool) -> str:
     "held" (another queue trains it or has completed it: left to that one)."""
     cmd = [sys.executable, "-m", "bench", *job.overrides, *COMMON, f"output_root={job.root}"]
     env = {**os.environ, "ATEN_CPU_CAPABILITY": os.environ.get("ATEN_CPU_CAPABILITY", "avx2")}
+    if job.until is not None:
+        return run_prefix(job, run_dir, repo, commit, cmd, env)
     t0 = time.time()
     print(f"[study] start {job.stage}: {job.label}", flush=True)
     rc = subprocess.run(cmd, cwd=repo, env=env, stdout=subprocess.DEVNULL).returncode
@@ -363,7 +413,7 @@ def packs(rows, first: str = "a_mechanism") -> list[Pack]:
     seeds one job; the `first` stage's jobs lead, the rest keep the queue's order."""
     by: dict = {}
     for job, d, st in rows:
-        if st == "completed":
+        if st == "completed" or job.until is not None:  # a device runs each seed to its end
             continue
         key = (job.root, job.overrides[1:])
         by.setdefault(key, [job.stage, []])[1].append((int(job.overrides[0].split("=", 1)[1]), d))

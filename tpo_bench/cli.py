@@ -2,11 +2,15 @@
 
 Each command runs one module as `python -m` would, its own arguments passed through
 (`tpo-bench run ...` is `python -m bench ...`, `tpo-bench plot ...` is
-`python analysis/plot.py ...`, `tpo-bench speed ...` is `python -m tools.speed ...`), so
-each keeps its own `--help` and exit codes. `tpo-bench` alone lists the commands.
+`python analysis/plot.py ...`, `tpo-bench study ...` is `python -m tools.study ...`), so
+each keeps its own `--help` and exit codes. `tpo-bench` alone lists the commands. The
+project's own benchmarks and cross-checks are no commands: `python -m dev.<name>` from a
+checkout.
 """
+import importlib.util
 import runpy
 import sys
+from pathlib import Path
 
 # command -> (module, what it does)
 COMMANDS = {
@@ -16,29 +20,42 @@ COMMANDS = {
     "report": ("tpo_bench.analysis.paper.report", "the reproduction report"),
     "leaderboard": ("tpo_bench.analysis.leaderboard", "a leaderboard of methods across tasks (rliable statistics)"),
     "rule-log": ("tpo_bench.analysis.paper.rule_log", "which verdicts a rule change moved"),
+    "registered": ("tpo_bench.analysis.paper.registered",
+                   "the registered analysis of TPO against GRPO under terminal reward"),
     "pages": ("tpo_bench.analysis.paper.pages", "the generated parts of docs/reproducing.md and docs/leaderboard.md"),
     "tune-report": ("tpo_bench.analysis.tuning.report", "each optuna study's history and parameter importance"),
-    "bench-collect": ("tpo_bench.tools.bench_collect", "time collect over many small synthetic runs"),
-    "crosscheck-artifact": ("tpo_bench.tools.crosscheck_artifact",
-                            "the transformer stack against the paper's JAX artifact"),
-    "crosscheck-zoo": ("tpo_bench.tools.crosscheck_zoo", "the group-RL zoo against verl's and TRL's loss code"),
     "data": ("tpo_bench.tools.data", "stage (download and verify) a data set"),
-    "faults": ("tpo_bench.tools.faults", "a fault campaign: randomised trials of a fault"),
     "llm-base": ("tpo_bench.tools.llm_base", "build the base model an LLM task starts from"),
     "llm-scale": ("tpo_bench.tools.llm_scale", "an LLM task's memory and throughput"),
     "migrate": ("tpo_bench.tools.migrate", "re-key runs recorded before the preset names left the config hash"),
-    "same-metrics": ("tpo_bench.tools.same_metrics", "short runs in two checkouts, metrics compared bit for bit"),
-    "seed-batch-speed": ("tpo_bench.tools.seed_batch_speed", "seed batching, measured against a loop"),
-    "speed": ("tpo_bench.tools.speed", "the speed benchmark"),
     "study": ("tpo_bench.tools.study", "the reproduction's study queue"),
-    "vs-artifact": ("tpo_bench.tools.vs_artifact", "a single run against the paper's JAX artifact"),
 }
+
+
+def spelled(name: str) -> str:
+    """How the user runs command `name` from where they stand: as the docs spell it
+    (`python analysis/collect.py`, `python -m tools.study`) at the root of the checkout
+    this code runs from, else as the installed command (`tpo-bench collect`), which works
+    from any folder; a hint that names a checkout's path helps no one outside it."""
+    module = COMMANDS[name][0]
+    parts = module.split(".")[1:]  # tpo_bench.analysis.collect -> analysis, collect
+    here = Path.cwd().joinpath(*parts)
+    try:
+        origin = importlib.util.find_spec(module).origin
+        at_root = origin is not None and Path(origin).resolve() in (
+            here.with_suffix(".py").resolve(), (here / "__init__.py").resolve())
+    except (ImportError, OSError, AttributeError, ValueError):
+        at_root = False
+    if not at_root:
+        return f"tpo-bench {name}"
+    return f"python {'/'.join(parts)}.py" if parts[0] == "analysis" else f"python -m {'.'.join(parts)}"
 
 
 def usage() -> str:
     width = max(map(len, COMMANDS))
     lines = [f"  {name:<{width}}  {what}" for name, (_, what) in COMMANDS.items()]
-    return ("usage: tpo-bench COMMAND [ARGS...]   (tpo-bench COMMAND --help: its arguments)\n\n"
+    return ("usage: tpo-bench COMMAND [ARGS...]   (tpo-bench COMMAND --help: its arguments;\n"
+            "       tpo-bench --version: the installed version)\n\n"
             "commands:\n" + "\n".join(lines))
 
 
@@ -46,6 +63,11 @@ def main(argv: list[str] | None = None) -> int:
     argv = sys.argv[1:] if argv is None else list(argv)
     if not argv or argv[0] in ("-h", "--help"):
         print(usage())
+        return 0
+    if argv[0] in ("--version", "-V"):
+        from tpo_bench import __version__
+
+        print(f"tpo-bench {__version__}")
         return 0
     if argv[0] not in COMMANDS:
         print(f"tpo-bench: unknown command {argv[0]!r}\n\n{usage()}", file=sys.stderr)

@@ -17,7 +17,7 @@ from dataclasses import dataclass
 
 import pandas as pd
 
-from tpo_bench.analysis.configs import ALIASES, algo_defaults, experiment_task  # noqa: F401 (re-exported)
+from ..configs import ALIASES, algo_defaults, experiment_task  # noqa: F401 (re-exported)
 
 # Knobs added after runs existed (hashed only when set): a run without the column, or
 # with NaN there, used the default.
@@ -170,6 +170,16 @@ def already_interaction_matched(df: pd.DataFrame) -> pd.Series:
     if not {"match", "algo.k", "match_k"} <= set(df.columns):
         return pd.Series(False, index=df.index)
     return df["match"].eq("prompts") & df["algo.k"].eq(df["match_k"])
+
+
+def borrowed_matching(rows: pd.DataFrame, match) -> str | None:
+    """The matching a row's runs were launched under when it is not the row's own (an
+    interaction-matched row judged on prompt-matched runs of a method that already draws
+    K candidates per prompt: one configuration), else None."""
+    if not match or rows.empty or "match" not in rows.columns:
+        return None
+    got = sorted(set(rows["match"].dropna().astype(str)))
+    return None if not got or got == [str(match)] else "/".join(got)
 
 
 def task_keys(df: pd.DataFrame) -> pd.Series:

@@ -21,15 +21,16 @@ from pathlib import Path
 
 import pandas as pd
 
-from tpo_bench.analysis import stats
-from tpo_bench.analysis.collect import GROUP
-from tpo_bench.analysis.configs import pick_config
-from tpo_bench.analysis.labels import compact_labels, label_text, se_text, short_key, title_items
-from tpo_bench.analysis.paper import experiments
-from tpo_bench.analysis.paper.experiments import ALIASES, EXPERIMENTS, TARGETS
-from tpo_bench.analysis.style import (DPI, COLUMN_IN, png_dpi, LEGEND_PT, LINESTYLES, LOG_FLOOR, SUPTITLE_PT, TITLE_PT,
-                            color_for, fit_figure_texts, fmt, legend_below, plt, threshold_line, wrap)
-from tpo_bench.contract import io
+from .. import stats
+from ..collect import GROUP, PROGRESS, completed
+from ...cli import spelled
+from ..configs import pick_config
+from ..labels import compact_labels, label_text, se_text, short_key, title_items
+from . import experiments
+from .experiments import ALIASES, EXPERIMENTS, TARGETS
+from ..style import (DPI, COLUMN_IN, png_dpi, LEGEND_PT, LINESTYLES, LOG_FLOOR, SUPTITLE_PT, TITLE_PT,
+                            color_for, fit_figure_texts, fmt, legend_below, look, plt, threshold_line, wrap)
+from ...contract import io
 
 
 class NoData(Exception):
@@ -160,6 +161,57 @@ def with_variant(df: pd.DataFrame) -> pd.DataFrame:
     return df.assign(**{VARIANT: reward.astype(str) + " " + target})
 
 
+def progress(rows: pd.DataFrame) -> tuple[pd.DataFrame, str]:
+    """A line's rows and what its panel says of them. Where some of its seeds are runs
+    under way (collect.in_progress), the rows up to the last step every seed reached (the
+    band is over the same seeds throughout) and "episodes 0–N of T, running" (or
+    "interrupted"); else the rows and ""."""
+    if "partial" not in rows.columns or not rows["partial"].eq(True).any():
+        return rows, ""
+    last = int(rows.groupby("seed")["step"].max().min())
+    running = PROGRESS in rows.columns and rows[PROGRESS].eq("running").any()
+    total = rows["task.episodes"].dropna().unique() if "task.episodes" in rows.columns else []
+    of = f" of {int(total[0]):,}" if len(total) == 1 else ""
+    return (rows[rows["step"] <= last],
+            f"episodes 0–{last:,}{of}, {'running' if running else 'interrupted'}")
+
+
+def final_rows(rows: pd.DataFrame) -> tuple[pd.DataFrame, str]:
+    """The rows a final value is read from: the completed runs' (a run under way has no
+    final value); and, where some were left out, what its panel says of them (progress)."""
+    done = completed(rows)
+    return done, "" if len(done) == len(rows) else progress(rows)[1]
+
+
+def note_inside(ax, text: str, gid: str, width_in: float = COLUMN_IN, **kw):
+    """Text inside the panel where it covers the fewest curves (a legend without handles,
+    placed as matplotlib places a legend: loc='best'): each line of text an entry of its
+    own, broken between words to most of the panel's width_in. A legend the panel has
+    takes the entries below its own (one box: two would be placed over each other)."""
+    from matplotlib.patches import Patch
+    style = dict(fontsize=LEGEND_PT, labelcolor=None) | kw
+    chars = max(20, int(0.85 * width_in * 72 / (0.55 * style["fontsize"])))  # ~0.55 em a character
+    lines = [textwrap.fill(line, chars, break_long_words=False) for line in text.split("\n")]
+    own = ax.get_legend()
+    handles, labels = ((own.legend_handles, [t.get_text() for t in own.get_texts()])
+                       if own is not None else ([], []))
+    if own is not None:
+        drawn = ax.get_legend_handles_labels()  # the artists themselves, where it named them
+        handles = drawn[0] if drawn[1] == labels else handles
+        own.remove()
+    note = ax.legend([*handles, *[Patch(visible=False)] * len(lines)], [*labels, *lines], loc="best",
+                     fontsize=own.get_texts()[0].get_fontsize() if labels else style["fontsize"],
+                     handlelength=None if labels else 0, handletextpad=None if labels else 0,
+                     borderpad=0.3, labelspacing=0.2, frameon=True, framealpha=0.85,
+                     edgecolor="none" if not labels else None)
+    for t in note.get_texts()[len(labels):]:
+        t.set_fontsize(style["fontsize"])
+        if style["labelcolor"]:
+            t.set_color(style["labelcolor"])
+    note.set_gid(gid)
+    return note
+
+
 @dataclass
 class Entry:
     """One drawn line, labelled once the whole figure is drawn: its seed count goes into
@@ -173,18 +225,26 @@ class Entry:
 
 
 def _style(styles: dict, algo: str, label: str) -> str:
-    # per (algorithm, label) across the figure: the shared legend's style is every panel's
+    """A line's style, per (algorithm, label) across the figure (the shared legend's style
+    is every panel's): the method's own for its first line, the next ones after it."""
     mine = styles.setdefault(algo, {})
-    return LINESTYLES[mine.setdefault(label, len(mine)) % len(LINESTYLES)]
+    own = LINESTYLES.index(look(algo).ls) if look(algo).ls in LINESTYLES else 0
+    return LINESTYLES[(own + mine.setdefault(label, len(mine))) % len(LINESTYLES)]
 
 
-def _curve(ax, p: Panel, d: pd.DataFrame, per_line=(), styles=None) -> list[Entry]:
+def _curve(ax, p: Panel, d: pd.DataFrame, per_line=(), styles=None, notes=None) -> list[Entry]:
+    """A line per (algorithm, config hash); notes, given a list, gets what the panel says of
+    a line under way (progress)."""
     # Which preset ran a line is not a config key: keep it out of the legend.
     parts = compact_labels(d.drop(columns=["experiment"], errors="ignore"), per_line)
     styles = {} if styles is None else styles
+    notes = [] if notes is None else notes
     drawn = []
     for key, g in d.groupby(GROUP, sort=True):
         algo, line_parts = parts[key]
+        g, under_way = progress(g)
+        if under_way:
+            notes.append(f"{label_text(algo, line_parts)}: {under_way}")
         for j, y in enumerate(p.y):
             if y not in g.columns:
                 continue
@@ -205,8 +265,9 @@ def _curve(ax, p: Panel, d: pd.DataFrame, per_line=(), styles=None) -> list[Entr
     return drawn
 
 
-def _points(ax, p: Panel, d: pd.DataFrame, per_line=(), styles=None) -> list[Entry]:
-    """final / steps panels: one marker line per algorithm (and series) over x."""
+def _points(ax, p: Panel, d: pd.DataFrame, per_line=(), styles=None, notes=None) -> list[Entry]:
+    """final / steps panels: one marker line per algorithm (and series) over x, from the
+    completed runs; notes, given a list, gets the settings whose runs are under way."""
     if p.x == VARIANT:
         d = with_variant(d)
     xcol = ALIASES.get(p.x, p.x)
@@ -214,12 +275,17 @@ def _points(ax, p: Panel, d: pd.DataFrame, per_line=(), styles=None) -> list[Ent
     categorical = not pd.api.types.is_numeric_dtype(d[xcol])
     ticks = sorted(d[xcol].dropna().unique())
     styles = {} if styles is None else styles
+    notes = [] if notes is None else notes
     drawn = []
     for key, g in d.groupby(["algo.name", *series], sort=True):
         key = key if isinstance(key, tuple) else (key,)
         xs, ys, es, ns, never, zeros = [], [], [], set(), 0, []
+        parts = [f"{short_key(s)}={fmt(v)}" for s, v in zip(series, key[1:])]
         for xv, gx in g.groupby(xcol, sort=True):
-            wide = stats.seed_curves(pick_config(gx), p.y[0])
+            gx, under_way = final_rows(gx)
+            if under_way:
+                notes.append(f"{label_text(key[0], parts)} at {short_key(xcol)} = {fmt(xv)}: {under_way}")
+            wide = stats.seed_curves(pick_config(gx), p.y[0]) if not gx.empty else pd.DataFrame()
             if wide.empty:
                 continue
             if p.kind == "steps":
@@ -239,13 +305,12 @@ def _points(ax, p: Panel, d: pd.DataFrame, per_line=(), styles=None) -> list[Ent
             ns.add(wide.shape[1])
         if not xs and not never:
             continue
-        parts = [f"{short_key(s)}={fmt(v)}" for s, v in zip(series, key[1:])]
         for col in per_line:  # what the title leaves to the lines, where a line has one value
             values = g[col].dropna().unique() if col in g.columns and col not in series else []
             if len(values) == 1:
                 parts.append(f"{short_key(col)}={fmt(values[0])}")
         parts += [f"{never} never"] if never else []
-        line = ax.errorbar(xs, ys, yerr=es, color=color_for(key[0]), marker="o", ms=4, capsize=2,
+        line = ax.errorbar(xs, ys, yerr=es, color=color_for(key[0]), marker=look(key[0]).marker, ms=4, capsize=2,
                            ls=_style(styles, key[0], label_text(key[0], parts)))
         drawn.append(Entry(line, key[0], parts, ns, zeros=zeros))
     if categorical:
@@ -300,7 +365,7 @@ def render(name: str, df: pd.DataFrame, title: str | None = None):
     panels = [(p, rows[experiments.matches(rows, p.where)]) for p in spec.panels]
     if all(d.empty for _, d in panels):
         raise NoData(f"no results for figure {name!r}: run "
-                     f"{experiments.how_to_run(spec.experiment or name)}, then analysis/collect.py")
+                     f"{experiments.how_to_run(spec.experiment or name)}, then `{spelled('collect')}`")
     ncols = min(spec.ncols, len(panels))
     nrows = math.ceil(len(panels) / ncols)
     fig, axes = plt.subplots(nrows, ncols, figsize=(COLUMN_IN * ncols, PANEL_H * nrows + 0.5),
@@ -317,7 +382,8 @@ def render(name: str, df: pd.DataFrame, title: str | None = None):
     common += [(c, f"{short_key(c)} per line") for c in per_line]
     entries, styles = [], {}
     for ax, (p, d), own in zip(axes.flat, panels, items):
-        drawn = [] if d.empty else (_curve if p.kind == "curve" else _points)(ax, p, d, per_line, styles)
+        notes = []
+        drawn = [] if d.empty else (_curve if p.kind == "curve" else _points)(ax, p, d, per_line, styles, notes)
         entries += drawn
         if not drawn:
             ax.text(0.5, 0.5, "no data", ha="center", va="center", transform=ax.transAxes)
@@ -325,6 +391,8 @@ def render(name: str, df: pd.DataFrame, title: str | None = None):
             show_zeros(ax, p, drawn)
         else:
             ax.set_yscale(p.scale)
+        if notes:
+            note_inside(ax, "\n".join(notes), "progress")
         if drawn:
             if p.xscale == "log":
                 ax.set_xscale("log", base=2)

@@ -1,6 +1,7 @@
-"""The generated parts of docs/reproducing.md and docs/leaderboard.md, from committed data.
+"""The generated parts of docs/reproducing.md, docs/leaderboard.md and the README's
+results line, from committed data.
 
-    python -m analysis.paper.pages            # rewrite both pages' generated blocks
+    python -m analysis.paper.pages            # rewrite every page's generated blocks
     python -m analysis.paper.pages --check    # exit 1 if a block differs from its data
 
 A page keeps its prose; each block between `<!-- generated:NAME -->` and
@@ -20,13 +21,17 @@ from pathlib import Path
 
 import numpy as np
 import pandas as pd
+if __name__ == "__main__" and not (__package__ or "").startswith("tpo_bench"):
+    import tpo_bench.analysis.paper  # noqa: F401  (run by path or by a top-level name: the package its relative imports name)
+    __package__ = "tpo_bench.analysis.paper"
 
 ROOT = Path(__file__).resolve().parents[2]
 REPORT = ROOT / "reproduction" / "REPRODUCTION.md"
 RUNS = ROOT / "reproduction" / "runs" / "terminal"
 TABLE = ROOT / "reproduction" / "results.parquet"
 BOARD = ROOT / "reproduction" / "leaderboard"
-PAGES = {"reproducing": ROOT / "docs" / "reproducing.md", "leaderboard": ROOT / "docs" / "leaderboard.md"}
+PAGES = {"reproducing": ROOT / "docs" / "reproducing.md", "leaderboard": ROOT / "docs" / "leaderboard.md",
+         "readme": ROOT / "README.md"}
 BLOCK = re.compile(r"(<!-- generated:(\w+) -->\n)(.*?)(<!-- /generated:\2 -->)", re.S)
 POWER_SEEDS = (5, 9, 12, 15, 20)
 POWER_DRAWS = 1000
@@ -67,8 +72,11 @@ def md(rows: list[dict], cols: list[str]) -> str:
 def verdict_block(report: str) -> str:
     numbers = section_tables(report, "terminal_h_sweep")[0]
     rows = [{"H": re.search(r"H=(\d+)", r["setting"]).group(1),
-             "match": re.search(r"match=(\w+)", r["setting"]).group(1), **r} for r in numbers]
-    return md(rows, ["H", "match", "algorithm", "paper", "ours", "seeds", "verdict", "provenance"])
+             "match": re.search(r"match=(\w+)", r["setting"]).group(1), OURS: r["ours"], **r} for r in numbers]
+    return md(rows, ["H", "match", "algorithm", "paper", OURS, "seeds", "verdict", "provenance"])
+
+
+OURS = "ours: mean ± SE"
 
 
 def paired_block(report: str) -> str:
@@ -77,6 +85,31 @@ def paired_block(report: str) -> str:
         return "No paired comparison yet: no H has runs of TPO and another method on one seed."
     cols = list(readings[0][0])
     return md(readings[0], cols)
+
+
+REGISTERED_HEAD = "### The registered test: TPO against GRPO"
+
+
+def registered_block(report: str) -> str:
+    """The report's registered test of the central claim: its registration, the seeds run
+    per H, the tests of complete H and the outcome."""
+    if REGISTERED_HEAD not in report:
+        return "The report has no registered test yet: regenerate it."
+    body = report.split(REGISTERED_HEAD, 1)[1].split("\n\n", 1)[1]
+    return body.split("\nThe claim \"TPO lowest\"", 1)[0].split("\n## ", 1)[0].strip()
+
+
+def claim_line(report: str) -> str:
+    """One line for the README: the registered outcome and the seeds run toward it."""
+    if REGISTERED_HEAD not in report:
+        return "The registered test of the central claim has no outcome yet."
+    block = registered_block(report)
+    rows = tables(block)[0]
+    outcome = re.search(r"\*\*The claim .*?: (.*?)\.\*\*", block).group(1)
+    seeds = ", ".join(f"H = {r['H']}: {r['seeds run (of 20)']}" for r in rows)
+    return (f"**The central claim** (under terminal reward TPO's error is the lowest at every "
+            f"H; registered test against GRPO, 20 seeds per method and H): {outcome}. Seeds "
+            f"run of 20: {seeds} ([the test](docs/reproducing.md#the-registered-test)).")
 
 
 def summaries(root: Path = RUNS) -> list[dict]:
@@ -89,7 +122,7 @@ def status_block(root: Path = RUNS) -> str:
     for s in runs:
         if s.get("status") == "completed":
             done.setdefault((s["task"], s["algo"], s["config_hash"]), []).append(int(s["seed"]))
-    from tpo_bench.analysis.paper.report import seed_list
+    from .report import seed_list
 
     lines = [f"- `{t}` {a}: {len(v)} completed (seeds {seed_list(v)})"
              for (t, a, _), v in sorted(done.items())]
@@ -112,7 +145,7 @@ def _last_step(root: Path, summary: dict) -> str:
 def cost_block(root: Path = RUNS, table: Path = TABLE) -> str:
     """Training wall time (the last logged wall_s) of each completed terminal-reward run:
     the committed table's and those under root, apart (they ran under different loads)."""
-    from tpo_bench.analysis.rekey import rekey_table
+    from ..rekey import rekey_table
 
     by, here = {}, set()
     for s in summaries(root):
@@ -138,9 +171,9 @@ def cost_block(root: Path = RUNS, table: Path = TABLE) -> str:
 def power_block(seed_counts=POWER_SEEDS, n_draws: int = POWER_DRAWS) -> str:
     """How often the final-error rule says reproduced on redraws (with replacement) of the
     paper's own per-seed values, each row with the margin the report judges it by."""
-    from tpo_bench.analysis import stats
-    from tpo_bench.analysis.paper import report
-    from tpo_bench.analysis.paper import verdicts as V
+    from .. import stats
+    from . import report
+    from . import verdicts as V
 
     seeds = report.load_paper_seeds()
     tpo, grpo = np.asarray(seeds["terminal-tpo-H10"]), np.asarray(seeds["terminal-grpo-H10"])
@@ -170,9 +203,9 @@ def board_block(board: Path = BOARD) -> str:
 def readings_block(board: Path = BOARD) -> str:
     """Per task: the lowest final error against the runner-up, and TPO against GRPO, as
     one-sided paired sign-flip tests over the seeds (a seed fixes weights and prompts)."""
-    from tpo_bench.analysis import stats
-    from tpo_bench.analysis.collect import read_results
-    from tpo_bench.analysis.leaderboard import METHOD, TASK, scores_from_table
+    from .. import stats
+    from ..collect import read_results
+    from ..leaderboard import METHOD, TASK, scores_from_table
 
     df = read_results(board / "results.parquet", "nothing to read")
     runs = scores_from_table(df)[0]  # what the board ranks: one config per task and method
@@ -196,19 +229,21 @@ def readings_block(board: Path = BOARD) -> str:
 
 def margins_block() -> str:
     """Every family's margin as the rules declare it (verdicts.MARGINS), with its derivation."""
-    from tpo_bench.analysis.paper.report import margin_rows
+    from .report import margin_rows
     return md(margin_rows(), ["family", "δ", "derived from the paper's numbers"])
 
 
 def reproducing_blocks(report: Path = REPORT, runs: Path = RUNS) -> dict:
     return {"verdicts": lambda: verdict_block(report.read_text()),
+            "registered": lambda: registered_block(report.read_text()),
             "paired": lambda: paired_block(report.read_text()),
             "status": lambda: status_block(runs), "cost": lambda: cost_block(runs),
             "power": power_block, "margins": margins_block}
 
 
 BLOCKS = {"reproducing": reproducing_blocks(), "leaderboard": {"board": board_block,
-                                                               "readings": readings_block}}
+                                                               "readings": readings_block},
+          "readme": {"claim": lambda: claim_line(REPORT.read_text())}}
 
 
 def write_page(name: str, blocks: dict | None = None, check: bool = False) -> bool:
@@ -241,7 +276,7 @@ def fill(text: str, blocks: dict, only=None) -> str:
 def main(argv=None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--check", action="store_true", help="compare, write nothing")
-    parser.add_argument("--page", choices=sorted(PAGES), action="append", help="default: both")
+    parser.add_argument("--page", choices=sorted(PAGES), action="append", help="default: all")
     args = parser.parse_args(argv)
     stale = [str(PAGES[n]) for n in args.page or sorted(PAGES) if write_page(n, check=args.check)]
     if args.check and stale:

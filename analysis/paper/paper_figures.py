@@ -1,6 +1,6 @@
 """The paper's 17 figures in the paper's form: its panels, methods, colours and line
 styles, axis scales and ranges, smoothing, axis labels and panel letters, +-1 SE bands
-over seeds and a boxed legend of method names (analysis/style.py's PAPER_STYLE).
+over seeds and a boxed legend of method names (analysis/style.py's STYLE).
 
 A preset (PAPER) lists per panel the lines the paper draws: a method and, where the paper
 splits one (K, epochs, eta), that setting. Each line is one configuration of the
@@ -19,13 +19,13 @@ from pathlib import Path
 import numpy as np
 import pandas as pd
 
-from tpo_bench.analysis import stats
-from tpo_bench.analysis.configs import algo_defaults, pick_config
-from tpo_bench.analysis.paper import experiments, figures
-from tpo_bench.analysis.paper.experiments import ALIASES
-from tpo_bench.analysis.style import (DPI, PAPER_RC, png_dpi, PAPER_STYLE, color_for, fit_figure_texts,
-                                      method_label, plt)
-from tpo_bench.contract import io
+from .. import stats
+from ..configs import algo_defaults, pick_config
+from . import experiments, figures
+from .experiments import ALIASES
+from ..style import (DPI, PAPER_METHODS, PAPER_RC, fit_figure_texts, fmt, look,
+                                      method_label, plt, png_dpi)
+from ...contract import io
 
 EXACT, SEQERR = "Exact-match error", "Sequence error"
 
@@ -59,6 +59,7 @@ class Panel:
     missing: str = ""  # the metric no run records: the panel is drawn empty, saying so
     legend: bool = False  # a legend of its own (the paper's mechanism figures)
     seeds: int = 0  # the paper's seeds per line here, where they differ from its figure's
+    model: str = ""  # an LLM panel's model: the runs whose task.model_path is its folder
 
 
 @dataclass(frozen=True)
@@ -74,6 +75,7 @@ class PaperFigure:
     companion: str | None = None  # figures.FIGURES layout for the runs not drawn here
     label: str = ""  # appended to the caption line, e.g. that the panels are other runs
     row_labels: tuple = ()  # grids: the first column's y label names its row
+    row_names: tuple = ()  # grids: each row's name in the caption (default its label)
     seeds: int = 0  # the paper's seeds per line (0: it does not say)
     mosaic: str = ""  # a layout of its own: panel letters per row, e.g. "aa;bc" ((a) above (b, c))
 
@@ -107,6 +109,10 @@ MECH = dict(H=8, K=32, B=256)
 # Figure 10(b)'s weight proxy: target mass q for TPO, |A| for GRPO (successes, failures).
 PROXY = {"grpo": ("absA_success", "absA_fail"), "grpo_no_kl": ("absA_success", "absA_fail")}
 TARGET_NAMES = {"copy": "Copy", "flip": "Flip", "reverse_copy": "Reverse copy", "reverse_flip": "Reverse flip"}
+
+
+# TPO at 4 and at 1 epoch per batch, as the mechanism figures (10, 11, 14) draw it.
+EPOCHS_14 = (Line("tpo", {"epochs": 4}, "TPO (4 ep)"), Line("tpo", {"epochs": 1}, "TPO (1 ep)", shade=0.5))
 
 
 def _mech(name, number, experiment, panels, paper, ncols=2, companion=None):
@@ -163,7 +169,7 @@ PAPER = {f.name: f for f in [
         "first in every panel, then GRPO_token, PPO, and DG last; the gap widens with V.",
         size=(2.6, 2.2), companion="vocab_sweep", seeds=20),
     PaperFigure("task_variants", 6, "task_variants", tuple(
-        Panel(TARGET_NAMES[t] if (m, r) == ("Prompt", "bag") else "", _lines(*DENSE),
+        Panel(TARGET_NAMES[t] if (m, r) == ("Prompt", "bag") else "", _lines(*DENSE, "grpo_no_kl"),
               {"match": f"{m.lower()}s", "reward": rk, "target": t}, ylim=(0.0, 0.95 if rk != "bag_of_tokens" else 0.52),
               smooth=10, ylabel=SEQERR)
         for m in ("Prompt", "Interaction") for r, rk in (("bag", "bag_of_tokens"), ("seq", "sequential"))
@@ -174,7 +180,8 @@ PAPER = {f.name: f for f in [
         "(Its legend also lists a green dotted GRPO (no KL), not run on dense tasks here.)",
         size=(2.6, 2.0), companion="task_variants", seeds=10,
         row_labels=("Prompt-matched\nBag of tokens", "Prompt-matched\nSequential",
-                    "Interaction-matched\nBag of tokens", "Interaction-matched\nSequential")),
+                    "Interaction-matched\nBag of tokens", "Interaction-matched\nSequential"),
+        row_names=("prompt bag", "prompt seq", "interaction bag", "interaction seq")),
     PaperFigure("terminal_h_sweep", 7, "terminal_h_sweep", tuple(
         Panel(f"$H = {h}$" if m == "Prompt" else "", _lines(*TERM), {"match": f"{m.lower()}s", "H": h},
               ylim=(0.0, 1.05), smooth=40)
@@ -182,7 +189,7 @@ PAPER = {f.name: f for f in [
         "Terminal reward, top row prompt-matched, bottom interaction-matched, H 7-10: TPO "
         "lowest in every panel (~0.05-0.2); GRPO next, degrading with H; DG, PPO and GRPO "
         "(no KL) near 1.0 from H 9.", size=(2.6, 2.0), companion="terminal_h_sweep", seeds=20,
-        row_labels=("Prompt\nmatched", "Interaction\nmatched")),
+        row_labels=("Prompt\nmatched", "Interaction\nmatched"), row_names=("prompt", "interaction")),
     PaperFigure("ablations", 8, "ablations", tuple(
         Panel(f"$H = {h}$", _lines("tpo", "grpo", "grpo_no_kl", "tpo_no_anchor", "group_pg"),
               {"H": h}, ylim=(0.0, 1.05), smooth=40) for h in (7, 8, 10)), 3,
@@ -190,15 +197,13 @@ PAPER = {f.name: f for f in [
         "KL) rises again after ~500 episodes; TPO (no anchor) plateaus ~0.9; Group PG stays "
         "at 1.0. At H = 10 every ablation is at 1.0.", size=(3.0, 2.3), companion="ablations",
         seeds=20),
-    PaperFigure("llm", 9, "llm", (
-        Panel("GSM8K - Qwen3-1.7B", _lines("tpo", "grpo"), {"task.dataset": "gsm8k"}, y="pass_at_1",
-              xlabel="Step", ylabel="Accuracy", ylim=(0, 1)),
-        Panel("Graph color - Qwen3-1.7B", _lines("tpo", "grpo"), {"task.dataset": "graph_color"},
-              y="reward_mean", xlabel="Step", ylabel="Accuracy", ylim=(0, 1)),
-        Panel("Knights & Knaves - Qwen3-1.7B", _lines("tpo", "grpo"),
-              {"task.dataset": "knights_knaves"}, y="reward_mean", xlabel="Step",
-              ylabel="Accuracy", ylim=(0, 1)),
-    ), 4, "Qwen3-1.7B (top) and R1-Distill-Qwen-1.5B (bottom), K 16: GSM8K held-out "
+    PaperFigure("llm", 9, "llm", tuple(
+        Panel(f"{title} - {model.removeprefix('DeepSeek-')}", _lines("tpo", "grpo"), {"task.dataset": ds},
+              y="pass_at_1" if ds == "gsm8k" else "reward_mean", xlabel="Step", ylabel="Accuracy",
+              ylim=(0, 1), model=model)
+        for model in ("Qwen3-1.7B", "DeepSeek-R1-Distill-Qwen-1.5B")
+        for title, ds in (("GSM8K", "gsm8k"), ("Graph color", "graph_color"),
+                          ("Knights & Knaves", "knights_knaves"))), 3, "Qwen3-1.7B (top) and R1-Distill-Qwen-1.5B (bottom), K 16: GSM8K held-out "
           "accuracy, TPO reaches 50 % ~10 steps before GRPO, both end ~0.85; graph "
           "colouring train score, TPO ~0.95, GRPO falls to ~0.1 on Qwen3; Knights & Knaves "
           "level. The paper's panels each say whether we ran them; after them, a panel per "
@@ -206,7 +211,7 @@ PAPER = {f.name: f for f in [
         label="A panel titled \"ours\" is our LLM run (reproduction/runs/llm), not the paper's "
               "task or models"),
     _mech("gradient_norms", 10, "diagnostics", (
-        Panel("(a)", _lines("tpo", "grpo", "ppo", "dg"), MECH, y="grad_norm", smooth=50,
+        Panel("(a)", (*EPOCHS_14, *_lines("grpo", "ppo", "dg")), MECH, y="grad_norm", smooth=50,
               ylabel="Gradient L2 norm", legend=True),
         Panel("(b)", _lines("tpo", "grpo"), MECH, y="q_success", y2="q_fail", smooth=50,
               ylabel="Weight proxy", legend=True),
@@ -217,7 +222,7 @@ PAPER = {f.name: f for f in [
     _mech("all_fail", 11, "diagnostics", (
         Panel("(a)", _lines("tpo", "grpo", "grpo_no_kl"), MECH, y="all_fail_frac", smooth=50,
               ylim=(-0.05, 1.05), ylabel="All-fail fraction", legend=True),
-        Panel("(b)", _lines(*TERM), MECH, y="success_prompt_frac", smooth=50,
+        Panel("(b)", (*EPOCHS_14, *_lines(*TERM[1:])), MECH, y="success_prompt_frac", smooth=50,
               ylim=(-0.05, 1.05), ylabel="Success fraction", legend=True),
     ), "H 8, K 32: (a) ~90 % of groups all-fail at the start; TPO's fraction reaches ~0 by "
        "episode ~250, GRPO's by ~600 with a residual, GRPO (no KL)'s climbs back to ~0.4. "
@@ -243,10 +248,9 @@ PAPER = {f.name: f for f in [
           "above GRPO throughout; (b) final error TPO 0.05 %, GRPO 6.3 %, masked 29.7 %.",
         size=(3.4, 2.6), legend="panels", companion="zero_variance_masking", seeds=30),
     _mech("multiepoch", 14, "diagnostics", (
-        Panel("(a)", (Line("tpo", {"epochs": 4}, "TPO (4 ep)"), Line("tpo", {"epochs": 1}, "TPO (1 ep)", shade=0.5),
-                      Line("dg")), MECH | {"epochs": None}, smooth=50, ylim=(-0.02, 1.02), legend=True),
-        Panel("(b)", (Line("tpo", {"epochs": 4}, "TPO (4 ep)"), Line("tpo", {"epochs": 1}, "TPO (1 ep)", shade=0.5),
-                      Line("dg")), MECH | {"epochs": None}, y="grad_norm", smooth=50,
+        Panel("(a)", (*EPOCHS_14, Line("dg")), MECH | {"epochs": None}, smooth=50, ylim=(-0.02, 1.02),
+              legend=True),
+        Panel("(b)", (*EPOCHS_14, Line("dg")), MECH | {"epochs": None}, y="grad_norm", smooth=50,
               ylabel="Gradient L2 norm", legend=True),
     ), "H 8, K 32: (a) TPO at 4 epochs reaches 0.2 % by episode 400, at 1 epoch 1.1 %; DG "
        "plateaus at 14 %. (b) TPO (4 ep)'s gradient norm decays first, TPO (1 ep) spikes "
@@ -295,8 +299,8 @@ def shade(color: str, t: float) -> str:
 
 
 def line_style(line: Line) -> tuple[str, str, float]:
-    _, color, ls, lw = PAPER_STYLE.get(line.algo, (line.algo, color_for(line.algo), "-", 1.7))
-    return line.color or shade(color, line.shade), ls, lw
+    own = look(line.algo)
+    return line.color or shade(own.color, line.shade), own.ls, own.lw
 
 
 def line_label(line: Line) -> str:
@@ -314,8 +318,19 @@ def line_rows(sel: pd.DataFrame, panel: Panel, line: Line) -> pd.DataFrame:
         cond.pop("K", None)  # a single-sample method has no group size to match
     if panel.kind != "curve" and panel.x:
         cond.pop(panel.x, None)
-    return pick_config(sel[experiments.matches(sel, cond)]) if panel.x == "" or panel.kind == "curve" \
-        else sel[experiments.matches(sel, cond)]
+    sel = sel[experiments.matches(sel, cond)]
+    if panel.model:  # the hub's name of the model, its folder's (either case)
+        paths = sel["task.model_path"] if "task.model_path" in sel.columns else pd.Series("", index=sel.index)
+        sel = sel[paths.fillna("").astype(str).map(lambda m: Path(m).name.lower()) == panel.model.lower()]
+    return pick_config(sel) if panel.x == "" or panel.kind == "curve" else sel
+
+
+def borrowed(panel: Panel, rows: pd.DataFrame) -> bool:
+    """Whether a line of an interaction-matched panel is drawn from prompt-matched runs:
+    a grouped method's, which already use B*K interactions an episode and are recorded
+    under match=prompts (experiments.already_interaction_matched, as the report selects)."""
+    return (panel.where.get("match") == "interactions" and not rows.empty
+            and bool(experiments.already_interaction_matched(rows).all()))
 
 
 @dataclass
@@ -327,6 +342,17 @@ class Drawn:
     letters: dict = field(default_factory=dict)  # panel index -> its letter ("(b)"), where it has one
     # panel index -> the paper's lines not drawn there: (label, the x categories it lacks; () for all)
     absent: dict = field(default_factory=dict)
+    names: dict = field(default_factory=dict)  # (panel index, x category or None) -> its name in the caption
+    borrowed: dict = field(default_factory=dict)  # panel index -> labels drawn from prompt-matched runs
+    progress: dict = field(default_factory=dict)  # panel index -> "label: episodes 0–N of T, running"
+    lrs: dict = field(default_factory=dict)  # panel index -> {label: learning rates its runs used}
+
+    def saw(self, at: int, label: str, rows: pd.DataFrame, panel: Panel) -> None:
+        """What a drawn line tells its panel's note: borrowed runs, its learning rate."""
+        if borrowed(panel, rows) and label not in self.borrowed.get(at, []):
+            self.borrowed.setdefault(at, []).append(label)
+        if "optim.lr" in rows.columns:
+            self.lrs.setdefault(at, {}).setdefault(label, set()).update(rows["optim.lr"].dropna().unique())
 
 
 def _band(ax, x, mean, se, color, scale):
@@ -347,6 +373,7 @@ def _curve(ax, p: Panel, sel, drawn: Drawn, at: int):
             drawn.absent.setdefault(at, []).append((label, ()))
             continue
         color, ls, lw = line_style(line)
+        rows, under_way = figures.progress(rows)
         got = False
         for y, style in ((y1, ls), (y2, "--")):
             if not y or y not in rows.columns or rows[y].notna().sum() == 0:
@@ -364,6 +391,10 @@ def _curve(ax, p: Panel, sel, drawn: Drawn, at: int):
             drawn.seeds.setdefault(label, {})[(at, p.title, None)] = wide.shape[1]
         if not got:
             drawn.absent.setdefault(at, []).append((label, ()))
+            continue
+        drawn.saw(at, label, rows, p)
+        if under_way:
+            drawn.progress.setdefault(at, []).append(f"{label}: {under_way}")
     return handles
 
 
@@ -378,17 +409,28 @@ def _points(ax, p: Panel, sel, drawn: Drawn, at: int):
     handles, col = [], ALIASES.get(p.x, p.x)
     cats = list(p.xs) if p.xs else [None]
     width = 0.8 / len(p.lines) if p.kind == "bars" and p.x else 0.7
+    done = figures.completed(sel)  # a run under way has no final value
+
+    def at_x(frame, line, xv):
+        rows = line_rows(frame, p, line)
+        if xv is not None:
+            rows = pick_config(rows[rows[col] == xv]) if col in rows.columns else rows.iloc[:0]
+        return rows
+
     for j, line in enumerate(p.lines):
         color, ls, lw = line_style(line)
         label = line_label(line)
         xs, ys, es, lacking = [], [], [], []
         for i, xv in enumerate(cats):
-            rows = line_rows(sel, p, line)
-            if xv is not None:
-                rows = pick_config(rows[rows[col] == xv]) if col in rows.columns else rows.iloc[:0]
+            rows = at_x(done, line, xv)
+            _, under_way = figures.final_rows(at_x(sel, line, xv))
+            if under_way:
+                drawn.progress.setdefault(at, []).append(
+                    f"{label}{'' if xv is None else ' at ' + _x_name(p, xv)}: {under_way}")
             got = None if rows.empty else _final(rows)
             if got is None:
-                lacking.append(xv)
+                if not under_way:
+                    lacking.append(xv)
                 continue
             scale = 100 if p.percent else 1
             xs.append(xv if p.kind == "final" else (i + (j - (len(p.lines) - 1) / 2) * width if p.x else j))
@@ -396,12 +438,15 @@ def _points(ax, p: Panel, sel, drawn: Drawn, at: int):
             es.append(got[1] * scale)
             drawn.hashes |= set(rows["config_hash"])
             drawn.seeds.setdefault(label, {})[(at, p.title, xv)] = got[2]
+            drawn.saw(at, label, rows, p)
+            if xv is not None:
+                drawn.names[(at, xv)] = f"{drawn.names.get((at, None), p.title)} {_x_name(p, xv)}"
         if lacking:
             drawn.absent.setdefault(at, []).append((label, () if not xs else tuple(lacking)))
         if not xs:
             continue
         if p.kind == "final":
-            h = ax.errorbar(xs, ys, yerr=es, color=color, ls=ls, lw=lw, marker="os"[j % 2], ms=4,
+            h = ax.errorbar(xs, ys, yerr=es, color=color, ls=ls, lw=lw, marker=look(line.algo).marker, ms=4,
                             capsize=3, label=label)
         else:
             h = ax.bar(xs, ys, width=width, yerr=es, color=color, alpha=0.85, capsize=3,
@@ -441,8 +486,8 @@ def _how(spec: PaperFigure) -> str:
 def _why_empty(spec: PaperFigure, p: Panel, names=()) -> str:
     """An empty panel's text: the metric no run records, or which of the paper's lines
     are not run and how to run them."""
-    if p.missing:
-        return p.missing
+    if p.missing:  # every line lacks it
+        return f"{', '.join(line_label(l) for l in p.lines)}: {p.missing}"
     how = _how(spec)
     return (f"{', '.join(names)}: " if names else "") + "not run" + (":\n" + how if how else "")
 
@@ -460,18 +505,36 @@ def absent_note(p: Panel, absent) -> str:
                         for label, xs in absent if xs)])
 
 
-def _note_inside(ax, text: str):
-    """Text inside the panel where it covers the fewest curves (a legend without handles,
-    placed as matplotlib places a legend: loc='best'); any legend the panel has stays."""
-    from matplotlib.patches import Patch
-    own = ax.get_legend()
-    note = ax.legend([Patch(visible=False)], [text], loc="best", fontsize=6.5, handlelength=0,
-                     handletextpad=0, borderpad=0.3, frameon=True, framealpha=0.85,
-                     edgecolor="none", labelcolor="#444444")
-    note.set_gid("absent")
-    if own is not None:
-        ax.add_artist(own)
-    return note
+def panel_note(p: Panel, drawn: Drawn, at: int) -> str:
+    """What a drawn panel says of its lines, inside it: the paper's lines it lacks
+    (absent_note); lines drawn from prompt-matched runs (borrowed); lines of runs under
+    way ("TPO: episodes 0–500 of 2,000, running"); the learning rates, where its lines'
+    differ."""
+    said = [absent_note(p, drawn.absent[at])] if drawn.absent.get(at) else []
+    if drawn.borrowed.get(at):
+        said.append(f"{', '.join(drawn.borrowed[at])}: prompt-matched runs (same configuration)")
+    said += drawn.progress.get(at, [])
+    lrs = drawn.lrs.get(at, {})
+    if len(set().union(*lrs.values())) > 1:
+        by: dict = {}
+        for label, values in lrs.items():
+            by.setdefault(", ".join(fmt(v) for v in sorted(values)), []).append(label)
+        said.append("lines mix learning rates: " + "; ".join(f"{', '.join(ls)} {v}" for v, ls in by.items()))
+    return "\n".join(said)
+
+
+def panel_name(spec: PaperFigure, p: Panel, ax) -> str:
+    """A panel's name in the caption: its letter; in a grid, its row's label and its
+    column's title; else its title (without TeX's $)."""
+    plain = lambda t: " ".join(t.replace("$", "").replace("\\", "").split())  # noqa: E731
+    letter, _ = split_letter(p.title)
+    if letter:
+        return letter
+    if spec.row_labels:
+        spot = ax.get_subplotspec()
+        row = (spec.row_names or spec.row_labels)[spot.rowspan.start]
+        return f"{plain(row)} {plain(spec.panels[spot.colspan.start].title)}"
+    return plain(p.title)
 
 
 def split_letter(title: str) -> tuple[str, str]:
@@ -483,25 +546,39 @@ def split_letter(title: str) -> tuple[str, str]:
 
 
 def seed_note(drawn: Drawn) -> str:
-    """Our seed counts per method: one number, a number per lettered panel, or a range;
-    a count below the paper's seeds per line there is starred, and the note says the
-    paper's count."""
-    parts, short = [], False
-    for label, per in drawn.seeds.items():
-        below = {k for k, n in per.items() if n < drawn.paper.get(k[0], 0)}
-        star = lambda keys: "*" if below & set(keys) else ""  # noqa: E731
-        short |= bool(below)
-        ns = sorted(set(per.values()))
-        lettered = [k for k in per if k[1].startswith("(") and k[2] is None]
-        if len(ns) == 1:
-            parts.append(f"{label} {ns[0]}{star(per)}")
-        elif len(lettered) == len(per):
-            parts.append(f"{label} " + ", ".join(f"{per[k]}{star([k])} {k[1].split(')')[0]})" for k in per))
-        else:
-            parts.append(f"{label} {ns[0]}-{ns[-1]}{star(per)}")
-    if not parts:
+    """Our seed counts: one number per method where it is the same in every panel, a
+    number per lettered panel, or else per panel ("H = 10: TPO 20, DG 3*"; panels alike
+    named together); a count below the paper's seeds per line there is starred, and the
+    note says the paper's count."""
+    below = lambda key, n: n < drawn.paper.get(key[0], 0)  # noqa: E731
+    short = any(below(k, n) for per in drawn.seeds.values() for k, n in per.items())
+    star = lambda hit: "*" if hit else ""  # noqa: E731
+    if not drawn.seeds:
         return "Ours: no runs" + (f"; the paper's: {paper_seeds(drawn)} seeds per line" if paper_seeds(drawn) else "")
-    text = "Ours, mean ± 1 SE over seeds: " + ", ".join(parts)
+    lettered = all(k[1].startswith("(") and k[2] is None for per in drawn.seeds.values() for k in per)
+    if all(len(set(per.values())) == 1 for per in drawn.seeds.values()):
+        parts = [f"{label} {next(iter(per.values()))}{star(any(below(k, n) for k, n in per.items()))}"
+                 for label, per in drawn.seeds.items()]
+        text = "Ours, mean ± 1 SE over seeds: " + ", ".join(parts)
+    elif lettered:  # a method's count, or its count in each lettered panel
+        parts = [f"{label} " + (f"{next(iter(per.values()))}{star(any(below(k, n) for k, n in per.items()))}"
+                                if len(set(per.values())) == 1 else
+                                ", ".join(f"{n}{star(below(k, n))} {k[1].split(')')[0]})" for k, n in per.items()))
+                 for label, per in drawn.seeds.items()]
+        text = "Ours, mean ± 1 SE over seeds: " + ", ".join(parts)
+    else:
+        places: dict = {}  # (panel index, x category) -> [(label, seeds, starred)]
+        for label, per in drawn.seeds.items():
+            for k, n in per.items():
+                places.setdefault((k[0], k[2]), []).append((label, n, below(k, n)))
+        groups: dict = {}  # the counts' text -> the panels that have them
+        for place in sorted(places, key=lambda pl: pl[0]):  # stable: a panel's x in drawn order
+            got = places[place]
+            counts = (f"{got[0][1]}{star(got[0][2])} per line" if len({(n, b) for _, n, b in got}) == 1
+                      else ", ".join(f"{label} {n}{star(b)}" for label, n, b in got))
+            groups.setdefault(counts, []).append(drawn.names.get(place, drawn.names.get((place[0], None), "")))
+        text = "Ours, mean ± 1 SE over seeds, per panel: " + "; ".join(
+            f"{', '.join(names)}: {counts}" for counts, names in groups.items())
     return text + (f"; the paper's: {paper_seeds(drawn)} per line" if paper_seeds(drawn) else "") \
         + (", * fewer here" if short else "")
 
@@ -559,6 +636,7 @@ def render(name: str, df: pd.DataFrame):
         for at, (ax, p) in enumerate(zip(axes, panels)):
             drawn.paper[at] = p.seeds or spec.seeds
             drawn.letters[at] = split_letter(p.title)[0]
+            drawn.names[(at, None)] = panel_name(spec, p, ax)
             got = [] if p.missing else (_curve if p.kind == "curve" else _points)(ax, p, sel, drawn, at)
             for h in got:
                 handles.setdefault(h.get_label(), h)
@@ -580,7 +658,10 @@ def render(name: str, df: pd.DataFrame):
             absent = drawn.absent.get(at, [])
             if not got:
                 whole = [label for label, xs in absent if not xs]
-                _empty(ax, _why_empty(spec, p, whole if p.lines and len(whole) == len(p.lines) else ()))
+                under_way = drawn.progress.get(at, [])
+                why = (_why_empty(spec, p, whole if p.lines and len(whole) == len(p.lines) else ())
+                       if not under_way else absent_note(p, absent))
+                _empty(ax, "\n".join(filter(None, [why, *under_way])))
                 continue
             ax.set_yscale(p.scale)
             if p.ylim:
@@ -591,8 +672,8 @@ def render(name: str, df: pd.DataFrame):
                 ax.set_xlim(left=0)
             if p.legend and spec.legend == "panels":
                 ax.legend(loc="best", fontsize=7)
-            if absent:
-                _note_inside(ax, absent_note(p, absent))
+            if note := panel_note(p, drawn, at):
+                figures.note_inside(ax, note, "notes", spec.size[0], fontsize=6.5, labelcolor="#444444")
         if spec.legend in ("top", "bottom") and handles:
             fig.legend(list(handles.values()), list(handles), ncols=min(len(handles), 6),
                        loc=f"outside {'upper' if spec.legend == 'top' else 'lower'} center",
@@ -616,8 +697,8 @@ def llm_panels(sel: pd.DataFrame, skip=()) -> list[Panel]:
     for ds, d in sel.groupby("task.dataset", sort=True):
         if ds in skip:
             continue
-        algos = [a for a in PAPER_STYLE if a in set(d["algo.name"])] + sorted(
-            set(d["algo.name"]) - set(PAPER_STYLE))
+        algos = [a for a in PAPER_METHODS if a in set(d["algo.name"])] + sorted(
+            set(d["algo.name"]) - set(PAPER_METHODS))
         y = "pass_at_1" if "pass_at_1" in d.columns and d["pass_at_1"].notna().any() else "reward_mean"
         out.append(Panel(f"{ds} (ours, CPU model)", _lines(*algos), {"task.dataset": ds}, y=y,
                          xlabel="Step", ylabel="Held-out pass@1" if y == "pass_at_1" else "Mean score",

@@ -27,21 +27,24 @@ from pathlib import Path
 import numpy as np
 import pandas as pd
 
-from tpo_bench.analysis import collect, stats
-from tpo_bench.analysis.configs import pick_config
-from tpo_bench.analysis.paper import experiments, figures, paper_figures, rule_dates
-from tpo_bench.analysis.paper import verdicts as V
-from tpo_bench.analysis.paper.experiments import ALIASES, EXPERIMENTS
-from tpo_bench.analysis.style import fmt
-from tpo_bench.analysis.tuning import tuned
-from tpo_bench.contract import io, schema
-from tpo_bench.contract.registry import TASKS
+if __name__ == "__main__" and not (__package__ or "").startswith("tpo_bench"):
+    import tpo_bench.analysis.paper  # noqa: F401  (run by path or by a top-level name: the package its relative imports name)
+    __package__ = "tpo_bench.analysis.paper"
+from .. import collect, stats
+from ..configs import pick_config
+from . import experiments, figures, paper_figures, registered, rule_dates
+from . import verdicts as V
+from .experiments import ALIASES, EXPERIMENTS
+from ..style import fmt
+from ..tuning import tuned
+from ...contract import io, schema
+from ...contract.registry import TASKS
 
 PAPER = Path(__file__).with_name("paper_numbers.csv")
 PAPER_SEEDS = Path(__file__).with_name("paper_seeds.csv")
 SETTINGS = ["H", "V", "K", "B", "epochs", "eta", "match", "D", "reward", "target"]
-VERDICT_ORDER = [V.REPRODUCED, V.NOT_DISTINGUISHABLE, V.INCONCLUSIVE, V.DIFFERS, V.TOO_SHORT, V.HOLDS, V.FAILS, V.NOT_RUN,
-                 V.NEEDS_GPU]
+VERDICT_ORDER = [V.REPRODUCED, V.NOT_DISTINGUISHABLE, V.INCONCLUSIVE, V.DIFFERS, V.TOO_SHORT, V.HOLDS, V.FAILS,
+                 V.BEYOND, V.NOT_RUN, V.NEEDS_GPU]
 
 
 def verdict_kind(verdict: str) -> str:
@@ -235,6 +238,11 @@ def number_verdict(row, ours: Ours, paper_seeds: dict | None = None) -> str:
         paper = V.Paper("number", paper.value + float(row["offset"]), paper.r, approx=paper.approx)
     if row["metric"].startswith("steps_to_"):
         return V.steps_verdict(paper, margin, ours.value, ours.lo, ours.hi, n, ours.last_step)
+    own = known_seeds(row, paper_seeds or {})
+    if own and paper.kind == "number":
+        rate = V.own_seeds_pass_rate(paper, margin, own)
+        if rate < V.OWN_SEEDS_FLOOR:
+            return V.beyond(rate)
     return V.number_verdict(paper, margin, ours.lo, ours.hi, n)
 
 
@@ -291,8 +299,9 @@ def number_line(row, sel, paper_seeds: dict | None = None, provenance: dict | No
     tails = seed_tails(row, ours, paper_seeds or {})
     if tails is not None:
         n_paper = len(paper_seeds[row["replicate_group"]])
-        notes.append(f"means of {ours.n_seeds} of the paper's {n_paper} seeds: {tails[0]:.1%} "
-                     f"at or below ours, {tails[1]:.1%} at or above")
+        if ours.n_seeds < n_paper:  # at the paper's count only one subset exists: no spread to place ours in
+            notes.append(f"means of {ours.n_seeds} of the paper's {n_paper} seeds: {tails[0]:.1%} "
+                         f"at or below ours, {tails[1]:.1%} at or above")
         theirs = paper_seeds[row["replicate_group"]]
         notes.append(f"seeds below {stats.SOLVED_PCT:g} % error: ours {stats.n_below(ours.per_seed)}/"
                      f"{ours.n_seeds}, the paper's {stats.n_below(theirs)}/{len(theirs)} "
@@ -319,9 +328,13 @@ def number_line(row, sel, paper_seeds: dict | None = None, provenance: dict | No
         notes.append("inside the margin, but our interval excludes the paper's value: a "
                      "difference is shown, smaller than the margin")
     interval = "" if ours.source else f"[{number_text(ours.lo)}, {number_text(ours.hi)}]"
-    return {**out, "ours": ours_text(ours), "90 % interval": interval,
-            "seeds": (f"{ours.n_seeds} (< {row['seeds']})" if hidden["_below"]
-                      else str(ours.n_seeds or "formula")), "verdict": verdict,
+    seeds = f"{ours.n_seeds} (< {row['seeds']})" if hidden["_below"] else str(ours.n_seeds or "formula")
+    other = experiments.borrowed_matching(rows, row["match"])
+    if other:
+        word = other.replace("prompts", "prompt").replace("interactions", "interaction")
+        seeds += f", {word}-matched runs"
+        notes.append(f"judged on the {word}-matched runs of the same configuration")
+    return {**out, "ours": ours_text(ours), "90 % interval": interval, "seeds": seeds, "verdict": verdict,
             "notes": "; ".join(notes), **prov, **hidden}
 
 
@@ -387,7 +400,7 @@ PAIRED_ALPHA = 0.05
 PAIRED_INTRO = (f"The claim \"TPO lowest\" as paired comparisons of our runs: at each H, TPO "
                 f"against each method on the seeds both ran (a seed fixes the initial weights "
                 f"and the prompts), by an {PAIRED_TEST} (H1: TPO's final error is lower); "
-                f"\"not significant\" at p ≥ {PAIRED_ALPHA:g}. A reading, not a verdict: the "
+                f"\"not significant\" at p ≥ {PAIRED_ALPHA:g}; no test before the paper's seed count. A reading, not a verdict: the "
                 f"claim's verdict above compares seed means.")
 PAIRED_OTHERS = ("grpo", "grpo_no_kl", "ppo", "dg")
 
@@ -420,10 +433,11 @@ def paired_reading(c: dict) -> str:
 
 def paired_lines(row, sel: pd.DataFrame) -> list[dict]:
     """An ordering claim "tpo < others" over H (the terminal table's), as paired tests of
-    our runs: at each H with runs, TPO against each other method on their shared seeds."""
+    our runs: at each H with runs, TPO against each other method on their shared seeds,
+    tested only once they share the paper's seed count (no interim test)."""
     if sel.empty or row["value"].split("<")[0].strip() != "tpo" or row["over"] != "H":
         return []
-    out = []
+    out, need = [], int(row["seeds"])
     for h in sorted(sel["task.sequence_length"].dropna().unique()):
         quals = {"H": int(h)}
         tpo = per_seed_final(config_rows(sel, row, "tpo", quals))
@@ -431,11 +445,67 @@ def paired_lines(row, sel: pd.DataFrame) -> list[dict]:
             c = paired_comparison(tpo, per_seed_final(config_rows(sel, row, algo, quals)))
             if c is None:
                 continue
+            full = c["n"] >= need  # fixed N: no test on a cell until both have every seed
             out.append({"comparison": f"tpo < {algo}", "match": row["match"], "H": str(int(h)),
                         "paired seeds": str(c["n"]), "TPO final error %": number_text(c["a"]),
-                        "other's %": number_text(c["b"]), "p (one-sided)": f"{c['p']:.2g}",
-                        "reading": paired_reading(c)})
+                        "other's %": number_text(c["b"]), "p (one-sided)": f"{c['p']:.2g}" if full else "",
+                        "reading": paired_reading(c) if full else f"{c['n']} of {need} seeds: no test until {need}"})
     return out
+
+
+REGISTERED_FILE = "reproduction/registered/terminal_h_sweep.md"
+REGISTERED_EXPERIMENT = "terminal_h_sweep"  # the section whose prompt-matched claim it tests
+
+
+def pct(p: float) -> str:
+    """A p-value as printed: two significant digits, '< 0.0001' below that."""
+    return "< 0.0001" if p < 1e-4 else f"{p:.2g}"
+
+
+def registered_finals(row, sel: pd.DataFrame) -> dict:
+    """H -> (TPO's, GRPO's) {seed: final error %} for the registered analysis: the runs the
+    claim row (terminal table, prompt-matched) is judged on, per H."""
+    return {h: tuple(per_seed_final(config_rows(sel, row, algo, {"H": h})) for algo in ("tpo", "grpo"))
+            for h in registered.HORIZONS}
+
+
+def registered_block(outcome: registered.Outcome) -> list[str]:
+    """The registered analysis's outcome, beside the registration's commit and date."""
+    reg = rule_dates.TERMINAL_H_SWEEP
+    n = len(registered.SEEDS)
+    rows = []
+    for h in registered.HORIZONS:
+        c = outcome.cells.get(h)
+        seen = len(registered.SEEN.get(h, ()))
+        row = {"H": str(h), "seeds run (of 20)": str(outcome.seeds_run[h]),
+               "seen before registration": f"seeds 0–{seen - 1}" if seen else "none"}
+        if c is None:
+            row.update({"TPO %": "", "GRPO %": "", "p TPO lower (Holm)": "", "p GRPO lower (Holm)": "",
+                        "signed-rank p TPO / GRPO lower": ""})
+        else:
+            holm = lambda d: f" ({pct(d[h])})" if h in d else ""  # noqa: E731
+            row.update({"TPO %": number_text(float(np.mean(c.tpo))), "GRPO %": number_text(float(np.mean(c.grpo))),
+                        "p TPO lower (Holm)": pct(c.p_tpo_lower) + holm(outcome.holm_tpo_lower),
+                        "p GRPO lower (Holm)": pct(c.p_grpo_lower) + holm(outcome.holm_grpo_lower),
+                        "signed-rank p TPO / GRPO lower": f"{pct(c.rank_p_tpo_lower)} / {pct(c.rank_p_grpo_lower)}"})
+        row["reading"] = outcome.reading(h)
+        rows.append(row)
+    pooled = outcome.pooled_reading()
+    if outcome.pooled is not None:
+        q = outcome.pooled
+        pooled += (f" (p TPO lower {pct(q['p_tpo_lower'])}, GRPO lower {pct(q['p_grpo_lower'])}; "
+                   f"signed-rank {pct(q['rank_p_tpo_lower'])} / {pct(q['rank_p_grpo_lower'])}; "
+                   "not blind: H = 10 was seen before registration)")
+    return ["### The registered test: TPO against GRPO", "",
+            f"Registered in `{reg.commit}` on {reg.date[:16].replace('T', ' ')} UTC, before its "
+            f"new runs (`{REGISTERED_FILE}`, code `analysis/paper/registered.py`): per H, an "
+            f"exact one-sided paired sign-flip test over seeds 0–{n - 1}, Holm over the four H "
+            f"at α = {registered.ALPHA:g} per direction; no test until both methods have all "
+            f"{n} seeds at an H. H = 10's runs were complete and seen when it was registered, "
+            "so its test is not blind.", "",
+            md_table(rows), "",
+            f"**The claim \"TPO attains the lowest error at each H\", against GRPO: {outcome.claim()}.** "
+            f"Pooled: {pooled}.", ""]
 
 
 def run_provenance(df: pd.DataFrame, legacy_runs: set, roots: list[Path]) -> dict:
@@ -756,7 +826,7 @@ def build(df: pd.DataFrame, out: Path, fig_dir: Path, runs_root: Path | None = N
     paper = load_paper() if paper is None else paper
     paper_seeds = load_paper_seeds()
     progress(f"verdicts: {len(paper)} paper rows in {len(EXPERIMENTS)} sections")
-    judged, first = [], {}
+    judged, first, outcome = [], {}, None
     for i, (name, exp) in enumerate(counting_order(EXPERIMENTS)):
         progress(f"verdicts: section {i + 1} of {len(EXPERIMENTS)} ({name})", every=30)
         sel = experiments.select(df, name) if not df.empty else df
@@ -768,6 +838,9 @@ def build(df: pd.DataFrame, out: Path, fig_dir: Path, runs_root: Path | None = N
         if provenance is not None:
             flag_post_hoc(numbers, claims, name, sel, provenance)
         paired = [l for _, r in rows[rows["kind"] == "ordering"].iterrows() for l in paired_lines(r, sel)]
+        claim_rows = rows[(rows["kind"] == "ordering") & (rows["match"] == "prompts")]
+        if name == REGISTERED_EXPERIMENT and not claim_rows.empty:
+            outcome = registered.judge(registered_finals(claim_rows.iloc[0], sel) if not sel.empty else {})
         judged.append((name, exp, sel, numbers, claims, paired))
     judged.sort(key=lambda j: list(EXPERIMENTS).index(j[0]))  # back in report order
     if not any(judged_anything(numbers + claims) for *_, numbers, claims, _ in judged):
@@ -806,6 +879,8 @@ def build(df: pd.DataFrame, out: Path, fig_dir: Path, runs_root: Path | None = N
                      f"![{figures.SEEDS_FIGURE}]({Path(os.path.relpath(seeds_png, out.parent)).as_posix()})", ""]
         if claims:
             text += ["Claims:", "", md_table(claims), ""]
+        if name == REGISTERED_EXPERIMENT and outcome is not None:
+            text += registered_block(outcome)
         if paired:
             text += [PAIRED_INTRO, "", md_table(paired), ""]
         split = split_lines(sel) if not sel.empty else []

@@ -51,7 +51,29 @@ RULES = (
     Rule("1303e4e", "2026-12-04T23:47:57+00:00", "a claim over settings of which some, too few to "
          "decide, have run is inconclusive (k of n settings run), not 'not run yet'",
          "claims over settings", 1),
+    Rule("e023bed", "2026-12-06T02:27:23+00:00", "an ordering claim fails, as it holds, only on at "
+         "least 5 seeds per item", "claims", 2),
+    Rule("303c322", "2026-12-06T02:27:38+00:00", "no 'means of n of the paper's n seeds' note at the "
+         "paper's seed count", "known seeds", 0),
+    Rule("2341d3f", "2026-12-06T02:29:33+00:00", "a row the paper's own seeds cannot pass is beyond "
+         "them, not judged", "known seeds", 1),
 )
+
+
+@dataclass(frozen=True)
+class Registration:
+    """An analysis registered before the runs it judges: the commit its files last changed
+    in and that commit's date (tests/test_registered.py checks both, and that every run it
+    judges, but those it lists as seen, started after that date)."""
+    name: str
+    commit: str
+    date: str
+    files: tuple
+
+
+TERMINAL_H_SWEEP = Registration(
+    "terminal_h_sweep", "33a39c4", "2026-12-06T02:10:03+00:00",
+    ("reproduction/registered/terminal_h_sweep.md", "analysis/paper/registered.py"))
 
 
 def timestamp(iso: str) -> float:

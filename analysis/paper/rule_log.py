@@ -25,7 +25,10 @@ from pathlib import Path
 
 import pandas as pd
 
-from tpo_bench.analysis.paper import pages
+if __name__ == "__main__" and not (__package__ or "").startswith("tpo_bench"):
+    import tpo_bench.analysis.paper  # noqa: F401  (run by path or by a top-level name: the package its relative imports name)
+    __package__ = "tpo_bench.analysis.paper"
+from . import pages
 
 ROOT = Path(__file__).resolve().parents[2]
 TREE = ("tpo_bench", "analysis", "conf", "contract", "tasks", "algorithms", "bench", "tools", "integrations")

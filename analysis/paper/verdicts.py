@@ -14,12 +14,19 @@ import re
 import statistics
 from dataclasses import dataclass
 
-from tpo_bench.analysis import stats
+import numpy as np
+
+from .. import stats
 
 REPRODUCED, INCONCLUSIVE, DIFFERS = "reproduced", "inconclusive", "differs"
 # Neither shown close nor shown different: our interval reaches past the margin and also
 # covers the paper's value, so the data cannot tell a match from a miss yet.
 NOT_DISTINGUISHABLE = "not distinguishable"
+# A row the paper's own seeds for its configuration cannot pass (another replicate printed
+# a value those seeds do not give): no rerun could reproduce it, so it is not judged.
+BEYOND = "beyond the paper's own seeds"
+OWN_SEEDS_FLOOR = 0.05  # below this share of redraws passing, a row is beyond them
+OWN_SEEDS_DRAWS = 1000
 HOLDS, FAILS = "holds", "fails"
 TOO_SHORT, NOT_RUN = "run too short", "not run yet"
 FORMULA = "formula check"
@@ -114,16 +121,22 @@ is the 90 % two-sided interval, i.e. two one-sided tests at 5 % each (TOST).
 - **Formula check** rows (per-context weights) are computed from the science page's formulas, not from
   runs: *reproduced (formula check)* when the formula rounds to the printed value.
 - **Ordering claims** ("TPO lowest", "PPO later than DG or never") compare our seed means
-  ("never" later than any step). *Fails* as soon as the results so far contradict it: an
-  inequality already violated between items that ran, or, for a claim over several
-  settings ("in 7 of 8 variants"), more settings failed than the claim can spare. *Holds*
-  only when every item ran with at least {min_seeds} seeds and every inequality holds;
-  *inconclusive (n seeds)* when it holds on fewer seeds; *inconclusive (k of n settings
+  ("never" later than any step), and only on at least {min_seeds} seeds per item, either
+  way: with fewer, *inconclusive (n seeds)*, whatever the means say. *Fails* as soon as
+  the results so far contradict it: an inequality already violated between items that
+  ran, or, for a claim over several settings ("in 7 of 8 variants"), more settings failed
+  than the claim can spare. *Holds* only when every item ran and every inequality holds;
+  *inconclusive (k of n settings
   run)* for a claim over settings of which too few have run to decide; "a ~ b" holds when
   |a − b| ≤ 2 × max(SE_a, SE_b).
+- **A row beyond the paper's own seeds**: where the paper's per-seed values of a row's
+  configuration are known, as many of them redrawn with replacement ({draws:,} times) are a
+  rerun of its method; if fewer than {floor:.0%} of those redraws pass the row, it printed
+  a value its own seeds do not give (another replicate of the same configuration), and it
+  reads *{beyond} (k % of their redraws pass)*, not a verdict.
 - Notes, not ways to pass: the paper's replicate spread (its values for one configuration
-  in different tables) and, where its per-seed values are known, where our n-seed mean
-  falls among the means of n of its seeds.
+  in different tables) and, where its per-seed values are known and we have fewer seeds
+  than it, where our n-seed mean falls among the means of n of its seeds.
 - *Not run yet*: no results for that row (for a claim on one setting: not every item
   has run, and those that have do not contradict it).
 - *{needs_gpu}*: the paper's LLM results (science §Language models; family `llm_rlvr`), read from its text
@@ -253,6 +266,23 @@ def replicate_margin(margin: Margin, paper_seeds) -> Margin:
     return Margin(noise, margin.scale, f"the paper's replicate noise over its {len(v)} seeds")
 
 
+def own_seeds_pass_rate(paper: Paper, margin: Margin, paper_seeds, draws: int = OWN_SEEDS_DRAWS,
+                        seed: int = 0) -> float:
+    """How often the paper's own seeds of the row's configuration, as many redrawn with
+    replacement (a rerun of its method), are judged reproduced against the row."""
+    v = np.asarray(paper_seeds, dtype=float)
+    rng = np.random.default_rng(seed)
+    hits = 0
+    for _ in range(draws):
+        lo, hi = stats.t_interval(v[rng.integers(0, len(v), len(v))], LEVEL)
+        hits += number_verdict(paper, margin, lo, hi, len(v)) == REPRODUCED
+    return hits / draws
+
+
+def beyond(rate: float) -> str:
+    return f"{BEYOND} ({rate:.0%} of their redraws pass)"
+
+
 def bound_verdict(paper: Paper, lo: float, hi: float, n: int) -> str:
     at = (paper.value, paper.value)
     if paper.op == ">":
@@ -293,18 +323,16 @@ def ordering_verdict(left: list, right: list, op: str, n_seeds: int | None = Non
     not run yet is left out: a claim already violated by the items that ran fails.
     n_seeds: the fewest seeds among the items, for the holds-needs-power rule."""
     pairs = [(_inf(a), _inf(b)) for a in left for b in right]
-    ok = all(a < b if op == "<" else a > b for a, b in pairs)
-    if not pairs or not ok:
-        return FAILS
-    if n_seeds is not None and n_seeds < MIN_SEEDS:
+    if n_seeds is not None and n_seeds < MIN_SEEDS:  # either way: fails needs the seeds holds does
         return inconclusive(n_seeds)
-    return HOLDS
+    ok = all(a < b if op == "<" else a > b for a, b in pairs)
+    return HOLDS if pairs and ok else FAILS
 
 
 def close_verdict(a, se_a, b, se_b, n_seeds: int | None = None) -> str:
-    if abs(a - b) > 2 * max(se_a, se_b):
-        return FAILS
-    return inconclusive(n_seeds) if n_seeds is not None and n_seeds < MIN_SEEDS else HOLDS
+    if n_seeds is not None and n_seeds < MIN_SEEDS:
+        return inconclusive(n_seeds)
+    return FAILS if abs(a - b) > 2 * max(se_a, se_b) else HOLDS
 
 
 def count_verdict(n_holding: int, n_failed: int, at_least: int, out_of: int, n_run: int = 0) -> str:
@@ -346,7 +374,8 @@ def rules(paper_seeds: dict) -> str:
     per-seed final errors, for the widened margins it quotes."""
     tpo, grpo = paper_seeds["terminal-tpo-H10"], paper_seeds["terminal-grpo-H10"]
     term = MARGINS["terminal_error"]
-    return _RULES.format(min_seeds=MIN_SEEDS, needs_gpu=NEEDS_GPU, z=REPLICATE_Z,
+    return _RULES.format(min_seeds=MIN_SEEDS, needs_gpu=NEEDS_GPU, z=REPLICATE_Z, beyond=BEYOND,
+                         draws=OWN_SEEDS_DRAWS, floor=OWN_SEEDS_FLOOR,
                          delta_tpo=replicate_margin(term, tpo).delta,
                          delta_grpo=replicate_margin(term, grpo).delta,
                          se_grpo=statistics.stdev(grpo) / math.sqrt(len(grpo)))

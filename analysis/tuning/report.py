@@ -23,7 +23,10 @@ matplotlib.use("Agg")
 import matplotlib.pyplot as plt  # noqa: E402
 from matplotlib.ticker import MaxNLocator  # noqa: E402
 
-from tpo_bench.contract import io  # noqa: E402
+if __name__ == "__main__" and not (__package__ or "").startswith("tpo_bench"):
+    import tpo_bench.analysis.tuning  # noqa: F401  (run by path or by a top-level name: the package its relative imports name)
+    __package__ = "tpo_bench.analysis.tuning"
+from ...contract import io  # noqa: E402
 
 DEFAULT_DIR = Path("outputs/.optuna")
 MIN_COMPLETE = 5

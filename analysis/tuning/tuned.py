@@ -10,8 +10,8 @@ from __future__ import annotations
 
 import pandas as pd
 
-from tpo_bench.analysis import stats
-from tpo_bench.analysis.configs import algo_defaults, default_lr, pick_config
+from .. import stats
+from ..configs import algo_defaults, default_lr, pick_config
 
 SUFFIX = "_tuned"
 TUNING_LABELS = ("tuned_terminal",)

@@ -3,9 +3,9 @@ imported from the path you give, never copied here), per CPU-second at one threa
 workload both run as written: reverse copy, terminal reward, H 10, V 2, B 100, TPO with
 K 8 and 4 epochs, Muon at lr 1e-3, the 2-layer d 64 transformer, one seed.
 
-    python -m tools.vs_artifact --artifact-src TPO/src --artifact-python JAXENV/bin/python \
+    python -m dev.vs_artifact --artifact-src TPO/src --artifact-python JAXENV/bin/python \
         [--rounds 6] [--episodes 3] [--cpu 0] [--out reproduction/perf/vs_artifact.csv]
-    python -m tools.vs_artifact --table reproduction/perf/vs_artifact.csv
+    python -m dev.vs_artifact --table reproduction/perf/vs_artifact.csv
 
 Each round starts both sides as fresh processes, in alternating order, each pinned to one
 core (taskset) and one thread. Inside each, warm-up is left out (ours: one episode; the
@@ -41,7 +41,7 @@ def child_ours(episodes: int) -> dict:
     from tpo_bench.bench.build import build
     from tpo_bench.bench.config import compose
     from tpo_bench.bench.engine import train_episode
-    from tpo_bench.tools.speed import seed_policies
+    from dev.speed import seed_policies
 
     spec = build(compose("algo=tpo", "task=reverse_h10"))
     t, a = spec.task, spec.algo

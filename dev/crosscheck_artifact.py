@@ -7,7 +7,7 @@ gradients at moved weights, so that ratios and clipping are exercised; and the
 terminal-reward tables' sequence-level TPO, GRPO and GRPO-no-KL on groups of K = 8
 answers, and DG on single samples. Needs jax, flax and optax (0.2.8); not run by CI:
 
-    python -m tools.crosscheck_artifact --artifact-src /path/to/tpo/src
+    python -m dev.crosscheck_artifact --artifact-src /path/to/tpo/src
 
 Exits non-zero if any check is outside its tolerance.
 """

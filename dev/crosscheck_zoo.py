@@ -2,7 +2,7 @@
 code, on the same tensors. Neither library is a dependency (both pull a GPU stack): give
 the path of a source checkout of each (a work tree, or a folder holding its files),
 
-    python -m tools.crosscheck_zoo --verl PATH/TO/verl --trl PATH/TO/trl
+    python -m dev.crosscheck_zoo --verl PATH/TO/verl --trl PATH/TO/trl
 
 The named functions are read from those files with `ast` and run as they are (verl:
 verl/trainer/ppo/core_algos.py and the masked_* helpers of verl/utils/torch_functional.py;

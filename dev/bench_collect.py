@@ -1,6 +1,6 @@
 """Time `analysis/collect.py` over many small synthetic runs (a benchmark, not a test).
 
-    python -m tools.bench_collect [--runs 5000] [--configs 500] [--steps 3] [--keep DIR]
+    python -m dev.bench_collect [--runs 5000] [--configs 500] [--steps 3] [--keep DIR]
 
 Builds RUNS completed run directories shaped like the runner's (config.json, summary.json,
 metrics.parquet of STEPS rows of the demo task under TPO), spread over CONFIGS config
@@ -41,10 +41,11 @@ CONFIG = {  # conf/task/demo.yaml under algo=tpo, shrunk as the tests shrink it
 }
 
 
-def write_run(root: Path, config: dict, seed: int, error, status: str = schema.COMPLETED,
+def write_run(root: Path, config: dict, seed: int, error, status: str | None = schema.COMPLETED,
               **summary) -> Path:
     """One run directory as the runner leaves it: metrics.parquet (a row per error value),
-    config.json, summary.json (`summary` added to or replacing its fields)."""
+    config.json, summary.json (`summary` added to or replacing its fields; status=None:
+    none, as a run stopped before its first record). The tests' fake runs, one writer."""
     h, steps = config_hash(config), len(error)
     d = schema.run_dir(root, config["task"]["name"], config["algo"]["name"], h, seed)
     d.mkdir(parents=True)
@@ -56,6 +57,8 @@ def write_run(root: Path, config: dict, seed: int, error, status: str = schema.C
                        "group_size_effective": 8, "experiment": None, "partial": False})
     pq.write_table(pa.Table.from_pandas(df, preserve_index=False), d / schema.METRICS)
     (d / schema.CONFIG).write_text(json.dumps({**config, "seed": seed}))
+    if status is None:
+        return d
     (d / schema.SUMMARY).write_text(json.dumps({
         "status": status, "config_hash": h, "seed": seed, "rows": steps, "reason": None,
         "git_commit": "0" * 40, "git_commits": ["0" * 40], "started_at": 0.0, "heartbeat": 0.0,

@@ -1,4 +1,4 @@
-"""Speed benchmark: `python -m tools.speed [--episodes N] [--threads T ...]`.
+"""Speed benchmark: `python -m dev.speed [--episodes N] [--threads T ...]`.
 
 Times each algorithm on its representative task after warm-up: episodes/s, ms per phase
 and achieved GFLOP/s against the measured fp32 matmul rate, beside a plain eager TPO
@@ -224,10 +224,10 @@ STUDY_GOAL_H = 2.0
 
 
 def seed_policies(spec, seeds: int) -> tuple[list, list, list[Streams]]:
-    """Policies, optimizers and streams of seeds 0..seeds-1 on spec.device, each made as
+    """Policies, optimizers and streams of seeds 0..seeds-1 on spec.run.device, each made as
     a run makes its own (bench.runner.open_seat)."""
-    streams = [Streams.from_seed(s, spec.device) for s in range(seeds)]
-    policies = [spec.task.make_policy(st.init).to(spec.device) for st in streams]
+    streams = [Streams.from_seed(s, spec.run.device) for s in range(seeds)]
+    policies = [spec.task.make_policy(st.init).to(spec.run.device) for st in streams]
     opts = [build_optimizer(spec.optim_name, list(p.parameters()), **spec.optim_hparams) for p in policies]
     return policies, opts, streams
 
@@ -244,7 +244,7 @@ def time_seeds(overrides: tuple[str, ...], seeds: int, episodes: int, warmup: in
     from tpo_bench.bench import engine
 
     spec = build(compose(*overrides), explicit_keys(overrides))
-    t, device = spec.task, spec.device
+    t, device = spec.task, spec.run.device
     row = {"algo": spec.algo_name, "task": t.name, "seeds": seeds, "batch_size": t.batch_size,
            "k": spec.request.k, "epochs": spec.algo.epochs, "episodes": episodes,
            "seconds": math.nan, "seed_episodes_per_s": math.nan, "s_per_episode": math.nan,

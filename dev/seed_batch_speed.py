@@ -3,7 +3,7 @@ torch.func.vmap(functional_call) over stacked parameters, and as tasks.stacked (
 axis, one bmm per layer), side by side in one process, interleaved round-robin so that a
 load change hits them alike.
 
-    python -m tools.seed_batch_speed [--seeds 1 4 8] [--repeats 1] [--threads 1]
+    python -m dev.seed_batch_speed [--seeds 1 4 8] [--repeats 1] [--threads 1]
         [--parts train rollout episode] [--task task=reverse_h10 ...]
 
 Prints seed-episodes per CPU-second (process CPU time: a busy machine steals wall time,
@@ -25,7 +25,7 @@ from tpo_bench.bench import engine
 from tpo_bench.bench.build import build
 from tpo_bench.bench.engine import train_episode
 from tpo_bench.bench.config import compose
-from tpo_bench.tools.speed import seed_policies
+from dev.speed import seed_policies
 from tpo_bench.tasks import stacked
 from tpo_bench.tasks.seq import generate, generate_seeds
 

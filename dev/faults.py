@@ -2,7 +2,7 @@
 demo run, each followed by the same command again until the run says `completed`, then
 every run directory checked against an uninterrupted reference of its config.
 
-    python -m tools.faults --trials 100 --root outputs/faults
+    python -m dev.faults --trials 100 --root outputs/faults
 
 Faults: SIGKILL, SIGTERM, SIGINT; a duplicate launch; ENOSPC (a tmpfs; needs root); a
 symlinked `.lock`; a NaN metric; an edit of a plugin's loss or of a helper module it
@@ -47,7 +47,7 @@ COMMON = ["task.batch_size=8", "task.sequence_length=4", "threads=1", "log_every
 # The code-edit fault's config: TPO through a plugin module the trial edits.
 PLUGIN_CONFIG = ["task=demo", "algo=tpo", "algo.impl=tpo_fault", "plugins=[fault_plugin]",
                  "task.episodes=10", "checkpoint_every=5"]
-PLUGIN = '''"""TPO through a plugin module (tools.faults edits it between launches)."""
+PLUGIN = '''"""TPO through a plugin module (dev.faults edits it between launches)."""
 from dataclasses import dataclass
 
 from tpo_bench.algorithms import register
@@ -66,7 +66,7 @@ class FaultTPO(TPO):
 PACKAGE_CONFIG = ["task=demo", "algo=tpo", "algo.impl=tpo_fault_pkg", "plugins=[fault_pkg.loss]",
                   "task.episodes=10", "checkpoint_every=5"]
 PACKAGE = {"__init__.py": "",
-           "loss.py": '''"""TPO scaled by a helper of its package (tools.faults edits the helper)."""
+           "loss.py": '''"""TPO scaled by a helper of its package (dev.faults edits the helper)."""
 from dataclasses import dataclass
 
 from tpo_bench.algorithms import register

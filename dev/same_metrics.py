@@ -1,7 +1,7 @@
 """Two checkouts' single runs of the same configs, compared metric by metric: a change
 to the training loop that must not move results runs this against the code before it.
 
-    python -m tools.same_metrics --base /path/to/other/checkout [--out DIR] [--only NAME ...]
+    python -m dev.same_metrics --base /path/to/other/checkout [--out DIR] [--only NAME ...]
 
 Each config (CONFIGS; short runs, one thread) is run by `python -m bench` in each checkout
 (its own code: the command's working directory), into DIR/<checkout>/<name>; then every

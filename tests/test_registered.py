@@ -1,0 +1,182 @@
+"""The registered analysis of the central claim: its statistics against independent
+computations, its outcome words, and that it was fixed before the runs it judges."""
+import itertools
+import json
+import subprocess
+
+import numpy as np
+import pytest
+
+from tpo_bench.analysis.paper import registered as R
+from tpo_bench.analysis.paper import report, rule_dates
+
+from conftest import REPO
+
+REG = rule_dates.TERMINAL_H_SWEEP
+
+
+def _git(*args):
+    got = subprocess.run(["git", *args], cwd=REPO, capture_output=True, text=True)
+    return got.stdout.strip() if got.returncode == 0 else None
+
+
+@pytest.mark.slow  # reads git log
+def test_the_registration_has_not_changed_since_its_commit():
+    last = _git("log", "-1", "--format=%h %cI", "--", *REG.files)
+    if not last:
+        pytest.skip("no git history here")
+    commit, date = last.split()
+    assert commit.startswith(REG.commit) or REG.commit.startswith(commit), (
+        f"{', '.join(REG.files)} changed in {commit} after registration {REG.commit}: a "
+        "registered analysis is fixed before its runs; a new one needs a new registration")
+    assert date == REG.date
+    dirty = _git("status", "--porcelain", "--", *REG.files)
+    assert not dirty, f"uncommitted edits to the registration: {dirty}"
+
+
+def _judged_runs():
+    """(H, algo, seed, started_at) of every committed prompt-matched TPO/GRPO terminal run
+    the registration judges."""
+    out = []
+    for h in R.HORIZONS:
+        for algo in ("tpo", "grpo"):
+            for s in (REPO / "reproduction" / "runs" / "terminal" / f"reverse_h{h}" / algo).glob("*/seed=*/summary.json"):
+                if json.loads((s.parent / "config.json").read_text()).get("match") != "prompts":
+                    continue
+                summary = json.loads(s.read_text())
+                if summary.get("status") != "completed" or summary["seed"] not in R.SEEDS:
+                    continue
+                starts = [a["started_at"] for a in summary.get("attempts_log", []) if a.get("started_at")]
+                out.append((h, algo, int(summary["seed"]), min(starts, default=summary.get("started_at"))))
+    return out
+
+
+def _misdated(runs, registered_at):
+    """Runs that contradict the registration: a seed it does not list as seen that started
+    before it, or one it lists as seen that started after it."""
+    late = [(h, a, s) for h, a, s, t in runs if s not in R.SEEN[h] and (t is None or t <= registered_at)]
+    early = [(h, a, s) for h, a, s, t in runs if s in R.SEEN[h] and t is not None and t > registered_at]
+    return late, early
+
+
+def test_every_run_it_judges_started_after_it_unless_listed_as_seen():
+    runs = _judged_runs()
+    assert runs, "no committed run of the registered cells"
+    late, early = _misdated(runs, rule_dates.timestamp(REG.date))
+    assert not late, f"runs started before the registration but not listed as seen: {late}"
+    assert not early, f"listed as seen but started after the registration: {early}"
+
+
+def test_the_date_check_catches_runs_on_the_wrong_side_of_the_registration():
+    at = rule_dates.timestamp(REG.date)
+    new_seed = max(R.SEEN[7]) + 1
+    assert _misdated([(7, "tpo", new_seed, at - 1)], at) == ([(7, "tpo", new_seed)], [])
+    assert _misdated([(7, "tpo", 0, at + 1)], at) == ([], [(7, "tpo", 0)])
+    assert _misdated([(7, "tpo", new_seed, at + 1), (7, "grpo", 0, at - 1)], at) == ([], [])
+
+
+def test_sign_flip_p_is_the_exact_share_of_sign_patterns():
+    rng = np.random.default_rng(3)
+    d = rng.normal(-0.5, 1, 9)
+    patterns = np.array(list(itertools.product([1, -1], repeat=len(d))))
+    brute = np.mean(patterns @ d <= d.sum() + 1e-12)
+    assert R.p_lower(d) == pytest.approx(brute)
+    assert R.p_lower(-d) == pytest.approx(np.mean(patterns @ -d <= -d.sum() + 1e-12))
+    assert R.p_lower(np.zeros(5)) == 1.0  # all tied: nothing is shown
+
+
+def test_signed_rank_p_is_wilcoxons_exact_tail():
+    """Without ties, W+ (the positive ranks' sum) has the classical subset-sum null; the
+    one-sided p that d is centred below 0 is P(W+ <= observed W+)."""
+    d = np.array([-3.1, -0.2, 1.4, -2.2, -0.9, 0.3, -4.0, -1.7, 0.6, -2.9])
+    n = len(d)
+    counts = np.zeros(n * (n + 1) // 2 + 1)
+    counts[0] = 1
+    for r in range(1, n + 1):  # number of subsets of {1..n} with each sum
+        counts[r:] = counts[r:] + counts[:-r].copy()
+    w_plus = sum(r for r, x in zip(sps_ranks(np.abs(d)), d) if x > 0)
+    ref = counts[: int(w_plus) + 1].sum() / 2 ** n
+    sr = R.signed_ranks(d)
+    assert R.p_from(R.rank_distribution(sr), sr.sum()) == pytest.approx(ref)
+
+
+def sps_ranks(a):
+    return np.argsort(np.argsort(a)) + 1
+
+
+def test_signed_ranks_drop_zeros_and_share_tied_ranks():
+    assert R.signed_ranks([0.0, -1.0, 1.0, 2.0]).tolist() == [-1.5, 1.5, 3.0]
+    # half ranks keep their halves in the null: sums of ±1.5 ±2 are ±0.5 and ±3.5
+    assert R.p_from(R.rank_distribution(np.array([1.5, -2.0])), -0.5) == 0.5
+
+
+def test_pooled_rank_p_is_the_convolution_of_the_per_h_nulls():
+    rng = np.random.default_rng(5)
+    diffs = [np.round(rng.normal(-0.3, 1, 6), 2) for _ in range(3)]
+    srs = [R.signed_ranks(d) for d in diffs]
+    patterns = [np.array(list(itertools.product([1, -1], repeat=len(s)))) @ np.abs(s) for s in srs]
+    totals = sum(np.meshgrid(*patterns, indexing="ij")).ravel()
+    observed = sum(s.sum() for s in srs)
+    assert R.pooled_rank_p(diffs) == pytest.approx(np.mean(totals <= observed + 1e-9))
+
+
+def test_pooled_p_flips_each_pair_and_weights_each_h_by_its_mean():
+    # 2 H of 4 pairs: 2^8 patterns, few enough to list; the sampled p lands on the exact one
+    diffs = [np.array([-3.0, -1.0, 0.5, -2.0, 0.7, 0.9]), np.array([-0.2, 0.1])]
+    d = np.concatenate([x / len(x) for x in diffs])
+    patterns = np.array(list(itertools.product([1, -1], repeat=len(d))))
+    exact = np.mean(patterns @ d <= d.sum() + 1e-12)
+    assert R.pooled_p(diffs, draws=200_000) == pytest.approx(exact, abs=0.004)
+
+
+def test_holm_is_step_down_and_monotone():
+    adj = R.holm({7: 0.01, 8: 0.04, 9: 0.03, 10: 0.5})
+    assert adj == pytest.approx({7: 0.04, 9: 0.09, 8: 0.09, 10: 0.5})
+    assert R.holm({7: 0.2, 8: 0.6})[8] == 0.6 and R.holm({7: 0.4, 8: 0.4})[7] == 0.8
+
+
+def _finals(tpo_mean, grpo_mean, seeds=R.SEEDS, spread=1.0, seed=0):
+    rng = np.random.default_rng(seed)
+    return ({s: float(tpo_mean + spread * rng.random()) for s in seeds},
+            {s: float(grpo_mean + spread * rng.random()) for s in seeds})
+
+
+@pytest.mark.slow  # three pooled tests of 200,000 sign patterns each
+def test_outcome_words_for_each_result():
+    lower = R.judge({h: _finals(1, 30, seed=h) for h in R.HORIZONS})
+    assert lower.claim().startswith("supported") and lower.pooled_reading().startswith("TPO lower")
+    mixed = {h: _finals(1, 30, seed=h) for h in R.HORIZONS}
+    mixed[9] = _finals(30, 1, seed=9)
+    worse = R.judge(mixed)
+    assert worse.reading(9) == "GRPO lower" and worse.claim() == "contradicted: GRPO's error is lower at H = 9"
+    tied = {h: _finals(5, 5, seed=h) for h in R.HORIZONS}
+    tied[7] = _finals(1, 30, seed=7)
+    unsure = R.judge(tied)
+    assert unsure.claim().startswith("not settled: TPO lower at H = 7;")
+    assert "not separated at H = 8, 9, 10" in unsure.claim()
+
+
+def test_no_test_before_a_cell_has_every_seed():
+    partial = {h: _finals(1, 30, seed=h) for h in R.HORIZONS}
+    partial[8] = _finals(1, 30, seeds=R.SEEDS[:-1])
+    o = R.judge(partial)
+    assert 8 not in o.cells and o.reading(8) == f"{len(R.SEEDS) - 1} of {len(R.SEEDS)} seeds run: no test until {len(R.SEEDS)}"
+    assert o.pooled is None and o.claim().startswith("not tested yet: 3 of 4")
+    assert o.reading(7).startswith("complete")  # Holm waits for every H
+
+
+@pytest.mark.slow  # 2,000 redraws, as the registration's command
+def test_the_registrations_power_sentence_is_what_its_command_computes():
+    seeds = report.load_paper_seeds()
+    res = R.power(seeds["terminal-tpo-H10"], seeds["terminal-grpo-H10"])
+    text = (REPO / REG.files[0]).read_text()
+    assert f"about {round(100 * res['power_at_alpha_over_4'])} %" in text
+    assert f"about {round(100 * res['null_at_alpha_over_4'])} %" in text
+    assert res["power_at_alpha_over_4"] >= 0.9 and res["null_at_alpha"] <= R.ALPHA + 0.01
+
+
+def test_the_report_prints_the_outcome_beside_the_registration():
+    o = R.judge({10: _finals(1, 30)})
+    text = "\n".join(report.registered_block(o))
+    assert REG.commit in text and REG.date[:10] in text
+    assert o.claim() in text and "| 7 | 0 |" in text and "| 10 | 20 |" in text
