@@ -105,14 +105,17 @@ def test_the_committed_report_links_figures_that_exist():
 def test_the_reliability_page_shows_the_recorded_fault_campaign():
     """docs/reliability.md's campaign table is the last lines of the committed output, and
     every trial it counts ran."""
-    data = (DOCS / "data" / "faults_campaign_seed1.txt").read_text().splitlines()
-    table = [line for line in data if line.startswith("|")]
     page = (DOCS / "reliability.md").read_text()
-    assert len(table) == 3 and [line for line in table if line not in page] == []
-    trials = int(table[2].split("|")[1])
-    assert sum(line.startswith("[faults] trial ") for line in data) == trials
-    assert f"--trials {trials} --seed 1" in page
-    assert f"(all {trials} trials ran)" in one_line((DOCS / "reliability.md").read_text())
+    for name, command in (("faults_campaign_seed2.txt", "--trials {} --seed 2"),
+                          ("faults_campaign_seed2_duplicate_rows.txt", "--only duplicate_rows --trials {} --seed 2")):
+        data = (DOCS / "data" / name).read_text().splitlines()
+        table = [line for line in data if line.startswith("|")]
+        assert len(table) == 3 and [line for line in table if line not in page] == [], name
+        trials = int(table[2].split("|")[1])
+        assert sum(line.startswith("[faults] trial ") for line in data) == trials
+        assert command.format(trials) in page and f"data/{name}" in page
+        if name == "faults_campaign_seed2.txt":
+            assert f"(all {trials} trials ran)" in one_line(page)
 
 
 def test_the_papers_inconsistencies_named_on_the_science_page_are_in_its_numbers():
