@@ -681,9 +681,9 @@ def candidate_policy(policy, gelu=None, attention=None):
 
     from tpo_bench.tasks import transformer
 
-    name = f"candidate_transformer_{len(sys.modules)}"
+    name = f"{transformer.__package__}.candidate_transformer_{len(sys.modules)}"
     found = importlib.util.spec_from_file_location(name, transformer.__file__)
-    module = importlib.util.module_from_spec(found)
+    module = importlib.util.module_from_spec(found)  # in tasks' package: its relative imports resolve
     sys.modules[name] = module  # dynamo looks its globals up by module name
     found.loader.exec_module(module)
     F = module.F

@@ -1,6 +1,7 @@
 """collect, plot and migrate over damaged, partial, mixed-code, symlinked and stale run
 trees, with run directories made by hand (dev/bench_collect.py's `write_run`, shaped
 like the runner's): no training, each test well under a second."""
+import json
 import time
 from pathlib import Path
 

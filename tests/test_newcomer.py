@@ -218,12 +218,13 @@ def test_a_rerun_under_edited_code_is_collected_and_drawn_beside_the_old_result(
     root = tmp_path / "out"
     first = [spec_for(root, f"seed={s}") for s in (0, 1)]
     edited = [dataclasses.replace(s, algo=dataclasses.replace(s.algo, eta=4 * s.algo.eta),
-                                  code_fingerprint="e" * 16, on_code_change="rerun") for s in first]
+                                  code_fingerprint="e" * 16,
+                                  run=dataclasses.replace(s.run, on_code_change="rerun")) for s in first]
     curves = {}
     for specs in (first, edited):
         for spec in specs:
             assert train_here(spec)["status"] == "completed"
-            curves[spec.code_fingerprint, spec.seed] = \
+            curves[spec.code_fingerprint, spec.run.seed] = \
                 pd.read_parquet(spec.run_dir / "metrics.parquet")["error"].tolist()
     old, new = first[0].code_fingerprint, "e" * 16
     assert curves[old, 0] != curves[new, 0]  # the edit changed the result
@@ -248,7 +249,8 @@ def test_a_rerun_under_edited_code_is_collected_and_drawn_beside_the_old_result(
     assert (plots / "demo.png").is_file()
 
     for spec in first:  # the edit undone: today's code is the first again
-        assert train_here(dataclasses.replace(spec, on_code_change="rerun"))["status"] == "completed"
+        rerun = dataclasses.replace(spec, run=dataclasses.replace(spec.run, on_code_change="rerun"))
+        assert train_here(rerun)["status"] == "completed"
     again = table("--prior-attempts")
     assert again.groupby(["algo.name", "seed"]).size().to_dict() == \
         both.groupby(["algo.name", "seed"]).size().to_dict()  # one result per code and seed
