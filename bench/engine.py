@@ -81,8 +81,8 @@ def train_episodes(task, algo, request: Request, policies: list, opts: list, str
         step_seeds(opts)  # one update for all seeds (bench.optim)
     t2 = _phase_mark(clock, device)
     means = {k: total / algo.epochs for k, total in over.items()}
-    shared: list[dict[str, Any]] = [{"over_epochs": {k: v[s] for k, v in means.items()}}
-                                    for s in range(len(policies))]
+    shared: list[dict[str, Any]] = [{"over_epochs": {k: v[s] for k, v in means.items()}, "scores": scores}
+                                    for s, scores in enumerate(_kept_scores(ros))]
     if before[0] is not None:
         change = as_kept((_norms(policies, _trained, flat=True) - before).norm(dim=1))
         for s, row in enumerate(shared):
@@ -91,7 +91,7 @@ def train_episodes(task, algo, request: Request, policies: list, opts: list, str
         for row, diagnostics in zip(shared, group_diagnostics_seeds(firsts)):
             row["diagnostics"] = diagnostics
     rows = read_rows([book.finish(ro, first, policy, row) for book, ro, first, policy, row
-                      in zip(books, _kept_rollouts(ros), firsts, policies, shared)])
+                      in zip(books, ros, firsts, policies, shared)])
     if clock is not None:
         t3 = time.perf_counter()
         for phase, dt in (("generation", t1 - t0), ("training", t2 - t1), ("bookkeeping", t3 - t2)):
@@ -122,12 +122,12 @@ def _group_diagnostics(batch: Batch) -> dict[str, torch.Tensor | float]:
 def group_diagnostics_seeds(batches: list[Batch]) -> list[dict[str, torch.Tensor | float]]:
     """`_group_diagnostics` of S batches of one shape, each a slice of one stacked
     computation (a row's mean rounds as its own tensor's: rows reduce alike)."""
-    success = as_kept(torch.stack([b.success for b in batches]).any(-1).float().mean(-1))
+    success = as_kept(_stack([b.success for b in batches]).any(-1).float().mean(-1))
     out = {"success_prompt_frac": success.unbind(), "all_fail_frac": [math.nan] * len(batches),
            "zero_var_frac": [math.nan] * len(batches)}
     if batches[0].group_size > 1:
         out["all_fail_frac"] = (1.0 - success).unbind()
-        spread = torch.stack([b.scores for b in batches]).std(-1, correction=0)
+        spread = _stack([b.scores for b in batches]).std(-1, correction=0)
         out["zero_var_frac"] = as_kept((spread < schema.ZERO_VAR_STD).float().mean(-1)).unbind()
     return [{k: v[s] for k, v in out.items()} for s in range(len(batches))]
 
@@ -178,13 +178,14 @@ class EpisodeRow:
     def finish(self, ro: Rollout, first: Batch, policy, shared: dict[str, Any]) -> dict[str, Any]:
         """The row, once the episode's steps are taken: `ro` what was trained on, `first`
         the episode's own batch (what the group diagnostics describe). `shared`: what the
-        loop computed, "over_epochs" (the OVER_EPOCHS means), and where it computed them
-        for a seed batch at once, this seed's "param_change" and "diagnostics"."""
+        loop computed, "over_epochs" (the OVER_EPOCHS means), "scores" (the rollout's error
+        and mean reward, kept), and where it computed them for all seeds at once, this
+        seed's "param_change" and "diagnostics"."""
         row = self.row
         row.update(shared["over_epochs"])
         row["param_change"] = shared["param_change"] if "param_change" in shared else \
             (flat_params(policy) - self.before).norm()
-        row.update(error=as_kept(ro.error), reward_mean=as_kept(ro.reward_mean), rollouts=ro.rollouts,
+        row.update(**shared["scores"], rollouts=ro.rollouts,
                    group_size=ro.batch.group_size, **ro.metrics)
         if ro.tokens is not None:
             row["tokens"] = ro.tokens
@@ -232,8 +233,10 @@ def backward(task, algo, policies: list, batches: list[Batch], kl_ref: float,
     for cut in zip(*parts):
         share = cut[0][1]
         losses, out = forward([part for part, _ in cut])
-        # d(sum)/d(loss_s) = 1 exactly, and no loss reaches another seed's parameters.
-        (losses if len(parts[0]) == 1 else losses * share).sum().backward()
+        if len(parts[0]) == 1:  # the whole batch: nothing to weigh
+            losses.sum().backward()  # d(sum)/d(loss_s) = 1 exactly; no loss reaches another seed
+            return as_kept(losses), out
+        (losses * share).sum().backward()
         loss_value = loss_value + as_kept(losses) * share
         for k, v in out.items():
             metrics[k] = metrics.get(k, 0.0) + v * share
@@ -273,15 +276,20 @@ def _norms(policies: list, of, flat: bool = False):
     return rows if flat else rows.norm(dim=1)
 
 
-def _kept_rollouts(ros: list) -> list:
-    """The rollouts with their error and mean reward kept (`as_kept`) in one conversion
-    for all seeds, where each is a 0-d tensor."""
+def _kept_scores(ros: list) -> list[dict[str, Any]]:
+    """Each rollout's error and mean reward, kept (`as_kept`): in one conversion for all
+    seeds where each is a 0-d tensor."""
     keys = ("error", "reward_mean")
     if not all(isinstance(getattr(ro, k), torch.Tensor) and getattr(ro, k).dim() == 0
                for ro in ros for k in keys):
-        return ros
-    kept = {k: as_kept(torch.stack([getattr(ro, k) for ro in ros])).unbind() for k in keys}
-    return [dataclasses.replace(ro, **{k: v[s] for k, v in kept.items()}) for s, ro in enumerate(ros)]
+        return [{k: as_kept(getattr(ro, k)) for k in keys} for ro in ros]
+    kept = {k: as_kept(_stack([getattr(ro, k) for ro in ros])).unbind() for k in keys}
+    return [{k: v[s] for k, v in kept.items()} for s in range(len(ros))]
+
+
+def _stack(tensors: list[torch.Tensor]) -> torch.Tensor:
+    """torch.stack, for one tensor a view (no copy, the same values)."""
+    return tensors[0].unsqueeze(0) if len(tensors) == 1 else torch.stack(tensors)
 
 
 def seed_losses(algo, batches: list[Batch], logps: list[torch.Tensor], kl_ref: float = 0.0):
@@ -290,20 +298,18 @@ def seed_losses(algo, batches: list[Batch], logps: list[torch.Tensor], kl_ref: f
     seed axis: the losses [S] and each metric [S] (kept: detached, float64).
     torch.func.vmap over the algorithm's own loss, so each algorithm stays one function
     of one batch, readable next to its equation, and needs no seed-axis variant; its
-    batching rules run every op once for all seeds. Seeds whose batches differ in shape
-    (dynamic sampling keeps what it finds) are evaluated one by one, as is an algorithm
-    vmap cannot trace (or a batch it cannot: a mask's check)."""
+    batching rules run every op once for all seeds. One seed (a single run: vmap's
+    dispatch would cost more than the loss), seeds whose batches differ in shape (dynamic
+    sampling keeps what it finds), an algorithm vmap cannot trace and a batch it cannot
+    (a mask's check) are evaluated one by one."""
     def loss(batch, logp):
         out = algo.loss(batch, logp)
         return out.loss + kl_ref * reference_kl(batch, logp) if kl_ref else out.loss, out.metrics
 
-    first = batches[0]
-    fields = {k: v for k, v in _tensor_fields(first).items() if v is not None}
-    same = all({k: v.shape for k, v in _tensor_fields(b).items() if v is not None} ==
-               {k: v.shape for k, v in fields.items()} for b in batches) and \
-        len({lp.shape for lp in logps}) == 1
-    if same and type(algo) not in NOT_VMAPPABLE:
-        stacked = {k: torch.stack([getattr(b, k) for b in batches]) for k in fields}
+    if len(batches) > 1 and type(algo) not in NOT_VMAPPABLE and _one_shape(batches, logps):
+        first = batches[0]
+        stacked = {k: torch.stack([getattr(b, k) for b in batches])
+                   for k, v in _tensor_fields(first).items() if v is not None}
         names: list[str] = []
 
         def one(tensors, logp):
@@ -320,9 +326,15 @@ def seed_losses(algo, batches: list[Batch], logps: list[torch.Tensor], kl_ref: f
         else:
             return value, {k: as_kept(v) for k, v in zip(names, values)}
     outs = [loss(b, lp) for b, lp in zip(batches, logps)]
-    return torch.stack([value for value, _ in outs]), {
-        k: torch.stack([torch.as_tensor(as_kept(m[k]), dtype=torch.float64) for _, m in outs])
+    return _stack([value for value, _ in outs]), {
+        k: _stack([torch.as_tensor(as_kept(m[k]), dtype=torch.float64) for _, m in outs])
         for k in outs[0][1]}
+
+
+def _one_shape(batches: list[Batch], logps: list[torch.Tensor]) -> bool:
+    """Whether the seeds' batches (each tensor) and log-probs have one shape."""
+    shapes = [{k: v.shape for k, v in _tensor_fields(b).items() if v is not None} for b in batches]
+    return len({lp.shape for lp in logps}) == 1 and all(shape == shapes[0] for shape in shapes)
 
 
 NOT_VMAPPABLE: set[type] = set()
