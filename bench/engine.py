@@ -27,7 +27,7 @@ from ..algorithms import OVER_EPOCHS
 from . import dynamic
 from .optim import step_seeds
 from ..contract import schema
-from ..contract.batch import Batch, Request, Rollout, logprobs, reference_kl, rollouts
+from ..contract.batch import Batch, Request, Rollout, logprobs, reference_kl, rollouts, stack_seeds
 from ..contract.rng import Streams
 
 
@@ -122,12 +122,12 @@ def _group_diagnostics(batch: Batch) -> dict[str, torch.Tensor | float]:
 def group_diagnostics_seeds(batches: list[Batch]) -> list[dict[str, torch.Tensor | float]]:
     """`_group_diagnostics` of S batches of one shape, each a slice of one stacked
     computation (a row's mean rounds as its own tensor's: rows reduce alike)."""
-    success = as_kept(_stack([b.success for b in batches]).any(-1).float().mean(-1))
+    success = as_kept(stack_seeds([b.success for b in batches]).any(-1).float().mean(-1))
     out = {"success_prompt_frac": success.unbind(), "all_fail_frac": [math.nan] * len(batches),
            "zero_var_frac": [math.nan] * len(batches)}
     if batches[0].group_size > 1:
         out["all_fail_frac"] = (1.0 - success).unbind()
-        spread = _stack([b.scores for b in batches]).std(-1, correction=0)
+        spread = stack_seeds([b.scores for b in batches]).std(-1, correction=0)
         out["zero_var_frac"] = as_kept((spread < schema.ZERO_VAR_STD).float().mean(-1)).unbind()
     return [{k: v[s] for k, v in out.items()} for s in range(len(batches))]
 
@@ -283,13 +283,8 @@ def _kept_scores(ros: list) -> list[dict[str, Any]]:
     if not all(isinstance(getattr(ro, k), torch.Tensor) and getattr(ro, k).dim() == 0
                for ro in ros for k in keys):
         return [{k: as_kept(getattr(ro, k)) for k in keys} for ro in ros]
-    kept = {k: as_kept(_stack([getattr(ro, k) for ro in ros])).unbind() for k in keys}
+    kept = {k: as_kept(stack_seeds([getattr(ro, k) for ro in ros])).unbind() for k in keys}
     return [{k: v[s] for k, v in kept.items()} for s in range(len(ros))]
-
-
-def _stack(tensors: list[torch.Tensor]) -> torch.Tensor:
-    """torch.stack, for one tensor a view (no copy, the same values)."""
-    return tensors[0].unsqueeze(0) if len(tensors) == 1 else torch.stack(tensors)
 
 
 def seed_losses(algo, batches: list[Batch], logps: list[torch.Tensor], kl_ref: float = 0.0):
@@ -326,8 +321,8 @@ def seed_losses(algo, batches: list[Batch], logps: list[torch.Tensor], kl_ref: f
         else:
             return value, {k: as_kept(v) for k, v in zip(names, values)}
     outs = [loss(b, lp) for b, lp in zip(batches, logps)]
-    return _stack([value for value, _ in outs]), {
-        k: _stack([torch.as_tensor(as_kept(m[k]), dtype=torch.float64) for _, m in outs])
+    return stack_seeds([value for value, _ in outs]), {
+        k: stack_seeds([torch.as_tensor(as_kept(m[k]), dtype=torch.float64) for _, m in outs])
         for k in outs[0][1]}
 
 

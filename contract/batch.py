@@ -436,6 +436,12 @@ class SeedAxis:
         return logp
 
 
+def stack_seeds(tensors: list[torch.Tensor]) -> torch.Tensor:
+    """S seeds' tensors stacked on a leading seed axis (differentiable); for one seed a
+    view of its tensor: the same values, no copy, and a single run pays nothing for it."""
+    return tensors[0].unsqueeze(0) if len(tensors) == 1 else torch.stack(tensors)
+
+
 def rollouts(task, policies: list, request: Request, streams: list[Streams]) -> list[Rollout]:
     """Each seed's rollout: the task's `rollout_seeds`, or where it has none (a task
     written for one seed: the LLM task, a plug-in) its `rollout`, seed by seed."""

@@ -25,7 +25,7 @@ import torch.nn.functional as F
 from torch import nn
 from torch.nn.utils import parameters_to_vector
 
-from ..contract.batch import Batch, Request, Rollout, SeedAxis, TaskOptions
+from ..contract.batch import Batch, Request, Rollout, SeedAxis, TaskOptions, stack_seeds
 from ._data import BASE_URL, load_mnist
 from ..contract.rng import Streams
 from ..contract.schema import IF_SET, NOT_IDENTITY
@@ -115,7 +115,7 @@ def forward_seeds(params: list[dict[str, torch.Tensor]], x: torch.Tensor) -> tor
     images x [S, B, 784] -> logits [S, B, A], differentiable back to each set."""
     layers = len(params[0]) // 2
     for i in range(layers):
-        w, b = (torch.stack([p[f"layers.{i}.{k}"] for p in params]) for k in ("weight", "bias"))
+        w, b = (stack_seeds([p[f"layers.{i}.{k}"] for p in params]) for k in ("weight", "bias"))
         x = _SeedLinear.apply(x, w, b)
         if i < layers - 1:
             x = F.relu(x)
@@ -225,14 +225,14 @@ class MnistTask(SeedAxis, TaskOptions):
         xs, ys = zip(*(self._images(st) for st in streams))
         with torch.no_grad():
             logp = torch.log_softmax(forward_seeds([p.acting_params() for p in policies],
-                                                   torch.stack(xs)), -1)
+                                                   stack_seeds(list(xs))), -1)
         return [self._scored(x, y, lp, req, st) for x, y, lp, st in zip(xs, ys, logp.unbind(), streams)]
 
     def logprobs_seeds(self, policies: list[StalePolicy], batches: list[Batch]) -> list[torch.Tensor]:
         """Each seed's log-probs of its batch, the S learners' forwards one stacked computation."""
         obs: list[MnistObs] = [b.obs for b in batches]
         logits = forward_seeds([dict(p.mlp.named_parameters()) for p in policies],
-                               torch.stack([o.images for o in obs]))
+                               stack_seeds([o.images for o in obs]))
         # unbind, not [s]: an index's backward writes a zero-filled gradient of all S seeds
         return [torch.log_softmax(z, -1).gather(1, o.actions).view(b.logp_old.shape)
                 for z, o, b in zip(logits.unbind(), obs, batches)]

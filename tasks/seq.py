@@ -11,7 +11,7 @@ from typing import ClassVar
 
 import torch
 
-from ..contract.batch import Batch, Request, Rollout, SeedAxis, TaskOptions, mean_over_steps
+from ..contract.batch import Batch, Request, Rollout, SeedAxis, TaskOptions, mean_over_steps, stack_seeds
 from ..contract.rng import Streams
 from . import register, stacked
 from ._checks import positive
@@ -142,7 +142,7 @@ class SeqTask(SeedAxis, TaskOptions):
         seed's prompts and samples drawn from its own streams, so each seed's rollout
         equals its run at S = 1."""
         B, H, V, k = self.batch_size, self.sequence_length, self.vocab_size, req.k
-        prompts = torch.stack([torch.randint(0, V, (B, H), generator=st.data, device=st.data.device)
+        prompts = stack_seeds([torch.randint(0, V, (B, H), generator=st.data, device=st.data.device)
                                for st in streams])
         gens = [st.action for st in streams]
         if req.level == "token":
@@ -182,13 +182,13 @@ class SeqTask(SeedAxis, TaskOptions):
         net = stacked.Stacked(policies)
         if isinstance(obs[0], TokenObs):
             B, H, K = obs[0].candidates.shape
-            tokens = torch.stack([torch.cat([o.prompts, o.behaviour], 1)[:, :-1] for o in obs])
+            tokens = stack_seeds([torch.cat([o.prompts, o.behaviour], 1)[:, :-1] for o in obs])
             logits = net.forward(tokens)[:, :, H - 1:]
-            cands = torch.stack([o.candidates for o in obs])
+            cands = stack_seeds([o.candidates for o in obs])
             return list(torch.log_softmax(logits, -1).gather(-1, cands).reshape(-1, B * H, K, 1).unbind())
         B, K, H = obs[0].answers.shape
-        answers = torch.stack([o.answers.reshape(B * K, H) for o in obs])
-        first, rest = net.forward_shared_prefix(torch.stack([o.prompts for o in obs]),
+        answers = stack_seeds([o.answers.reshape(B * K, H) for o in obs])
+        first, rest = net.forward_shared_prefix(stack_seeds([o.prompts for o in obs]),
                                                 answers[:, :, :-1], K)
         logits = torch.cat([first.repeat_interleave(K, 1).unsqueeze(2), rest], 2)
         logp = torch.log_softmax(logits, -1).gather(-1, answers.unsqueeze(-1))

@@ -17,6 +17,7 @@ from __future__ import annotations
 import torch
 import torch.nn.functional as F
 
+from ..contract.batch import stack_seeds
 from ._layernorm import layer_norm
 
 Params = dict[str, torch.Tensor]
@@ -25,7 +26,7 @@ Params = dict[str, torch.Tensor]
 def stack(policies: list[torch.nn.Module]) -> Params:
     """name -> [S, *shape], differentiable back to each policy's parameters."""
     named = [dict(p.named_parameters()) for p in policies]
-    return {k: torch.stack([n[k] for n in named]) for k in named[0]}
+    return {k: stack_seeds([n[k] for n in named]) for k in named[0]}
 
 
 def _dense(x: torch.Tensor, w: torch.Tensor, b: torch.Tensor | None = None) -> torch.Tensor:
@@ -55,7 +56,7 @@ class Stacked:
         w = torch.cat([p[pre + "wq"], p[pre + "wk"], p[pre + "wv"]], 2).reshape(S, d, 3 * d)
         bias = torch.cat([p[pre + "bq"], p[pre + "bk"], p[pre + "bv"]], 1).reshape(S, 3 * d)
         qkv = _dense(y, w, bias).view(S * b, t, 3, self.heads, self.hd).permute(2, 0, 3, 1, 4)
-        return qkv[0], qkv[1], qkv[2]
+        return qkv.unbind(0)  # one backward (a stack), where three indexings zero-fill three
 
     def _finish(self, i: int, x: torch.Tensor, att: torch.Tensor) -> torch.Tensor:
         p, S, (b, t, d) = self.p, self.S, x.shape[1:]

@@ -22,7 +22,7 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
-from ..contract.batch import Batch, Request, Rollout, SeedAxis, TaskOptions
+from ..contract.batch import Batch, Request, Rollout, SeedAxis, TaskOptions, stack_seeds
 from ..contract.rng import Streams
 from . import register
 from ._bandit import check_bandit_request, sampled_batch
@@ -65,13 +65,13 @@ def _candidates(logp: torch.Tensor, batch: Batch) -> torch.Tensor:
 
 def _rollout_seeds(task, policies: list[Logits], req: Request, streams: list[Streams]) -> list[Rollout]:
     """Each seed's rollout, each seed's draws from its own streams."""
-    logp = torch.log_softmax(torch.stack([p.logits.detach() for p in policies]), -1)
+    logp = torch.log_softmax(stack_seeds([p.logits.detach() for p in policies]), -1)
     return [task._scored(lp, req, st) for lp, st in zip(logp.unbind(), streams)]
 
 
 def _logprobs_seeds(policies: list[Logits], batches: list[Batch]) -> list[torch.Tensor]:
     """Each seed's log-probs of its batch's candidates."""
-    logp = torch.log_softmax(torch.stack([p.logits for p in policies]), -1)
+    logp = torch.log_softmax(stack_seeds([p.logits for p in policies]), -1)
     return [_candidates(lp, b) for lp, b in zip(logp.unbind(), batches)]
 
 

@@ -1,6 +1,8 @@
-"""Seed-batched jobs: batch_seeds=true trains a job's seeds as one
-stacked computation, and each seed must be exactly its single run (on the CPU, one
-thread: bit for bit), write its own directory, resume and be skipped like one."""
+"""One forward path: a single run is the seed batch at S = 1 (bench.engine, each task's
+forward written over a seed axis). A single run reproduces a committed run's first
+episodes; batch_seeds=true trains a job's seeds as one stacked computation, and each
+seed must be exactly its single run (on the CPU, one thread: bit for bit), write its own
+directory, resume and be skipped like one."""
 import importlib.util
 import math
 import os
@@ -70,6 +72,26 @@ def _same_state(a, b) -> bool:
         if not (weights and moments and rng):
             return False
     return True
+
+
+COMMITTED = REPO / "reproduction" / "runs" / "terminal" / "reverse_h9" / "tpo" / "c581346caf" / "seed=0"
+IDENTITY = {"wall_s", "config_hash", "task.episodes", "experiment"}  # what a shorter rerun changes
+
+
+@pytest.mark.slow  # a process, three episodes at the paper's shape
+@pytest.mark.skipif(not (runner.cpu_model() or "").startswith("AuthenticAMD") or
+                    torch.backends.cpu.get_cpu_capability() not in ("AVX2", "AVX512"),
+                    reason="the run was recorded with AVX2 kernels on an AMD CPU (docs/running.md)")
+def test_a_single_run_reproduces_a_committed_runs_first_episodes(tmp_path):
+    """reproduction/runs/terminal/reverse_h9 TPO seed 0 (one thread, AVX2 kernels): its
+    first three episodes, rerun under this code, every metric bit for bit."""
+    run_bench("task=reverse_h9", "algo=tpo", "seed=0", "task.episodes=3", "threads=1", "log_every=0",
+              f"output_root={tmp_path}", env={"ATEN_CPU_CAPABILITY": "avx2"})
+    fresh = pd.read_parquet(next(tmp_path.rglob("metrics.parquet")))
+    committed = pd.read_parquet(COMMITTED / "metrics.parquet").iloc[:len(fresh)]
+    cols = [c for c in fresh.columns if c not in IDENTITY]
+    assert len(fresh) == 3 and list(committed.columns) == list(fresh.columns)
+    pd.testing.assert_frame_equal(fresh[cols], committed[cols], check_exact=True)
 
 
 @pytest.mark.slow  # long in process
