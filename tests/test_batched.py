@@ -557,6 +557,40 @@ def test_a_captured_epoch_equals_the_eager_one(monkeypatch):
     assert engine.CAPTURED  # the captured path ran
 
 
+def _with_reference(spec, kl_ref: float):
+    """spec's sequence task with a KL penalty of kl_ref to a reference whose log-probs are
+    the rollout's shifted by 0.1 (as the LLM task's frozen reference would give them)."""
+    import dataclasses
+
+    base = type(spec.task)
+
+    class WithReference(base):
+        def rollout_seeds(self, policies, request, streams):
+            return [dataclasses.replace(ro, batch=dataclasses.replace(ro.batch, logp_ref=ro.batch.logp_old - 0.1))
+                    for ro in base.rollout_seeds(self, policies, request, streams)]
+    WithReference.kl_ref = kl_ref
+    return WithReference(**{f.name: getattr(spec.task, f.name) for f in dataclasses.fields(spec.task)})
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("seeds", [1, 2])
+def test_a_captured_epoch_with_the_kl_penalty_equals_the_eager_one(monkeypatch, seeds):
+    """compile=true with the task's KL penalty to a reference (the LLM family's kl_ref) in
+    the captured function, for a single run and a batch: the eager rows and weights bit
+    for bit (aot_eager), and the penalty is in the loss (it moves it)."""
+    monkeypatch.setattr(engine, "COMPILE_BACKEND", "aot_eager")
+    spec = build(compose(*SMALL, "algo=grpo"))
+    task, plain = _with_reference(spec, 0.5), _with_reference(spec, 0.0)
+    eager, comp, none = _seats(spec, range(seeds)), _seats(spec, range(seeds)), _seats(spec, range(seeds))
+    for _ in range(2):
+        rows_e = engine.train_episodes(task, spec.algo, spec.request, eager[1], eager[2], eager[0])
+        rows_c = engine.train_episodes(task, spec.algo, spec.request, comp[1], comp[2], comp[0], compile=True)
+        rows_0 = engine.train_episodes(plain, spec.algo, spec.request, none[1], none[2], none[0])
+        assert all(_same_row(a, b) for a, b in zip(rows_e, rows_c))
+        assert all(a["loss"] != b["loss"] for a, b in zip(rows_e, rows_0))
+    assert _same_state(eager, comp) and engine.CAPTURED
+
+
 # ---------------------------------------------------------------- one loop
 
 @pytest.mark.slow  # starts a process
