@@ -233,10 +233,9 @@ def backward(task, algo, policies: list, batches: list[Batch], kl_ref: float,
     for cut in zip(*parts):
         share = cut[0][1]
         losses, out = forward([part for part, _ in cut])
-        if len(parts[0]) == 1:  # the whole batch: nothing to weigh
-            losses.sum().backward()  # d(sum)/d(loss_s) = 1 exactly; no loss reaches another seed
-            return as_kept(losses), out
-        (losses * share).sum().backward()
+        # d(sum)/d(loss_s) = 1 exactly, and no loss reaches another seed's parameters.
+        (losses if len(parts[0]) == 1 else losses * share).sum().backward()
+        # The sums start at 0.0 even for one part: 0.0 + -0.0 is 0.0, as the rows have it.
         loss_value = loss_value + as_kept(losses) * share
         for k, v in out.items():
             metrics[k] = metrics.get(k, 0.0) + v * share

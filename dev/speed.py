@@ -731,16 +731,26 @@ def candidates(rounds: int, steps: int = 4) -> list[dict]:
     return rows
 
 
+def group_table(df: pd.DataFrame, by: str, header: list[str], cells) -> str:
+    """Markdown: the header, then one row per group of `by` (cells(key, group) -> its cells)."""
+    lines = ["| " + " | ".join(header) + " |", "|" + "---|" * len(header)]
+    lines += ["| " + " | ".join(cells(key, g)) + " |" for key, g in df.groupby(by, sort=False)]
+    return "\n".join(lines)
+
+
+def spread(s: pd.Series, fmt: str = "{:.2f}x") -> str:
+    """A paired ratio's median (min-max) over the rounds."""
+    return f"{fmt.format(s.median())} ({fmt.format(s.min()).rstrip('x')}-{fmt.format(s.max()).rstrip('x')})"
+
+
 def candidates_table(df: pd.DataFrame) -> str:
     """Per candidate: rounds, median seconds per training step each way, the speed-up's
     median (min-max) and the first call's CPU seconds (compiling)."""
-    lines = ["| candidate | rounds | eager s / step | candidate s / step | speed-up: median (min-max) | first call CPU-s |",
-             "|---|---|---|---|---|---|"]
-    for name, g in df.groupby("candidate", sort=False):
-        s = g["speedup"]
-        lines.append(f"| {name} | {len(g)} | {g['eager_s'].median():.3f} | {g['candidate_s'].median():.3f} | "
-                     f"{s.median():.2f}x ({s.min():.2f}-{s.max():.2f}) | {g['first_call_cpu_s'].iloc[0]:.1f} |")
-    return "\n".join(lines)
+    return group_table(df, "candidate", ["candidate", "rounds", "eager s / step", "candidate s / step",
+                                         "speed-up: median (min-max)", "first call CPU-s"],
+                       lambda name, g: [name, str(len(g)), f"{g['eager_s'].median():.3f}",
+                                        f"{g['candidate_s'].median():.3f}", spread(g["speedup"]),
+                                        f"{g['first_call_cpu_s'].iloc[0]:.1f}"])
 
 
 def candidates_mode(args) -> int:
@@ -797,13 +807,11 @@ def vs_base(base: Path, configs: list[str], rounds: int, episodes: int, warmup: 
 def vs_base_table(df: pd.DataFrame) -> str:
     """Per config: the median CPU ms per episode of each checkout and the this / base
     ratio's median and range over the rounds."""
-    lines = ["| config | rounds x episodes | base CPU ms / ep | this CPU ms / ep | this / base: median (min-max) |",
-             "|---|---|---|---|---|"]
-    for config, g in df.groupby("config", sort=False):
-        r = g["cpu_ratio"]
-        lines.append(f"| {config} | {len(g)} x {g['episodes'].iloc[0]} | {1e3 * g['base_cpu_s'].median():.1f} | "
-                     f"{1e3 * g['this_cpu_s'].median():.1f} | {r.median():.3f} ({r.min():.3f}-{r.max():.3f}) |")
-    return "\n".join(lines)
+    return group_table(df, "config", ["config", "rounds x episodes", "base CPU ms / ep", "this CPU ms / ep",
+                                      "this / base: median (min-max)"],
+                       lambda config, g: [config, f"{len(g)} x {g['episodes'].iloc[0]}",
+                                          f"{1e3 * g['base_cpu_s'].median():.1f}",
+                                          f"{1e3 * g['this_cpu_s'].median():.1f}", spread(g["cpu_ratio"], "{:.3f}")])
 
 
 def base_mode(args) -> int:
