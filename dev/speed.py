@@ -761,7 +761,8 @@ def candidates_mode(args) -> int:
 
 
 # One process's timing for --base, run in either checkout (its code: the working directory):
-# a single seed's episodes on one thread, CPU and wall seconds per episode, after warm-up.
+# a single seed's episodes on one thread after warm-up, at least `episodes` and until
+# `seconds` of CPU have passed; CPU and wall seconds per episode.
 _ONE_SEED = """
 import json, sys, time, torch
 from tpo_bench.bench.build import build
@@ -770,35 +771,38 @@ from tpo_bench.bench.engine import train_episode
 from tpo_bench.bench.optim import build_optimizer
 from tpo_bench.contract.rng import Streams
 torch.set_num_threads(1)
-warmup, episodes, overrides = int(sys.argv[1]), int(sys.argv[2]), sys.argv[3:]
+warmup, episodes, seconds, overrides = int(sys.argv[1]), int(sys.argv[2]), float(sys.argv[3]), sys.argv[4:]
 spec = build(compose(*overrides, "threads=1"))
 st = Streams.from_seed(0)
 policy = spec.task.make_policy(st.init)
 opt = build_optimizer(spec.optim_name, list(policy.parameters()), **spec.optim_hparams)
 for _ in range(warmup):
     train_episode(spec.task, spec.algo, spec.request, policy, opt, st)
-c0, w0 = time.process_time(), time.perf_counter()
-for _ in range(episodes):
+c0, w0, n = time.process_time(), time.perf_counter(), 0
+while n < episodes or time.process_time() - c0 < seconds:
     train_episode(spec.task, spec.algo, spec.request, policy, opt, st)
-print(json.dumps({"cpu_s": (time.process_time() - c0) / episodes, "wall_s": (time.perf_counter() - w0) / episodes}))
+    n += 1
+print(json.dumps({"cpu_s": (time.process_time() - c0) / n, "wall_s": (time.perf_counter() - w0) / n, "n": n}))
 """
 BASE_CASES = ("task=reverse_h10 algo=tpo", "task=reverse_h10 algo=grpo", "task=tabular_single algo=tpo",
               "task=tabular_multi algo=grpo")
 
 
-def vs_base(base: Path, configs: list[str], rounds: int, episodes: int, warmup: int) -> list[dict]:
+def vs_base(base: Path, configs: list[str], rounds: int, episodes: int, warmup: int,
+            seconds: float = 3.0) -> list[dict]:
     """A single seed's CPU seconds per episode under this checkout's code and `base`'s,
-    paired: each round times both, in fresh processes, in alternating order (a load that
-    drifts then weighs on both alike)."""
+    paired: each round times both (at least `episodes` episodes and `seconds` of CPU), in
+    fresh processes, in alternating order (a load that drifts then weighs on both alike)."""
     rows = []
     for config in configs:
         for r in range(rounds):
             got = {}
             for side, cwd in (("this", REPO), ("base", base))[::1 if r % 2 == 0 else -1]:
-                out = subprocess.run([sys.executable, "-c", _ONE_SEED, str(warmup), str(episodes), *config.split()],
+                out = subprocess.run([sys.executable, "-c", _ONE_SEED, str(warmup), str(episodes), str(seconds),
+                                      *config.split()],
                                      cwd=cwd, capture_output=True, text=True, check=True)
                 got[side] = json.loads(out.stdout.splitlines()[-1])
-            rows.append({"config": config, "round": r, "episodes": episodes,
+            rows.append({"config": config, "round": r, "episodes": min(t["n"] for t in got.values()),
                          **{f"{side}_{k}": v for side, t in got.items() for k, v in t.items()},
                          "cpu_ratio": got["this"]["cpu_s"] / got["base"]["cpu_s"]})
     return rows
@@ -809,7 +813,7 @@ def vs_base_table(df: pd.DataFrame) -> str:
     ratio's median and range over the rounds."""
     return group_table(df, "config", ["config", "rounds x episodes", "base CPU ms / ep", "this CPU ms / ep",
                                       "this / base: median (min-max)"],
-                       lambda config, g: [config, f"{len(g)} x {g['episodes'].iloc[0]}",
+                       lambda config, g: [config, f"{len(g)} x {g['episodes'].min()}+",
                                           f"{1e3 * g['base_cpu_s'].median():.1f}",
                                           f"{1e3 * g['this_cpu_s'].median():.1f}", spread(g["cpu_ratio"], "{:.3f}")])
 
@@ -817,7 +821,7 @@ def vs_base_table(df: pd.DataFrame) -> str:
 def base_mode(args) -> int:
     """`--base`: this checkout's single-seed episode against another checkout's, paired."""
     df = pd.DataFrame(vs_base(Path(args.base), args.cases or list(BASE_CASES), args.episodes,
-                              args.base_episodes, args.warmup))
+                              args.base_episodes, args.warmup, args.base_seconds))
     df["torch"], df["cpu"] = torch.__version__, machine()["cpu"]
     print(f"single seed, one thread, this checkout against {args.base} (paired alternating rounds; "
           "ratio = this CPU seconds / base CPU seconds):")
@@ -863,8 +867,10 @@ def main(argv=None) -> int:
                    help="the training step's candidate speed-ups against eager, paired (--episodes rounds)")
     p.add_argument("--base", default=None, metavar="CHECKOUT",
                    help="a single seed's CPU s / episode, this checkout against CHECKOUT, paired "
-                        "(--episodes rounds of --base-episodes each; --cases: override strings)")
+                        "(--episodes rounds, each side at least --base-episodes episodes and "
+                        "--base-seconds of CPU; --cases: override strings)")
     p.add_argument("--base-episodes", type=int, default=5)
+    p.add_argument("--base-seconds", type=float, default=3.0)
     p.add_argument("--config", action="append", default=None,
                    help="with --profile: another config, its overrides in one string (repeatable)")
     args = p.parse_args(argv)
