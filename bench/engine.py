@@ -16,10 +16,11 @@ single run bit for bit (tests/test_batched.py); a GPU differs in the last bits.
 from __future__ import annotations
 
 import dataclasses
+import itertools
 import math
 import time
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, NamedTuple
 
 import torch
 
@@ -58,9 +59,9 @@ def train_episodes(task, algo, request: Request, policies: list, opts: list, str
                 ros[s], lambda policy=policy, st=st: task.rollout(policy, request, st.extra()),
                 algo.dynamic_sampling)
     t1 = _phase_mark(clock, device)
-    before = _norms(policies, _trained, flat=True)  # [S, P], or [None] * S
-    books = [EpisodeRow(b if b is not None else flat_params(p), dict(extra))
-             for b, p, extra in zip(before, policies, extras)]
+    before = _norms(policies, _trained, flat=True)  # [S, P], or [None] * S: then per seed
+    books = [EpisodeRow(flat_params(p) if isinstance(before, list) else None, dict(extra))
+             for p, extra in zip(policies, extras)]
     batches = [ro.batch for ro in ros]
     kl_ref = task.kl_ref if batches[0].logp_ref is not None else 0.0
     forward = captured(task, algo, policies, kl_ref) if compile and not algo.dynamic_sampling else None
@@ -74,19 +75,20 @@ def train_episodes(task, algo, request: Request, policies: list, opts: list, str
                 over[k] = over.get(k, 0.0) + metrics[k]
         if epoch == 0:  # the row's loss, metrics and gradient norm: at the behaviour policy
             norms = _norms(policies, lambda p: p.grad)
-            norms = as_kept(norms) if isinstance(norms, torch.Tensor) else norms
-            for s, (book, policy, norm) in enumerate(zip(books, policies, norms)):
-                book.first_epoch(task, policy, losses[s], {k: v[s] for k, v in metrics.items()
-                                                            if k not in OVER_EPOCHS}, norm)
+            norms = as_kept(norms) if isinstance(norms, torch.Tensor) else None
+            for s, (book, policy) in enumerate(zip(books, policies)):
+                book.first_epoch(task, policy, Slice(losses, s), {k: Slice(v, s) for k, v in metrics.items()
+                                                                  if k not in OVER_EPOCHS},
+                                 None if norms is None else Slice(norms, s))
         step_seeds(opts)  # one update for all seeds (bench.optim)
     t2 = _phase_mark(clock, device)
     means = {k: total / algo.epochs for k, total in over.items()}
-    shared: list[dict[str, Any]] = [{"over_epochs": {k: v[s] for k, v in means.items()}, "scores": scores}
+    shared: list[dict[str, Any]] = [{"over_epochs": {k: Slice(v, s) for k, v in means.items()}, "scores": scores}
                                     for s, scores in enumerate(_kept_scores(ros))]
-    if before[0] is not None:
+    if not isinstance(before, list):
         change = as_kept((_norms(policies, _trained, flat=True) - before).norm(dim=1))
         for s, row in enumerate(shared):
-            row["param_change"] = change[s]
+            row["param_change"] = Slice(change, s)
     if len({f.success.shape for f in firsts}) == 1 and len({f.scores.shape for f in firsts}) == 1:
         for row, diagnostics in zip(shared, group_diagnostics_seeds(firsts)):
             row["diagnostics"] = diagnostics
@@ -119,35 +121,48 @@ def _group_diagnostics(batch: Batch) -> dict[str, torch.Tensor | float]:
     return out
 
 
-def group_diagnostics_seeds(batches: list[Batch]) -> list[dict[str, torch.Tensor | float]]:
+def group_diagnostics_seeds(batches: list[Batch]) -> list[dict[str, Slice | float]]:
     """`_group_diagnostics` of S batches of one shape, each a slice of one stacked
     computation (a row's mean rounds as its own tensor's: rows reduce alike)."""
     success = as_kept(stack_seeds([b.success for b in batches]).any(-1).float().mean(-1))
-    out = {"success_prompt_frac": success.unbind(), "all_fail_frac": [math.nan] * len(batches),
-           "zero_var_frac": [math.nan] * len(batches)}
+    out = {"success_prompt_frac": success, "all_fail_frac": None, "zero_var_frac": None}
     if batches[0].group_size > 1:
-        out["all_fail_frac"] = (1.0 - success).unbind()
+        out["all_fail_frac"] = 1.0 - success
         spread = stack_seeds([b.scores for b in batches]).std(-1, correction=0)
-        out["zero_var_frac"] = as_kept((spread < schema.ZERO_VAR_STD).float().mean(-1)).unbind()
-    return [{k: v[s] for k, v in out.items()} for s in range(len(batches))]
+        out["zero_var_frac"] = as_kept((spread < schema.ZERO_VAR_STD).float().mean(-1))
+    return [{k: math.nan if v is None else Slice(v, s) for k, v in out.items()} for s in range(len(batches))]
 
 
-def as_kept(value: torch.Tensor | float) -> torch.Tensor | float:
+class Slice(NamedTuple):
+    """Seed s's value in `values`, an [S] tensor of kept values (`as_kept`): a row holds it
+    until `read_rows` reads every seed's at once (no per-seed indexing op)."""
+
+    values: torch.Tensor
+    s: int
+
+
+def as_kept(value: torch.Tensor | Slice | float) -> torch.Tensor | Slice | float:
     """A metric as a row keeps it until `read_rows`: a tensor detached, in float64 (the
     arithmetic done on it then rounds as it did on the Python float it used to be read
-    into at once), a number as a float."""
+    into at once), a Slice as it is (of a kept tensor), a number as a float."""
+    if isinstance(value, Slice):
+        return value
     return value.detach().double() if isinstance(value, torch.Tensor) else float(value)
 
 
 def read_rows(rows: list[dict[str, Any]]) -> list[dict[str, Any]]:
-    """An episode's rows (one per seed) with every tensor in them read as a Python float,
-    all in one transfer: on a GPU, one wait for the device per episode, not one per seed
-    and metric. The values are those float() gives, bit for bit."""
-    at = [(row, k) for row in rows for k, v in row.items() if isinstance(v, torch.Tensor)]
+    """An episode's rows (one per seed) with every tensor and Slice in them read as a Python
+    float, all in one transfer: on a GPU, one wait for the device per episode, not one per
+    seed and metric. The values are those float() gives, bit for bit."""
+    at = [(row, k) for row in rows for k, v in row.items() if isinstance(v, (torch.Tensor, Slice))]
     if at:
-        values = torch.stack([row[k].detach().reshape(()).double() for row, k in at]).tolist()
-        for (row, k), value in zip(at, values):
-            row[k] = value
+        whole = [row[k].values if isinstance(row[k], Slice) else row[k] for row, k in at]
+        sources = list({id(t): t for t in whole}.values())  # each [S] tensor once
+        start = dict(zip(map(id, sources), itertools.accumulate((t.numel() for t in sources), initial=0)))
+        values = torch.cat([t.detach().reshape(-1).double() for t in sources]).tolist()
+        for (row, k), t in zip(at, whole):
+            v = row[k]
+            row[k] = values[start[id(t)] + (v.s if isinstance(v, Slice) else 0)]
     return rows
 
 
@@ -156,14 +171,15 @@ class EpisodeRow:
     """One seed's metrics row as its episode goes by (train_episodes, for
     one seed or a seed batch alike): the loss, gradient norm and metrics of the first
     epoch (the gradient at the behaviour policy), then what the epochs, the rollout and
-    the update were. Values stay tensors until `read_rows`."""
+    the update were. Values stay tensors (or Slices) until `read_rows`."""
 
-    before: torch.Tensor
-    """the trained parameters before the episode's first step"""
+    before: torch.Tensor | None
+    """the trained parameters before the episode's first step, where the loop does not
+    hold them for all seeds at once (None)"""
     row: dict[str, Any] = field(default_factory=dict)
 
-    def first_epoch(self, task, policy, loss: torch.Tensor | float, metrics: dict[str, torch.Tensor | float],
-                    grad_norm: torch.Tensor | None = None) -> None:
+    def first_epoch(self, task, policy, loss: Slice | torch.Tensor | float, metrics: dict[str, Any],
+                    grad_norm: Slice | torch.Tensor | None = None) -> None:
         """The first epoch's loss and metrics (OVER_EPOCHS ones aside: the loop averages
         them), its gradient in policy's .grad (before its step); `grad_norm` that
         gradient's norm where the caller has it (a seed batch's, _norms)."""
@@ -282,8 +298,8 @@ def _kept_scores(ros: list) -> list[dict[str, Any]]:
     if not all(isinstance(getattr(ro, k), torch.Tensor) and getattr(ro, k).dim() == 0
                for ro in ros for k in keys):
         return [{k: as_kept(getattr(ro, k)) for k in keys} for ro in ros]
-    kept = {k: as_kept(stack_seeds([getattr(ro, k) for ro in ros])).unbind() for k in keys}
-    return [{k: v[s] for k, v in kept.items()} for s in range(len(ros))]
+    kept = {k: as_kept(stack_seeds([getattr(ro, k) for ro in ros])) for k in keys}
+    return [{k: Slice(v, s) for k, v in kept.items()} for s in range(len(ros))]
 
 
 def seed_losses(algo, batches: list[Batch], logps: list[torch.Tensor], kl_ref: float = 0.0):
