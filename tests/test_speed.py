@@ -158,15 +158,16 @@ def test_an_added_seed_costs_only_its_draws(algo):
 
 
 @pytest.mark.parametrize("csv", ["ops.csv", "vs_loop.csv", "profile.csv", "candidates.csv",
-                                 "sweep_validation.csv"])
+                                 "sweep_validation.csv", "vs_base.csv"])
 def test_the_performance_page_shows_the_committed_measurements(csv):
     """docs/performance.md carries each table as `python -m dev.speed --table` (or
     `python -m dev.sweep_speed --table`) prints it from the committed CSV."""
-    from dev.speed import candidates_table, ops_table, profile_table, vs_loop_table
+    from dev.speed import candidates_table, ops_table, profile_table, vs_base_table, vs_loop_table
     from dev.sweep_speed import table as sweep_table
     df = pd.read_csv(REPO / "reproduction" / "perf" / csv)
     table = {"ops.csv": ops_table, "vs_loop.csv": vs_loop_table, "profile.csv": profile_table,
-             "candidates.csv": candidates_table, "sweep_validation.csv": sweep_table}[csv](df)
+             "candidates.csv": candidates_table, "sweep_validation.csv": sweep_table,
+             "vs_base.csv": vs_base_table}[csv](df)
     assert table in (REPO / "docs" / "performance.md").read_text()
 
 
