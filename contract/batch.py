@@ -442,16 +442,31 @@ def stack_seeds(tensors: list[torch.Tensor]) -> torch.Tensor:
     return tensors[0].unsqueeze(0) if len(tensors) == 1 else torch.stack(tensors)
 
 
+def by_seed_axis(task, single: str, seeds: str) -> bool:
+    """Whether the runner calls the task's method `seeds` (S seeds at once) for `single`:
+    only where it has one that is not older than its `single`. A subclass or wrapper that
+    overrides `rollout` or `logprobs` alone is run seed by seed through its override, never
+    around it (SeedAxis's own `rollout`/`logprobs` are the seed methods at S = 1)."""
+    if getattr(task, seeds, None) is None:
+        return False
+    mro = type(task).__mro__
+    at = {name: next((i for i, c in enumerate(mro) if name in c.__dict__), len(mro))
+          for name in (single, seeds)}
+    return at[seeds] <= at[single] or (at[single] < len(mro) and mro[at[single]] is SeedAxis)
+
+
 def rollouts(task, policies: list, request: Request, streams: list[Streams]) -> list[Rollout]:
     """Each seed's rollout: the task's `rollout_seeds`, or where it has none (a task
-    written for one seed: the LLM task, a plug-in) its `rollout`, seed by seed."""
-    if task.rollout_seeds is None:
+    written for one seed: the LLM task, a plug-in) or overrides `rollout` below it, its
+    `rollout`, seed by seed."""
+    if not by_seed_axis(task, "rollout", "rollout_seeds"):
         return [task.rollout(p, request, st) for p, st in zip(policies, streams)]
     return task.rollout_seeds(policies, request, streams)
 
 
 def logprobs(task, policies: list, batches: list[Batch]) -> list[torch.Tensor]:
-    """Each seed's log-probs of its batch: `logprobs_seeds`, or `logprobs` seed by seed."""
-    if task.logprobs_seeds is None:
+    """Each seed's log-probs of its batch: `logprobs_seeds`, or `logprobs` seed by seed
+    (as `rollouts` decides)."""
+    if not by_seed_axis(task, "logprobs", "logprobs_seeds"):
         return [task.logprobs(p, b) for p, b in zip(policies, batches)]
     return task.logprobs_seeds(policies, batches)

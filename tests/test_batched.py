@@ -3,6 +3,7 @@ forward written over a seed axis). A single run reproduces a committed run's fir
 episodes; batch_seeds=true trains a job's seeds as one stacked computation, and each
 seed must be exactly its single run (on the CPU, one thread: bit for bit), write its own
 directory, resume and be skipped like one."""
+import dataclasses
 import importlib.util
 import math
 import os
@@ -631,3 +632,41 @@ def test_bench_has_one_epoch_loop():
              for node in ast.walk(ast.parse(p.read_text()))
              if isinstance(node, ast.For) and "epochs" in ast.unparse(node.iter)]
     assert loops == [loops[0]] and loops[0].startswith("engine.py:"), loops
+
+
+def test_a_subclass_overriding_rollout_or_logprobs_alone_is_run_through_its_override():
+    """A seed-axis task's subclass that changes `rollout` or `logprobs` (not the seed
+    methods) is run seed by seed through its override, never around it; batch_seeds, which
+    would stack around it, is refused for it."""
+    from tpo_bench.bench.build import _check_batch_seeds
+    from tpo_bench.bench.config import ConfigError
+    from tpo_bench.contract.batch import by_seed_axis
+
+    spec = build(compose(*TINY))
+    calls = []
+
+    class Halved(type(spec.task)):
+        def rollout(self, policy, request, streams):
+            calls.append("rollout")
+            return super().rollout(policy, request, streams)
+
+        def logprobs(self, policy, batch):
+            calls.append("logprobs")
+            return super().logprobs(policy, batch) * 0.5
+
+    assert by_seed_axis(spec.task, "rollout", "rollout_seeds")
+    task = Halved.__new__(Halved)
+    task.__dict__.update(spec.task.__dict__)
+    assert not by_seed_axis(task, "logprobs", "logprobs_seeds")
+    rows = []
+    for t in (spec.task, task):
+        s = Streams.from_seed(spec.run.seed)
+        policy = spec.task.make_policy(s.init)
+        opt = build_optimizer(spec.optim_name, list(policy.parameters()), **spec.optim_hparams)
+        rows.append(train_episode(t, spec.algo, spec.request, policy, opt, s))
+    assert {"rollout", "logprobs"} <= set(calls)
+    assert rows[0]["loss"] != rows[1]["loss"]  # the halved log-probs reached the loss
+    batched = dataclasses.replace(spec.run, batch_seeds=True, seeds_per_job=2)
+    _check_batch_seeds(batched, spec.task)
+    with pytest.raises(ConfigError, match="overrides rollout or"):
+        _check_batch_seeds(batched, task)

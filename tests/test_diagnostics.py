@@ -268,8 +268,7 @@ def test_dg_surprisal_reaches_the_algorithm_from_the_config():
 # ------------------------------------------------------------------ a real tiny episode
 
 class Recording:
-    """A task that keeps the batches it hands out (the engine asks a task with a seed-axis
-    forward for its rollout_seeds)."""
+    """A task that keeps the batches it hands out."""
 
     def __init__(self, task):
         self._task, self.batches = task, []
@@ -277,10 +276,10 @@ class Recording:
     def __getattr__(self, name):
         return getattr(self._task, name)
 
-    def rollout_seeds(self, *args, **kwargs):
-        ros = self._task.rollout_seeds(*args, **kwargs)
-        self.batches += [ro.batch for ro in ros]
-        return ros
+    def rollout(self, *args, **kwargs):
+        ro = self._task.rollout(*args, **kwargs)
+        self.batches.append(ro.batch)
+        return ro
 
 
 def test_recorded_diagnostics_on_a_tiny_tpo_run():
