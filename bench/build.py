@@ -227,7 +227,7 @@ def build(cfg: dict[str, Any], explicit: frozenset[str] = frozenset(), here: boo
     _check_device(rc.device, here)
     _check_path_length(rc.output_root)
     _check_writable(rc.output_root)
-    _check_batch_seeds(rc, task)
+    check_batch_seeds(rc, task)
     logger = logger_config(cfg.get("logger"))
     fingerprint, files = code_fingerprint(type(task), type(algo))
     narrow, _ = code_fingerprint(type(task), type(algo), harness=False)
@@ -280,7 +280,7 @@ def _locate(root: str, task: str, algo: str, config: dict[str, Any], seed: int) 
     return schema.run_dir(root, task, algo, h, seed)
 
 
-def _check_batch_seeds(rc: RunConfig, task) -> None:
+def check_batch_seeds(rc: RunConfig, task) -> None:
     """batch_seeds=true (bench.engine) needs a task that runs S policies as one computation."""
     if rc.batch_seeds and rc.seeds_per_job != 1 and not (
             by_seed_axis(task, "rollout", "rollout_seeds")

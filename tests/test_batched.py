@@ -638,7 +638,7 @@ def test_a_subclass_overriding_rollout_or_logprobs_alone_is_run_through_its_over
     """A seed-axis task's subclass that changes `rollout` or `logprobs` (not the seed
     methods) is run seed by seed through its override, never around it; batch_seeds, which
     would stack around it, is refused for it."""
-    from tpo_bench.bench.build import _check_batch_seeds
+    from tpo_bench.bench.build import check_batch_seeds
     from tpo_bench.bench.config import ConfigError
     from tpo_bench.contract.batch import by_seed_axis
 
@@ -667,6 +667,6 @@ def test_a_subclass_overriding_rollout_or_logprobs_alone_is_run_through_its_over
     assert {"rollout", "logprobs"} <= set(calls)
     assert rows[0]["loss"] != rows[1]["loss"]  # the halved log-probs reached the loss
     batched = dataclasses.replace(spec.run, batch_seeds=True, seeds_per_job=2)
-    _check_batch_seeds(batched, spec.task)
+    check_batch_seeds(batched, spec.task)
     with pytest.raises(ConfigError, match="overrides rollout or"):
-        _check_batch_seeds(batched, task)
+        check_batch_seeds(batched, task)
