@@ -22,7 +22,7 @@ from ..contract.identity import config_hash, legacy_hash
 from .optim import check_optimizer
 from .tracking import logger_config
 from ..contract import schema
-from ..contract.batch import GROUP_NEEDS, NEEDS, Request
+from ..contract.batch import GROUP_NEEDS, NEEDS, Request, by_seed_axis
 from ..contract.registry import UnknownName, load_plugins
 from ..tasks import TASKS
 
@@ -227,7 +227,7 @@ def build(cfg: dict[str, Any], explicit: frozenset[str] = frozenset(), here: boo
     _check_device(rc.device, here)
     _check_path_length(rc.output_root)
     _check_writable(rc.output_root)
-    _check_batch_seeds(rc, task)
+    check_batch_seeds(rc, task)
     logger = logger_config(cfg.get("logger"))
     fingerprint, files = code_fingerprint(type(task), type(algo))
     narrow, _ = code_fingerprint(type(task), type(algo), harness=False)
@@ -280,13 +280,15 @@ def _locate(root: str, task: str, algo: str, config: dict[str, Any], seed: int) 
     return schema.run_dir(root, task, algo, h, seed)
 
 
-def _check_batch_seeds(rc: RunConfig, task) -> None:
+def check_batch_seeds(rc: RunConfig, task) -> None:
     """batch_seeds=true (bench.engine) needs a task that runs S policies as one computation."""
     if rc.batch_seeds and rc.seeds_per_job != 1 and not (
-            task.rollout_seeds is not None and task.logprobs_seeds is not None):
+            by_seed_axis(task, "rollout", "rollout_seeds")
+            and by_seed_axis(task, "logprobs", "logprobs_seeds")):
         raise ConfigError(f"batch_seeds=true trains a job's seeds_per_job seeds as one stacked "
                           f"computation, which task {task.name!r} cannot do: it has no "
-                          f"rollout_seeds/logprobs_seeds (seq, mnist and tabular_* have them; "
+                          f"rollout_seeds/logprobs_seeds of its own, or overrides rollout or "
+                          f"logprobs without them (seq, mnist and tabular_* have them; "
                           f"the LLM task's model, micro-batches and reference KL are not stacked). "
                           f"Set batch_seeds=false to train its seeds one after the other")
 

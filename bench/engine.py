@@ -1,25 +1,26 @@
-"""The engine: the one epoch loop, `train_episodes`, for a single run (S = 1;
-`train_episode`) and a seed-batched job (`batch_seeds=true`) alike, and the bookkeeping of
-its rows; bench.runner holds the job loop and each seed's duties. Per seed, whatever S:
-random streams, policy, optimizer state, metrics row (EpisodeRow). With S > 1 the model
-arithmetic (`rollout_seeds`/`logprobs_seeds`), the loss (vmapped, `seed_losses`) and one
-optimizer update (bench.optim.step_seeds) run stacked; `compile=true` captures each
-epoch's forward and loss (`captured`). On the CPU at one thread each seed of a batch
-equals its single run bit for bit (tests/test_batched.py); a GPU differs in the last bits.
+"""The engine: the one epoch loop, `train_episodes`, and the bookkeeping of its rows;
+bench.runner holds the job loop and each seed's duties. A single run is a seed batch of
+one (S = 1; `train_episode`): there is one path. Per seed, whatever S: random streams,
+policy, optimizer state, metrics row (EpisodeRow). The model arithmetic (the task's
+`rollout_seeds`/`logprobs_seeds`), the loss (`seed_losses`) and one optimizer update
+(bench.optim.step_seeds) run over a seed axis; `compile=true` captures each epoch's
+forward and loss (`captured`). On the CPU at one thread each seed of a batch equals its
+single run bit for bit (tests/test_batched.py); a GPU differs in the last bits.
 
     train_episodes  one episode of S seeds: rows, one per seed
     train_episode   one seed's episode (train_episodes at S = 1; tools and tests)
     EpisodeRow      a seed's row as its epochs go by; read_rows reads its tensors
-    backward        one seed's full-batch gradient (micro-batches, the task's KL penalty)
+    backward        S seeds' full-batch gradients (micro-batches, the task's KL penalty)
     seed_losses     the loss of S seeds as one vmapped computation; captured: compiled
 """
 from __future__ import annotations
 
 import dataclasses
+import itertools
 import math
 import time
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, NamedTuple
 
 import torch
 
@@ -27,7 +28,7 @@ from ..algorithms import OVER_EPOCHS
 from . import dynamic
 from .optim import step_seeds
 from ..contract import schema
-from ..contract.batch import Batch, Request, Rollout, reference_kl
+from ..contract.batch import Batch, Request, Rollout, logprobs, reference_kl, rollouts, stack_seeds
 from ..contract.rng import Streams
 
 
@@ -41,18 +42,15 @@ def train_episodes(task, algo, request: Request, policies: list, opts: list, str
     any update on this batch), the OVER_EPOCHS metrics the mean over epochs; `group_size`
     is the K the batch really had.
 
-    S = 1 (a single run; `train_episode`) runs the task's and the algorithm's own
-    functions: task.rollout, micro-batched log-probs and loss with the task's KL penalty
-    (`backward`), the optimizer's step. S > 1 runs them stacked over a seed axis:
-    rollout_seeds, logprobs_seeds, the vmapped loss (`seed_losses`), one update
-    (step_seeds), the norms and means as slices of [S] tensors. `compile`: with S > 1,
-    each epoch's forward and loss run captured (`captured`), where the batch has its full,
-    fixed shape. `clock`, if given, accumulates seconds per phase (the speed benchmark)."""
-    stacked = len(policies) > 1
+    Whatever S (a single run is S = 1; `train_episode`), one computation over a seed axis:
+    the task's rollout_seeds (contract.batch.rollouts), each epoch's log-probs and loss
+    with the task's KL penalty over micro-batches (`backward`), one update (step_seeds),
+    the norms and means as slices of [S] tensors. `compile`: each epoch's forward and loss
+    run captured (`captured`), where the batch has its full, fixed shape. `clock`, if
+    given, accumulates seconds per phase (the speed benchmark)."""
     device = next(policies[0].parameters()).device
     t0 = _phase_mark(clock, device)
-    ros = task.rollout_seeds(policies, request, streams) if stacked else \
-        [task.rollout(policies[0], request, streams[0])]
+    ros = rollouts(task, policies, request, streams)
     firsts = [ro.batch for ro in ros]  # what the error and the group diagnostics describe
     extras: list[dict[str, float]] = [{} for _ in policies]
     if algo.dynamic_sampling:  # shape-changing top-ups: per seed
@@ -61,50 +59,41 @@ def train_episodes(task, algo, request: Request, policies: list, opts: list, str
                 ros[s], lambda policy=policy, st=st: task.rollout(policy, request, st.extra()),
                 algo.dynamic_sampling)
     t1 = _phase_mark(clock, device)
-    before = _norms(policies, _trained, flat=True) if stacked else [None]  # [S, P], or per seed
-    books = [EpisodeRow(before[s] if before[s] is not None else flat_params(p), dict(extra))
-             for s, (p, extra) in enumerate(zip(policies, extras))]
+    before = _norms(policies, _trained, flat=True)  # [S, P], or [None] * S: then per seed
+    books = [EpisodeRow(flat_params(p) if isinstance(before, list) else None, dict(extra))
+             for p, extra in zip(policies, extras)]
     batches = [ro.batch for ro in ros]
-    forward = captured(task, algo, policies) if compile and stacked and not algo.dynamic_sampling else None
     kl_ref = task.kl_ref if batches[0].logp_ref is not None else 0.0
-    over: dict[str, Any] = {}  # OVER_EPOCHS metrics summed over the epochs ([S] when stacked)
+    forward = captured(task, algo, policies, kl_ref) if compile and not algo.dynamic_sampling else None
+    over: dict[str, Any] = {}  # OVER_EPOCHS metrics ([S]) summed over the epochs
     for epoch in range(algo.epochs):
         for policy in policies:  # the optimizers' parameters: opt.zero_grad's, unprofiled
             policy.zero_grad(set_to_none=True)
-        if stacked:
-            losses, metrics = forward(batches) if forward is not None else \
-                seed_losses(algo, batches, task.logprobs_seeds(policies, batches))
-            # d(sum)/d(loss_s) = 1 exactly, and no loss reaches another seed's parameters.
-            losses.sum().backward()
-        else:
-            loss, metrics = backward(task, algo, batches[0], policies[0], kl_ref)
+        losses, metrics = backward(task, algo, policies, batches, kl_ref, forward)
         for k in OVER_EPOCHS:
             if k in metrics:
-                over[k] = over.get(k, 0.0) + as_kept(metrics[k])
+                over[k] = over.get(k, 0.0) + metrics[k]
         if epoch == 0:  # the row's loss, metrics and gradient norm: at the behaviour policy
-            if stacked:
-                kept, norms = as_kept(losses).unbind(), _norms(policies, lambda p: p.grad)
-                norms = as_kept(norms) if isinstance(norms, torch.Tensor) else norms
-                per_seed = [{k: v[s] for k, v in metrics.items() if k not in OVER_EPOCHS}
-                            for s in range(len(policies))]
-            else:
-                kept, norms, per_seed = [loss], [None], [metrics]
-            for book, policy, loss_s, metrics_s, norm in zip(books, policies, kept, per_seed, norms):
-                book.first_epoch(task, policy, loss_s, metrics_s, norm)
-        step_seeds(opts)  # S > 1: one update for all seeds (bench.optim)
+            norms = _norms(policies, lambda p: p.grad)
+            norms = as_kept(norms) if isinstance(norms, torch.Tensor) else None
+            for s, (book, policy) in enumerate(zip(books, policies)):
+                book.first_epoch(task, policy, Slice(losses, s), {k: Slice(v, s) for k, v in metrics.items()
+                                                                  if k not in OVER_EPOCHS},
+                                 None if norms is None else Slice(norms, s))
+        step_seeds(opts)  # one update for all seeds (bench.optim)
     t2 = _phase_mark(clock, device)
     means = {k: total / algo.epochs for k, total in over.items()}
-    shared: list[dict[str, Any]] = [{"over_epochs": {k: v[s] for k, v in means.items()}} for s in
-                                    range(len(policies))] if stacked else [{"over_epochs": means}]
-    if stacked and before[0] is not None:
+    shared: list[dict[str, Any]] = [{"over_epochs": {k: Slice(v, s) for k, v in means.items()}, "scores": scores}
+                                    for s, scores in enumerate(_kept_scores(ros))]
+    if not isinstance(before, list):
         change = as_kept((_norms(policies, _trained, flat=True) - before).norm(dim=1))
         for s, row in enumerate(shared):
-            row["param_change"] = change[s]
-    if stacked and len({f.success.shape for f in firsts}) == 1 and len({f.scores.shape for f in firsts}) == 1:
+            row["param_change"] = Slice(change, s)
+    if len({f.success.shape for f in firsts}) == 1 and len({f.scores.shape for f in firsts}) == 1:
         for row, diagnostics in zip(shared, group_diagnostics_seeds(firsts)):
             row["diagnostics"] = diagnostics
     rows = read_rows([book.finish(ro, first, policy, row) for book, ro, first, policy, row
-                      in zip(books, _kept_rollouts(ros) if stacked else ros, firsts, policies, shared)])
+                      in zip(books, ros, firsts, policies, shared)])
     if clock is not None:
         t3 = time.perf_counter()
         for phase, dt in (("generation", t1 - t0), ("training", t2 - t1), ("bookkeeping", t3 - t2)):
@@ -132,35 +121,48 @@ def _group_diagnostics(batch: Batch) -> dict[str, torch.Tensor | float]:
     return out
 
 
-def group_diagnostics_seeds(batches: list[Batch]) -> list[dict[str, torch.Tensor | float]]:
+def group_diagnostics_seeds(batches: list[Batch]) -> list[dict[str, Slice | float]]:
     """`_group_diagnostics` of S batches of one shape, each a slice of one stacked
     computation (a row's mean rounds as its own tensor's: rows reduce alike)."""
-    success = as_kept(torch.stack([b.success for b in batches]).any(-1).float().mean(-1))
-    out = {"success_prompt_frac": success.unbind(), "all_fail_frac": [math.nan] * len(batches),
-           "zero_var_frac": [math.nan] * len(batches)}
+    success = as_kept(stack_seeds([b.success for b in batches]).any(-1).float().mean(-1))
+    out = {"success_prompt_frac": success, "all_fail_frac": None, "zero_var_frac": None}
     if batches[0].group_size > 1:
-        out["all_fail_frac"] = (1.0 - success).unbind()
-        spread = torch.stack([b.scores for b in batches]).std(-1, correction=0)
-        out["zero_var_frac"] = as_kept((spread < schema.ZERO_VAR_STD).float().mean(-1)).unbind()
-    return [{k: v[s] for k, v in out.items()} for s in range(len(batches))]
+        out["all_fail_frac"] = 1.0 - success
+        spread = stack_seeds([b.scores for b in batches]).std(-1, correction=0)
+        out["zero_var_frac"] = as_kept((spread < schema.ZERO_VAR_STD).float().mean(-1))
+    return [{k: math.nan if v is None else Slice(v, s) for k, v in out.items()} for s in range(len(batches))]
 
 
-def as_kept(value: torch.Tensor | float) -> torch.Tensor | float:
+class Slice(NamedTuple):
+    """Seed s's value in `values`, an [S] tensor of kept values (`as_kept`): a row holds it
+    until `read_rows` reads every seed's at once (no per-seed indexing op)."""
+
+    values: torch.Tensor
+    s: int
+
+
+def as_kept(value: torch.Tensor | Slice | float) -> torch.Tensor | Slice | float:
     """A metric as a row keeps it until `read_rows`: a tensor detached, in float64 (the
     arithmetic done on it then rounds as it did on the Python float it used to be read
-    into at once), a number as a float."""
+    into at once), a Slice as it is (of a kept tensor), a number as a float."""
+    if isinstance(value, Slice):
+        return value
     return value.detach().double() if isinstance(value, torch.Tensor) else float(value)
 
 
 def read_rows(rows: list[dict[str, Any]]) -> list[dict[str, Any]]:
-    """An episode's rows (one per seed) with every tensor in them read as a Python float,
-    all in one transfer: on a GPU, one wait for the device per episode, not one per seed
-    and metric. The values are those float() gives, bit for bit."""
-    at = [(row, k) for row in rows for k, v in row.items() if isinstance(v, torch.Tensor)]
+    """An episode's rows (one per seed) with every tensor and Slice in them read as a Python
+    float, all in one transfer: on a GPU, one wait for the device per episode, not one per
+    seed and metric. The values are those float() gives, bit for bit."""
+    at = [(row, k) for row in rows for k, v in row.items() if isinstance(v, (torch.Tensor, Slice))]
     if at:
-        values = torch.stack([row[k].detach().reshape(()).double() for row, k in at]).tolist()
-        for (row, k), value in zip(at, values):
-            row[k] = value
+        whole = [row[k].values if isinstance(row[k], Slice) else row[k] for row, k in at]
+        sources = list({id(t): t for t in whole}.values())  # each [S] tensor once
+        start = dict(zip(map(id, sources), itertools.accumulate((t.numel() for t in sources), initial=0)))
+        values = torch.cat([t.detach().reshape(-1).double() for t in sources]).tolist()
+        for (row, k), t in zip(at, whole):
+            v = row[k]
+            row[k] = values[start[id(t)] + (v.s if isinstance(v, Slice) else 0)]
     return rows
 
 
@@ -169,14 +171,15 @@ class EpisodeRow:
     """One seed's metrics row as its episode goes by (train_episodes, for
     one seed or a seed batch alike): the loss, gradient norm and metrics of the first
     epoch (the gradient at the behaviour policy), then what the epochs, the rollout and
-    the update were. Values stay tensors until `read_rows`."""
+    the update were. Values stay tensors (or Slices) until `read_rows`."""
 
-    before: torch.Tensor
-    """the trained parameters before the episode's first step"""
+    before: torch.Tensor | None
+    """the trained parameters before the episode's first step, where the loop does not
+    hold them for all seeds at once (None)"""
     row: dict[str, Any] = field(default_factory=dict)
 
-    def first_epoch(self, task, policy, loss: torch.Tensor | float, metrics: dict[str, torch.Tensor | float],
-                    grad_norm: torch.Tensor | None = None) -> None:
+    def first_epoch(self, task, policy, loss: Slice | torch.Tensor | float, metrics: dict[str, Any],
+                    grad_norm: Slice | torch.Tensor | None = None) -> None:
         """The first epoch's loss and metrics (OVER_EPOCHS ones aside: the loop averages
         them), its gradient in policy's .grad (before its step); `grad_norm` that
         gradient's norm where the caller has it (a seed batch's, _norms)."""
@@ -191,13 +194,14 @@ class EpisodeRow:
     def finish(self, ro: Rollout, first: Batch, policy, shared: dict[str, Any]) -> dict[str, Any]:
         """The row, once the episode's steps are taken: `ro` what was trained on, `first`
         the episode's own batch (what the group diagnostics describe). `shared`: what the
-        loop computed, "over_epochs" (the OVER_EPOCHS means), and where it computed them
-        for a seed batch at once, this seed's "param_change" and "diagnostics"."""
+        loop computed, "over_epochs" (the OVER_EPOCHS means), "scores" (the rollout's error
+        and mean reward, kept), and where it computed them for all seeds at once, this
+        seed's "param_change" and "diagnostics"."""
         row = self.row
         row.update(shared["over_epochs"])
         row["param_change"] = shared["param_change"] if "param_change" in shared else \
             (flat_params(policy) - self.before).norm()
-        row.update(error=as_kept(ro.error), reward_mean=as_kept(ro.reward_mean), rollouts=ro.rollouts,
+        row.update(**shared["scores"], rollouts=ro.rollouts,
                    group_size=ro.batch.group_size, **ro.metrics)
         if ro.tokens is not None:
             row["tokens"] = ro.tokens
@@ -218,23 +222,39 @@ def micro_batches(batch: Batch, micro_groups: int) -> list[tuple[Batch, float]]:
              (min(s + micro_groups, N) - s) / N) for s in starts]
 
 
-def backward(task, algo, batch: Batch, policy, kl_ref: float) -> tuple[Any, dict[str, Any]]:
-    """One full-batch gradient (accumulated over micro-batches): the loss and the
-    algorithm's metrics, each the groups-weighted mean over the parts (kept: `as_kept`)."""
+def epoch_forward(task, algo, policies: list, kl_ref: float):
+    """An epoch's forward and loss as a function of the S seeds' batches: their log-probs
+    (contract.batch.logprobs, checked) and `seed_losses` with the task's KL penalty."""
+    def forward(batches: list[Batch]):
+        logps = logprobs(task, policies, batches)
+        for batch, logp in zip(batches, logps):
+            batch.check_logp(logp)
+        return seed_losses(algo, batches, logps, kl_ref)
+    return forward
+
+
+def backward(task, algo, policies: list, batches: list[Batch], kl_ref: float,
+             forward=None) -> tuple[torch.Tensor, dict[str, torch.Tensor]]:
+    """Each seed's full-batch gradient, accumulated over micro-batches of whole groups
+    (`forward` on each part: `captured`, default `epoch_forward`): the losses [S] and each
+    metric [S], the groups-weighted means over the parts (kept: `as_kept`). Seeds cut
+    otherwise than each other (dynamic sampling's batches of other sizes) go one by one."""
     # task.micro_batch counts completions; the task has checked it holds whole groups.
-    parts = micro_batches(batch, task.micro_batch // batch.group_size)
+    parts = [micro_batches(b, task.micro_batch // b.group_size) for b in batches]
+    if len({tuple(share for _, share in p) for p in parts}) > 1:
+        outs = [backward(task, algo, [p], [b], kl_ref) for p, b in zip(policies, batches)]
+        return torch.cat([o[0] for o in outs]), {k: torch.cat([o[1][k] for o in outs]) for k in outs[0][1]}
+    forward = forward or epoch_forward(task, algo, policies, kl_ref)
     loss_value, metrics = 0.0, {}
-    for part, share in parts:
-        logp = task.logprobs(policy, part)
-        part.check_logp(logp)
-        out = algo.loss(part, logp)
-        loss = out.loss
-        if kl_ref:  # the task's KL penalty to its reference, whatever the algorithm (science §Language models)
-            loss = loss + kl_ref * reference_kl(part, logp)
-        (loss if len(parts) == 1 else loss * share).backward()
-        loss_value = loss_value + as_kept(loss) * share
-        for k, v in out.metrics.items():
-            metrics[k] = metrics.get(k, 0.0) + as_kept(v) * share
+    for cut in zip(*parts):
+        share = cut[0][1]
+        losses, out = forward([part for part, _ in cut])
+        # d(sum)/d(loss_s) = 1 exactly, and no loss reaches another seed's parameters.
+        (losses if len(parts[0]) == 1 else losses * share).sum().backward()
+        # The sums start at 0.0 even for one part: 0.0 + -0.0 is 0.0, as the rows have it.
+        loss_value = loss_value + as_kept(losses) * share
+        for k, v in out.items():
+            metrics[k] = metrics.get(k, 0.0) + v * share
     return loss_value, metrics
 
 
@@ -271,51 +291,60 @@ def _norms(policies: list, of, flat: bool = False):
     return rows if flat else rows.norm(dim=1)
 
 
-def _kept_rollouts(ros: list) -> list:
-    """The rollouts with their error and mean reward kept (`as_kept`) in one conversion
-    for all seeds, where each is a 0-d tensor."""
+def _kept_scores(ros: list) -> list[dict[str, Any]]:
+    """Each rollout's error and mean reward, kept (`as_kept`): in one conversion for all
+    seeds where each is a 0-d tensor."""
     keys = ("error", "reward_mean")
     if not all(isinstance(getattr(ro, k), torch.Tensor) and getattr(ro, k).dim() == 0
                for ro in ros for k in keys):
-        return ros
-    kept = {k: as_kept(torch.stack([getattr(ro, k) for ro in ros])).unbind() for k in keys}
-    return [dataclasses.replace(ro, **{k: v[s] for k, v in kept.items()}) for s, ro in enumerate(ros)]
+        return [{k: as_kept(getattr(ro, k)) for k in keys} for ro in ros]
+    kept = {k: as_kept(stack_seeds([getattr(ro, k) for ro in ros])) for k in keys}
+    return [{k: Slice(v, s) for k, v in kept.items()} for s in range(len(ros))]
 
 
-def seed_losses(algo, batches: list[Batch], logps: list[torch.Tensor]):
-    """Each seed's `algo.loss` as one computation over a leading seed axis: the losses
-    [S] and each metric [S] (kept: detached, float64). torch.func.vmap over the
-    algorithm's own loss, so each algorithm stays one function of one batch, readable
-    next to its equation, and needs no seed-axis variant; its batching rules run every
-    op once for all seeds. Seeds whose batches differ in shape (dynamic sampling keeps
-    what it finds) are evaluated one by one, as is an algorithm vmap cannot trace."""
-    first = batches[0]
-    fields = {k: v for k, v in _tensor_fields(first).items() if v is not None}
-    same = all({k: v.shape for k, v in _tensor_fields(b).items() if v is not None} ==
-               {k: v.shape for k, v in fields.items()} for b in batches) and \
-        len({lp.shape for lp in logps}) == 1
-    if same and type(algo) not in NOT_VMAPPABLE:
-        stacked = {k: torch.stack([getattr(b, k) for b in batches]) for k in fields}
+def seed_losses(algo, batches: list[Batch], logps: list[torch.Tensor], kl_ref: float = 0.0):
+    """Each seed's `algo.loss`, plus kl_ref times its KL penalty to the reference
+    (science §Language models) where kl_ref is set, as one computation over a leading
+    seed axis: the losses [S] and each metric [S] (kept: detached, float64).
+    torch.func.vmap over the algorithm's own loss, so each algorithm stays one function
+    of one batch, readable next to its equation, and needs no seed-axis variant; its
+    batching rules run every op once for all seeds. One seed (a single run: vmap's
+    dispatch would cost more than the loss), seeds whose batches differ in shape (dynamic
+    sampling keeps what it finds), an algorithm vmap cannot trace and a batch it cannot
+    (a mask's check) are evaluated one by one."""
+    def loss(batch, logp):
+        out = algo.loss(batch, logp)
+        return out.loss + kl_ref * reference_kl(batch, logp) if kl_ref else out.loss, out.metrics
+
+    if len(batches) > 1 and type(algo) not in NOT_VMAPPABLE and _one_shape(batches, logps):
+        first = batches[0]
+        stacked = {k: torch.stack([getattr(b, k) for b in batches])
+                   for k, v in _tensor_fields(first).items() if v is not None}
         names: list[str] = []
 
         def one(tensors, logp):
-            out = algo.loss(dataclasses.replace(first, **tensors, obs=None), logp)
-            names[:] = list(out.metrics)
-            return out.loss, [torch.as_tensor(v, dtype=logp.dtype, device=logp.device)
-                              for v in out.metrics.values()]
+            value, metrics = loss(dataclasses.replace(first, **tensors, obs=None), logp)
+            names[:] = list(metrics)
+            return value, [torch.as_tensor(v, dtype=logp.dtype, device=logp.device)
+                           for v in metrics.values()]
         try:
-            loss, values = torch.func.vmap(one)(stacked, torch.stack(logps))
+            value, values = torch.func.vmap(one)(stacked, torch.stack(logps))
         except RuntimeError as e:  # a data-dependent op in the loss: it stays per seed
             if "vmap" not in str(e):
                 raise
             NOT_VMAPPABLE.add(type(algo))
         else:
-            return loss, {k: as_kept(v) for k, v in zip(names, values)}
-    outs = [algo.loss(b, lp) for b, lp in zip(batches, logps)]
-    keys = list(outs[0].metrics)
-    return torch.stack([o.loss for o in outs]), {
-        k: torch.stack([torch.as_tensor(as_kept(o.metrics[k]), dtype=torch.float64) for o in outs])
-        for k in keys}
+            return value, {k: as_kept(v) for k, v in zip(names, values)}
+    outs = [loss(b, lp) for b, lp in zip(batches, logps)]
+    return stack_seeds([value for value, _ in outs]), {
+        k: stack_seeds([torch.as_tensor(as_kept(m[k]), dtype=torch.float64) for _, m in outs])
+        for k in outs[0][1]}
+
+
+def _one_shape(batches: list[Batch], logps: list[torch.Tensor]) -> bool:
+    """Whether the seeds' batches (each tensor) and log-probs have one shape."""
+    shapes = [{k: v.shape for k, v in _tensor_fields(b).items() if v is not None} for b in batches]
+    return len({lp.shape for lp in logps}) == 1 and all(shape == shapes[0] for shape in shapes)
 
 
 NOT_VMAPPABLE: set[type] = set()
@@ -326,21 +355,19 @@ COMPILE_BACKEND = "inductor"
 CAPTURED: dict = {}
 
 
-def captured(task, algo, policies: list):
-    """The epoch's log-prob forward and loss (logprobs_seeds + seed_losses) as one
+def captured(task, algo, policies: list, kl_ref: float = 0.0):
+    """`epoch_forward` (the epoch's log-probs and loss, with the task's KL penalty) as one
     torch.compile'd function of the batches, mode "reduce-overhead" on CUDA (a CUDA graph
     replayed each epoch); its backward is compiled with it (AOTAutograd). Shapes are
     fixed per config (dynamic=False): a batch that dynamic sampling topped up runs eager
     (train_episodes asks for this only without top-ups). Backward's accumulation and the
-    optimizer step stay eager. Cached per (task, algo, seed set)."""
-    key = (id(task), id(algo), tuple(id(p) for p in policies))
+    optimizer step stay eager. Cached per (task, algo, seed set, KL coefficient)."""
+    key = (id(task), id(algo), tuple(id(p) for p in policies), kl_ref)
     if key not in CAPTURED:
         cuda = next(policies[0].parameters()).device.type == "cuda"
-
-        def forward(batches):
-            return seed_losses(algo, batches, task.logprobs_seeds(policies, batches))
         CAPTURED.clear()  # one seed set at a time: a seed leaving the batch recaptures
-        CAPTURED[key] = torch.compile(forward, backend=COMPILE_BACKEND, dynamic=False,
+        CAPTURED[key] = torch.compile(epoch_forward(task, algo, policies, kl_ref), backend=COMPILE_BACKEND,
+                                       dynamic=False,
                                        mode="reduce-overhead" if cuda and COMPILE_BACKEND == "inductor" else None)
     return CAPTURED[key]
 

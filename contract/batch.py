@@ -406,7 +406,8 @@ class TaskOptions:
     with its evaluation (0: every episode's row, its error from the rollouts)"""
     rollout_seeds: ClassVar[Any] = None
     """a method, `rollout` for S seeds' policies at once: (policies, request, streams) ->
-    [Rollout] (batch_seeds=true; None: batching is refused)"""
+    [Rollout]; a task whose forward is written over a seed axis (`SeedAxis`) has it.
+    None: the runner calls `rollout` seed by seed, and batch_seeds=true is refused"""
     logprobs_seeds: ClassVar[Any] = None
     """a method, `logprobs` for S seeds' policies at once: (policies, batches) -> [logp]
     (with rollout_seeds)"""
@@ -419,3 +420,53 @@ class TaskOptions:
         """Metrics read after the first epoch's backward (e.g. misalignment to an oracle
         direction); none by default."""
         return {}
+
+
+class SeedAxis:
+    """A task whose forward is written once, over a leading seed axis: its `rollout_seeds`
+    and `logprobs_seeds` are the implementation, and the Task protocol's `rollout` and
+    `logprobs` are them at S = 1 (a single run is a seed batch of one)."""
+
+    def rollout(self, policy: torch.nn.Module, request: Request, streams: Streams) -> Rollout:
+        [ro] = self.rollout_seeds([policy], request, [streams])
+        return ro
+
+    def logprobs(self, policy: torch.nn.Module, batch: Batch) -> torch.Tensor:
+        [logp] = self.logprobs_seeds([policy], [batch])
+        return logp
+
+
+def stack_seeds(tensors: list[torch.Tensor]) -> torch.Tensor:
+    """S seeds' tensors stacked on a leading seed axis (differentiable); for one seed a
+    view of its tensor: the same values, no copy, and a single run pays nothing for it."""
+    return tensors[0].unsqueeze(0) if len(tensors) == 1 else torch.stack(tensors)
+
+
+def by_seed_axis(task, single: str, seeds: str) -> bool:
+    """Whether the runner calls the task's method `seeds` (S seeds at once) for `single`:
+    only where it has one that is not older than its `single`. A subclass or wrapper that
+    overrides `rollout` or `logprobs` alone is run seed by seed through its override, never
+    around it (SeedAxis's own `rollout`/`logprobs` are the seed methods at S = 1)."""
+    if getattr(task, seeds, None) is None:
+        return False
+    mro = type(task).__mro__
+    at = {name: next((i for i, c in enumerate(mro) if name in c.__dict__), len(mro))
+          for name in (single, seeds)}
+    return at[seeds] <= at[single] or (at[single] < len(mro) and mro[at[single]] is SeedAxis)
+
+
+def rollouts(task, policies: list, request: Request, streams: list[Streams]) -> list[Rollout]:
+    """Each seed's rollout: the task's `rollout_seeds`, or where it has none (a task
+    written for one seed: the LLM task, a plug-in) or overrides `rollout` below it, its
+    `rollout`, seed by seed."""
+    if not by_seed_axis(task, "rollout", "rollout_seeds"):
+        return [task.rollout(p, request, st) for p, st in zip(policies, streams)]
+    return task.rollout_seeds(policies, request, streams)
+
+
+def logprobs(task, policies: list, batches: list[Batch]) -> list[torch.Tensor]:
+    """Each seed's log-probs of its batch: `logprobs_seeds`, or `logprobs` seed by seed
+    (as `rollouts` decides)."""
+    if not by_seed_axis(task, "logprobs", "logprobs_seeds"):
+        return [task.logprobs(p, b) for p, b in zip(policies, batches)]
+    return task.logprobs_seeds(policies, batches)

@@ -3,19 +3,21 @@
 Times each algorithm on its representative task after warm-up: episodes/s, ms per phase
 and achieved GFLOP/s against the measured fp32 matmul rate, beside a plain eager TPO
 episode as the yardstick. `--cli` adds the marginal seconds of `python -m bench`;
-`--sweep` compares the basic and the joblib launcher.
+`--sweep` compares the basic and the joblib launcher. `--base CHECKOUT` times a single
+seed's episode under this code against another checkout's, in paired rounds.
 
 `--seeds 1 8 20 30 [--device cuda]`: seed-episodes per second of a `batch_seeds=true`
 job for reverse_h10 TPO and GRPO and the mechanism study's shared config, peak memory,
 and the study's cost on this device (see `estimate`). `--ops --seeds 1 8 32` counts the
-ops each batched episode dispatches (OpCount) instead of timing. `--vs-loop --seeds 8`
-times the batched path against the per-seed loop, in paired rounds. `--profile` splits one
-thread's episode by phase and by kind of op (`profile`; `--config` for other configs);
-`--candidates` times what a lower floor would take against the eager training step.
+ops each batched episode dispatches; `--vs-loop --seeds 8` times the batched path against
+the per-seed loop, paired. `--profile` splits one thread's episode by phase and kind of
+op (`--config` for other configs); `--candidates` times what a lower floor would take.
 """
 from __future__ import annotations
 
 import argparse
+import contextlib
+import json
 import math
 import os
 import platform
@@ -673,25 +675,21 @@ CANDIDATES = {"eager, sigmoid-form gelu": ("eager", sigmoid_gelu, None),
               "inductor, sigmoid-form gelu, matmul attention": ("inductor", sigmoid_gelu, matmul_attention)}
 
 
-def candidate_policy(policy, gelu=None, attention=None):
-    """A copy of the policy whose module (a fresh import of tasks/transformer.py under its
-    own name) computes GELU and attention with the functions given (None: the module's)."""
-    import importlib.util
+@contextlib.contextmanager
+def candidate_forward(gelu=None, attention=None):
+    """Within it, the transformer's forward (tasks/stacked.py, every seed count's) computes
+    GELU and attention with the functions given (None: its own)."""
     import types
 
-    from tpo_bench.tasks import transformer
+    from tpo_bench.tasks import stacked
 
-    name = f"{transformer.__package__}.candidate_transformer_{len(sys.modules)}"
-    found = importlib.util.spec_from_file_location(name, transformer.__file__)
-    module = importlib.util.module_from_spec(found)  # in tasks' package: its relative imports resolve
-    sys.modules[name] = module  # dynamo looks its globals up by module name
-    found.loader.exec_module(module)
-    F = module.F
-    module.F = types.SimpleNamespace(gelu=gelu or F.gelu,
-                                     scaled_dot_product_attention=attention or F.scaled_dot_product_attention)
-    copy = module.Transformer(policy.tok_emb.shape[0], policy.pos_emb.shape[0])
-    copy.load_state_dict(policy.state_dict())
-    return copy
+    F = stacked.F
+    stacked.F = types.SimpleNamespace(gelu=gelu or F.gelu,
+                                      scaled_dot_product_attention=attention or F.scaled_dot_product_attention)
+    try:
+        yield
+    finally:
+        stacked.F = F
 
 
 def candidates(rounds: int, steps: int = 4) -> list[dict]:
@@ -715,30 +713,44 @@ def candidates(rounds: int, steps: int = 4) -> list[dict]:
         return (time.process_time() - c0) / steps
     rows, eager = [], step_of(policy)
     for name, (backend, gelu, attention) in CANDIDATES.items():
-        copy = candidate_policy(policy, gelu, attention)
-        f = step_of(copy) if backend == "eager" else torch.compile(step_of(copy), backend=backend, dynamic=False)
+        step = step_of(policy) if backend == "eager" else \
+            torch.compile(step_of(policy), backend=backend, dynamic=False)
+
+        def f(b, step=step, gelu=gelu, attention=attention):
+            with candidate_forward(gelu, attention):  # dynamo guards on the functions it traced
+                return step(b)
         c0 = time.process_time()
         diff = (f(batch) - eager(batch)).abs().item()
         compile_s = time.process_time() - c0
-        timed(f, copy), timed(eager, policy)
-        pairs = [(timed(eager, policy), timed(f, copy)) if r % 2 == 0 else
-                 tuple(reversed((timed(f, copy), timed(eager, policy)))) for r in range(rounds)]
+        timed(f, policy), timed(eager, policy)
+        pairs = [(timed(eager, policy), timed(f, policy)) if r % 2 == 0 else
+                 tuple(reversed((timed(f, policy), timed(eager, policy)))) for r in range(rounds)]
         for r, (e, c) in enumerate(pairs):
             rows.append({"candidate": name, "round": r, "eager_s": e, "candidate_s": c, "speedup": e / c,
                          "loss_abs_diff": diff, "first_call_cpu_s": compile_s})
     return rows
 
 
+def group_table(df: pd.DataFrame, by: str, header: list[str], cells) -> str:
+    """Markdown: the header, then one row per group of `by` (cells(key, group) -> its cells)."""
+    lines = ["| " + " | ".join(header) + " |", "|" + "---|" * len(header)]
+    lines += ["| " + " | ".join(cells(key, g)) + " |" for key, g in df.groupby(by, sort=False)]
+    return "\n".join(lines)
+
+
+def spread(s: pd.Series, fmt: str = "{:.2f}x") -> str:
+    """A paired ratio's median (min-max) over the rounds."""
+    return f"{fmt.format(s.median())} ({fmt.format(s.min()).rstrip('x')}-{fmt.format(s.max()).rstrip('x')})"
+
+
 def candidates_table(df: pd.DataFrame) -> str:
     """Per candidate: rounds, median seconds per training step each way, the speed-up's
     median (min-max) and the first call's CPU seconds (compiling)."""
-    lines = ["| candidate | rounds | eager s / step | candidate s / step | speed-up: median (min-max) | first call CPU-s |",
-             "|---|---|---|---|---|---|"]
-    for name, g in df.groupby("candidate", sort=False):
-        s = g["speedup"]
-        lines.append(f"| {name} | {len(g)} | {g['eager_s'].median():.3f} | {g['candidate_s'].median():.3f} | "
-                     f"{s.median():.2f}x ({s.min():.2f}-{s.max():.2f}) | {g['first_call_cpu_s'].iloc[0]:.1f} |")
-    return "\n".join(lines)
+    return group_table(df, "candidate", ["candidate", "rounds", "eager s / step", "candidate s / step",
+                                         "speed-up: median (min-max)", "first call CPU-s"],
+                       lambda name, g: [name, str(len(g)), f"{g['eager_s'].median():.3f}",
+                                        f"{g['candidate_s'].median():.3f}", spread(g["speedup"]),
+                                        f"{g['first_call_cpu_s'].iloc[0]:.1f}"])
 
 
 def candidates_mode(args) -> int:
@@ -746,6 +758,75 @@ def candidates_mode(args) -> int:
     df["torch"] = torch.__version__
     print(candidates_table(df))
     return write_table(df, args.out or "outputs/speed/candidates.csv")
+
+
+# One process's timing for --base, run in either checkout (its code: the working directory):
+# a single seed's episodes on one thread after warm-up, at least `episodes` and until
+# `seconds` of CPU have passed; CPU and wall seconds per episode.
+_ONE_SEED = """
+import json, sys, time, torch
+from tpo_bench.bench.build import build
+from tpo_bench.bench.config import compose
+from tpo_bench.bench.engine import train_episode
+from tpo_bench.bench.optim import build_optimizer
+from tpo_bench.contract.rng import Streams
+torch.set_num_threads(1)
+warmup, episodes, seconds, overrides = int(sys.argv[1]), int(sys.argv[2]), float(sys.argv[3]), sys.argv[4:]
+spec = build(compose(*overrides, "threads=1"))
+st = Streams.from_seed(0)
+policy = spec.task.make_policy(st.init)
+opt = build_optimizer(spec.optim_name, list(policy.parameters()), **spec.optim_hparams)
+for _ in range(warmup):
+    train_episode(spec.task, spec.algo, spec.request, policy, opt, st)
+c0, w0, n = time.process_time(), time.perf_counter(), 0
+while n < episodes or time.process_time() - c0 < seconds:
+    train_episode(spec.task, spec.algo, spec.request, policy, opt, st)
+    n += 1
+print(json.dumps({"cpu_s": (time.process_time() - c0) / n, "wall_s": (time.perf_counter() - w0) / n, "n": n}))
+"""
+BASE_CASES = ("task=reverse_h10 algo=tpo", "task=reverse_h10 algo=grpo", "task=tabular_single algo=tpo",
+              "task=tabular_multi algo=grpo")
+
+
+def vs_base(base: Path, configs: list[str], rounds: int, episodes: int, warmup: int,
+            seconds: float = 3.0) -> list[dict]:
+    """A single seed's CPU seconds per episode under this checkout's code and `base`'s,
+    paired: each round times both (at least `episodes` episodes and `seconds` of CPU), in
+    fresh processes, in alternating order (a load that drifts then weighs on both alike)."""
+    rows = []
+    for config in configs:
+        for r in range(rounds):
+            got = {}
+            for side, cwd in (("this", REPO), ("base", base))[::1 if r % 2 == 0 else -1]:
+                out = subprocess.run([sys.executable, "-c", _ONE_SEED, str(warmup), str(episodes), str(seconds),
+                                      *config.split()],
+                                     cwd=cwd, capture_output=True, text=True, check=True)
+                got[side] = json.loads(out.stdout.splitlines()[-1])
+            rows.append({"config": config, "round": r, "episodes": min(t["n"] for t in got.values()),
+                         **{f"{side}_{k}": v for side, t in got.items() for k, v in t.items()},
+                         "cpu_ratio": got["this"]["cpu_s"] / got["base"]["cpu_s"]})
+    return rows
+
+
+def vs_base_table(df: pd.DataFrame) -> str:
+    """Per config: the median CPU ms per episode of each checkout and the this / base
+    ratio's median and range over the rounds."""
+    return group_table(df, "config", ["config", "rounds x episodes", "base CPU ms / ep", "this CPU ms / ep",
+                                      "this / base: median (min-max)"],
+                       lambda config, g: [config, f"{len(g)} x {g['episodes'].min()}+",
+                                          f"{1e3 * g['base_cpu_s'].median():.1f}",
+                                          f"{1e3 * g['this_cpu_s'].median():.1f}", spread(g["cpu_ratio"], "{:.3f}")])
+
+
+def base_mode(args) -> int:
+    """`--base`: this checkout's single-seed episode against another checkout's, paired."""
+    df = pd.DataFrame(vs_base(Path(args.base), args.cases or list(BASE_CASES), args.episodes,
+                              args.base_episodes, args.warmup, args.base_seconds))
+    df["torch"], df["cpu"] = torch.__version__, machine()["cpu"]
+    print(f"single seed, one thread, this checkout against {args.base} (paired alternating rounds; "
+          "ratio = this CPU seconds / base CPU seconds):")
+    print(vs_base_table(df))
+    return write_table(df, args.out or "outputs/speed/vs_base.csv")
 
 
 def write_table(df: pd.DataFrame, out: str | Path) -> int:
@@ -784,6 +865,12 @@ def main(argv=None) -> int:
                    help="one thread's episode by phase and kind of op (reverse_h10 TPO, each --config)")
     p.add_argument("--candidates", action="store_true",
                    help="the training step's candidate speed-ups against eager, paired (--episodes rounds)")
+    p.add_argument("--base", default=None, metavar="CHECKOUT",
+                   help="a single seed's CPU s / episode, this checkout against CHECKOUT, paired "
+                        "(--episodes rounds, each side at least --base-episodes episodes and "
+                        "--base-seconds of CPU; --cases: override strings)")
+    p.add_argument("--base-episodes", type=int, default=5)
+    p.add_argument("--base-seconds", type=float, default=3.0)
     p.add_argument("--config", action="append", default=None,
                    help="with --profile: another config, its overrides in one string (repeatable)")
     args = p.parse_args(argv)
@@ -791,12 +878,15 @@ def main(argv=None) -> int:
         df = pd.read_csv(args.table)
         print(ops_table(df) if "ops_per_episode" in df else
               profile_table(df) if "share" in df else
-              candidates_table(df) if "speedup" in df else vs_loop_table(df))
+              candidates_table(df) if "speedup" in df else
+              vs_base_table(df) if "cpu_ratio" in df else vs_loop_table(df))
         return 0
     if args.config and not args.profile:
         p.error("--config goes with --profile")
     if args.profile:
         return profile_mode(args)
+    if args.base:
+        return base_mode(args)
     if args.candidates:
         return candidates_mode(args)
     if args.vs_loop:

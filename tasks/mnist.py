@@ -23,10 +23,9 @@ from typing import Callable, ClassVar
 import torch
 import torch.nn.functional as F
 from torch import nn
-from torch.func import functional_call
 from torch.nn.utils import parameters_to_vector
 
-from ..contract.batch import Batch, Request, Rollout, TaskOptions
+from ..contract.batch import Batch, Request, Rollout, SeedAxis, TaskOptions, stack_seeds
 from ._data import BASE_URL, load_mnist
 from ..contract.rng import Streams
 from ..contract.schema import IF_SET, NOT_IDENTITY
@@ -49,11 +48,8 @@ class MLP(nn.Module):
                 layer.bias.zero_()
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
-        # forward_seeds (below) is this forward for S seeds at once: a change here goes
-        # there too (tests/test_batched.py holds the two equal bit for bit)
-        for layer in self.layers[:-1]:
-            x = F.relu(layer(x))
-        return self.layers[-1](x)
+        """Logits of images x [B, 784]: `forward_seeds` at S = 1, the one forward."""
+        return forward_seeds([dict(self.named_parameters())], x[None])[0]
 
 
 class StalePolicy(nn.Module):
@@ -91,7 +87,7 @@ class StalePolicy(nn.Module):
     def acting(self) -> Callable[[torch.Tensor], torch.Tensor]:
         """The acting policy as a function of the images (`acting_params`)."""
         params = self.acting_params()
-        return self.mlp if not self.delay else lambda x: functional_call(self.mlp, params, (x,))
+        return lambda x: forward_seeds([params], x[None])[0]
 
 
 class _SeedLinear(torch.autograd.Function):
@@ -119,7 +115,7 @@ def forward_seeds(params: list[dict[str, torch.Tensor]], x: torch.Tensor) -> tor
     images x [S, B, 784] -> logits [S, B, A], differentiable back to each set."""
     layers = len(params[0]) // 2
     for i in range(layers):
-        w, b = (torch.stack([p[f"layers.{i}.{k}"] for p in params]) for k in ("weight", "bias"))
+        w, b = (stack_seeds([p[f"layers.{i}.{k}"] for p in params]) for k in ("weight", "bias"))
         x = _SeedLinear.apply(x, w, b)
         if i < layers - 1:
             x = F.relu(x)
@@ -144,7 +140,7 @@ def _on_device(d, device: torch.device):
 
 @register("mnist")
 @dataclass(frozen=True)
-class MnistTask(TaskOptions):
+class MnistTask(SeedAxis, TaskOptions):
     name: str = "mnist"
     batch_size: int = 100
     episodes: int = 10_000
@@ -188,12 +184,6 @@ class MnistTask(TaskOptions):
         self.data()  # fail on missing data before any training starts
         return StalePolicy(MLP((784, *self.hidden, self.num_actions), gen), self.delay)
 
-    def rollout(self, policy: StalePolicy, req: Request, streams: Streams) -> Rollout:
-        x, y = self._images(streams)
-        with torch.no_grad():
-            logp = torch.log_softmax(policy.acting()(x), -1)
-        return self._scored(x, y, logp, req, streams)
-
     def _images(self, streams: Streams) -> tuple[torch.Tensor, torch.Tensor]:
         """An episode's B training images and their labels, drawn from the data stream."""
         device = streams.data.device
@@ -226,28 +216,23 @@ class MnistTask(TaskOptions):
         # in float64, so that 1 - mean rounds as it did on a Python float.
         return Rollout(batch, error=1.0 - r.mean().double(), reward_mean=r.mean(), rollouts=B)
 
-    def logprobs(self, policy: StalePolicy, batch: Batch) -> torch.Tensor:
-        obs: MnistObs = batch.obs
-        logp = torch.log_softmax(policy(obs.images), -1).gather(1, obs.actions)
-        return logp.view(batch.logp_old.shape)
-
-    # ------------------------------------------------------------ S seeds at once
+    # ------------------------------------------------------------ the forward, over a seed axis
 
     def rollout_seeds(self, policies: list[StalePolicy], req: Request,
                       streams: list[Streams]) -> list[Rollout]:
-        """Each seed's `rollout`, the S acting policies' forwards one stacked computation
+        """Each seed's rollout, the S acting policies' forwards one stacked computation
         (`forward_seeds`), each seed's images and actions drawn from its own streams."""
         xs, ys = zip(*(self._images(st) for st in streams))
         with torch.no_grad():
             logp = torch.log_softmax(forward_seeds([p.acting_params() for p in policies],
-                                                   torch.stack(xs)), -1)
+                                                   stack_seeds(list(xs))), -1)
         return [self._scored(x, y, lp, req, st) for x, y, lp, st in zip(xs, ys, logp.unbind(), streams)]
 
     def logprobs_seeds(self, policies: list[StalePolicy], batches: list[Batch]) -> list[torch.Tensor]:
-        """Each seed's `logprobs`, the S learners' forwards one stacked computation."""
+        """Each seed's log-probs of its batch, the S learners' forwards one stacked computation."""
         obs: list[MnistObs] = [b.obs for b in batches]
         logits = forward_seeds([dict(p.mlp.named_parameters()) for p in policies],
-                               torch.stack([o.images for o in obs]))
+                               stack_seeds([o.images for o in obs]))
         # unbind, not [s]: an index's backward writes a zero-filled gradient of all S seeds
         return [torch.log_softmax(z, -1).gather(1, o.actions).view(b.logp_old.shape)
                 for z, o, b in zip(logits.unbind(), obs, batches)]

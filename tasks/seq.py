@@ -11,7 +11,7 @@ from typing import ClassVar
 
 import torch
 
-from ..contract.batch import Batch, Request, Rollout, TaskOptions, mean_over_steps
+from ..contract.batch import Batch, Request, Rollout, SeedAxis, TaskOptions, mean_over_steps, stack_seeds
 from ..contract.rng import Streams
 from . import register, stacked
 from ._checks import positive
@@ -61,7 +61,7 @@ class TokenObs:
 
 @register("seq")
 @dataclass(frozen=True)
-class SeqTask(TaskOptions):
+class SeqTask(SeedAxis, TaskOptions):
     name: str = "seq"
     target: str = "reverse_copy"
     reward: str = "terminal"
@@ -95,15 +95,6 @@ class SeqTask(TaskOptions):
     def make_policy(self, gen: torch.Generator) -> Transformer:
         return Transformer(self.vocab_size, 2 * self.sequence_length).init_(gen)
 
-    def rollout(self, policy: Transformer, req: Request, streams: Streams) -> Rollout:
-        """Sequence groups of req.k sampled answers per prompt (every need but "label":
-        the answer set is too large to enumerate), or token-level groups."""
-        B, H, V, k = self.batch_size, self.sequence_length, self.vocab_size, req.k
-        prompts = torch.randint(0, V, (B, H), generator=streams.data, device=streams.data.device)
-        if req.level == "token":
-            return self._token_rollout(policy, prompts, k, streams.action)
-        return self._sequence_groups(prompts, *generate(policy, prompts, k, streams.action))
-
     def _sequence_groups(self, prompts: torch.Tensor, tokens: torch.Tensor,
                          logp: torch.Tensor) -> Rollout:
         """Sequence-level groups from B prompts' sampled answers and their log-probs."""
@@ -121,12 +112,6 @@ class SeqTask(TaskOptions):
         # Kept on the device: reading them here would sync a GPU every episode.
         reward_mean = rewards.mean()
         return Rollout(batch, error=1.0 - reward_mean, reward_mean=reward_mean, rollouts=B * k)
-
-    def _token_rollout(self, policy: Transformer, prompts: torch.Tensor, k: int,
-                       gen: torch.Generator) -> Rollout:
-        """science §Update rules token-level groups: one behaviour trajectory per prompt, K next-token
-        candidates per prefix state (candidate 0 the behaviour token), B*H groups."""
-        return self._token_groups(prompts, *generate(policy, prompts, 1, gen, candidates=k))
 
     def _token_groups(self, prompts: torch.Tensor, behaviour: torch.Tensor, cands: torch.Tensor,
                       logp: torch.Tensor) -> Rollout:
@@ -147,31 +132,17 @@ class SeqTask(TaskOptions):
         reward_mean = rewards[..., 0].mean()
         return Rollout(batch, error=1.0 - reward_mean, reward_mean=reward_mean, rollouts=B)
 
-    def logprobs(self, policy: Transformer, batch: Batch) -> torch.Tensor:
-        obs = batch.obs
-        if isinstance(obs, TokenObs):  # token-level: one forward of the behaviour trajectory
-            B, H, K = obs.candidates.shape
-            logits = policy(torch.cat([obs.prompts, obs.behaviour], 1)[:, :-1])[:, H - 1:]
-            logp = torch.log_softmax(logits, -1).gather(-1, obs.candidates)
-            return logp.reshape(B * H, K, 1)
-        B, K, H = obs.answers.shape
-        answers = obs.answers.reshape(B * K, H)
-        # The K answers of a prompt share it: run the prompt once, not K times. The
-        # last answer token predicts nothing, so it is not fed.
-        first, rest = policy.forward_shared_prefix(obs.prompts, answers[:, :-1], K)
-        logits = torch.cat([first.repeat_interleave(K, 0).unsqueeze(1), rest], 1)
-        logp = torch.log_softmax(logits, -1).gather(-1, answers.unsqueeze(-1))
-        return logp.view(B, K, H)
-
-    # ------------------------------------------------------------ S seeds at once
+    # ------------------------------------------------------------ the forward, over a seed axis
 
     def rollout_seeds(self, policies: list[Transformer], req: Request,
                       streams: list[Streams]) -> list[Rollout]:
-        """Each seed's `rollout`, the S policies' forwards one stacked computation
-        (tasks.stacked), each seed's prompts and samples drawn from its own streams in the
-        order `rollout` draws them, so each seed's rollout equals its unbatched one."""
+        """Each seed's rollout: sequence groups of req.k sampled answers per prompt (every
+        need but "label": the answer set is too large to enumerate), or token-level
+        groups. The S policies' forwards are one stacked computation (tasks.stacked), each
+        seed's prompts and samples drawn from its own streams, so each seed's rollout
+        equals its run at S = 1."""
         B, H, V, k = self.batch_size, self.sequence_length, self.vocab_size, req.k
-        prompts = torch.stack([torch.randint(0, V, (B, H), generator=st.data, device=st.data.device)
+        prompts = stack_seeds([torch.randint(0, V, (B, H), generator=st.data, device=st.data.device)
                                for st in streams])
         gens = [st.action for st in streams]
         if req.level == "token":
@@ -199,23 +170,25 @@ class SeqTask(TaskOptions):
                 for s in range(S)]
 
     def logprobs_seeds(self, policies: list[Transformer], batches: list[Batch]) -> list[torch.Tensor]:
-        """Each seed's `logprobs`, as one stacked forward; seeds whose batches differ in
-        shape (dynamic sampling keeps what it finds) are done one by one."""
+        """Each seed's log-probs of its batch's candidates, as one stacked forward; seeds
+        whose batches differ in shape (dynamic sampling keeps what it finds) are done one
+        by one. Sequence level: the K answers of a prompt share it, so the prompt runs once
+        (forward_shared_prefix), and the last answer token, which predicts nothing, is not
+        fed; token level: one forward of each behaviour trajectory."""
         obs = [b.obs for b in batches]
         shapes = {(type(o), *(tuple(t.shape) for t in vars(o).values())) for o in obs}
         if len(shapes) > 1:
             return [self.logprobs(p, b) for p, b in zip(policies, batches)]
-        # The model and what follows it run stacked, in `logprobs`'s order of operations.
         net = stacked.Stacked(policies)
         if isinstance(obs[0], TokenObs):
             B, H, K = obs[0].candidates.shape
-            tokens = torch.stack([torch.cat([o.prompts, o.behaviour], 1)[:, :-1] for o in obs])
+            tokens = stack_seeds([torch.cat([o.prompts, o.behaviour], 1)[:, :-1] for o in obs])
             logits = net.forward(tokens)[:, :, H - 1:]
-            cands = torch.stack([o.candidates for o in obs])
+            cands = stack_seeds([o.candidates for o in obs])
             return list(torch.log_softmax(logits, -1).gather(-1, cands).reshape(-1, B * H, K, 1).unbind())
         B, K, H = obs[0].answers.shape
-        answers = torch.stack([o.answers.reshape(B * K, H) for o in obs])
-        first, rest = net.forward_shared_prefix(torch.stack([o.prompts for o in obs]),
+        answers = stack_seeds([o.answers.reshape(B * K, H) for o in obs])
+        first, rest = net.forward_shared_prefix(stack_seeds([o.prompts for o in obs]),
                                                 answers[:, :, :-1], K)
         logits = torch.cat([first.repeat_interleave(K, 1).unsqueeze(2), rest], 2)
         logp = torch.log_softmax(logits, -1).gather(-1, answers.unsqueeze(-1))
@@ -227,53 +200,23 @@ class SeqTask(TaskOptions):
 
 
 @torch.no_grad()
-def generate(policy: Transformer, prompts: torch.Tensor, k: int, gen: torch.Generator,
-             candidates: int = 0):
-    """Sample k answers per prompt with a KV cache; returns tokens and their rollout-time
-    log-probs, both [B, k, H] (the log-probs serve as p_old: no second forward).
-
-    With candidates=K (k = 1), every step draws K i.i.d. tokens with replacement, the
-    first of which continues the trajectory; returns (tokens [B, 1, H], candidates
-    [B, H, K], candidate log-probs [B, H, K])."""
-    B, H = prompts.shape
-    caches: list[list] = [[] for _ in policy.blocks]
-    logits = policy(prompts, caches)[:, -1]
-    # The prompt is shared by the group: run it once, then fan the cache out.
-    for c in caches:
-        c[0] = tuple(x.repeat_interleave(k, 0) for x in c[0])
-    logits = logits.repeat_interleave(k, 0)
-    tokens, logps, cands = [], [], []
-    for t in range(H):
-        logp = torch.log_softmax(logits, -1)
-        if candidates:
-            cand = torch.multinomial(logp.exp(), candidates, replacement=True, generator=gen)
-            cands.append(cand)
-            logps.append(logp.gather(-1, cand))
-            tok = cand[:, :1]
-        else:
-            tok = torch.multinomial(logp.exp(), 1, generator=gen)
-            logps.append(logp.gather(-1, tok))
-        tokens.append(tok)
-        if t < H - 1:
-            logits = policy(tok, caches, start=H + t)[:, -1]
-    tokens = torch.cat(tokens, 1).view(B, k, H)
-    if candidates:
-        return tokens, torch.stack(cands, 1), torch.stack(logps, 1)
-    return tokens, torch.cat(logps, 1).view(B, k, H)
-
-
-@torch.no_grad()
 def generate_seeds(policies: list[Transformer], prompts: torch.Tensor, k: int,
                    gens: list[torch.Generator], candidates: int = 0):
-    """`generate` for S seeds: prompts [S, B, H], one generator per seed; every output
-    gains a leading seed axis. The forwards and what follows them are one stacked
-    computation; each seed's draws come from its own generator, in `generate`'s order.
-    A draw of one token is torch.multinomial's own arithmetic (`exp_noise`), stacked."""
+    """Sample k answers per prompt with a KV cache, for S seeds: prompts [S, B, H], one
+    generator per seed; returns tokens and their rollout-time log-probs, both [S, B, k, H]
+    (the log-probs serve as p_old: no second forward). The forwards and what follows them
+    are one stacked computation; each seed's draws come from its own generator. A draw of
+    one token is torch.multinomial's own arithmetic (`exp_noise`), stacked.
+
+    With candidates=K (k = 1), every step draws K i.i.d. tokens with replacement, the
+    first of which continues the trajectory; returns (tokens [S, B, 1, H], candidates
+    [S, B, H, K], candidate log-probs [S, B, H, K])."""
     S, B, H = prompts.shape
     net = stacked.Stacked(policies)
     caches: list[list] = [[] for _ in range(net.layers)]
     logits = net.forward(prompts, caches)[:, :, -1]
-    # Cache rows are seed-major (s*B + b): repeat_interleave keeps each seed's block.
+    # The prompt is shared by the group: run it once, then fan the cache out. Cache rows
+    # are seed-major (s*B + b): repeat_interleave keeps each seed's block.
     for c in caches:
         c[0] = tuple(x.repeat_interleave(k, 0) for x in c[0])
     logits = logits.repeat_interleave(k, 1)

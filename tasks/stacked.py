@@ -1,13 +1,12 @@
-"""The Transformer of tasks/transformer.py over a leading seed axis.
+"""The forward of tasks/transformer.py's Transformer, over a leading seed axis.
 
-S policies of one architecture run as one computation: their parameters stacked into
-[S, ...] tensors (`stack`), activations [S, b, t, d], every dense layer (the output head
-too) one bmm over the seed axis, attention one SDPA call over S*b sequences, LayerNorm
-tasks/_layernorm.py's (the module's own at S = 1), in the module's order of operations.
-On the CPU at one thread each seed's slice then equals its own module's output and
-gradients bit for bit (tests/test_batched.py). Elsewhere (more threads, a
-GPU, where bmm and mm may tile and reduce otherwise) expect last-bit differences, which
-training then carries on.
+S policies of one architecture run as one computation; a single run is S = 1 (the
+module's own forward is this one). Their parameters stacked into [S, ...] tensors
+(`stack`), activations [S, b, t, d], every dense layer (the output head too) one bmm over
+the seed axis, attention one SDPA call over S*b sequences, LayerNorm tasks/_layernorm.py's.
+On the CPU at one thread each seed's slice then equals its run at S = 1 bit for bit
+(tests/test_batched.py). Elsewhere (more threads, a GPU, where bmm may tile and reduce
+otherwise) expect last-bit differences, which training then carries on.
 
 `stack` keeps the autograd link to each module's parameters (torch.stack is
 differentiable), so a backward of the S seeds' summed losses leaves each module's own
@@ -18,16 +17,16 @@ from __future__ import annotations
 import torch
 import torch.nn.functional as F
 
+from ..contract.batch import stack_seeds
 from ._layernorm import layer_norm
-from .transformer import Transformer
 
 Params = dict[str, torch.Tensor]
 
 
-def stack(policies: list[Transformer]) -> Params:
+def stack(policies: list[torch.nn.Module]) -> Params:
     """name -> [S, *shape], differentiable back to each policy's parameters."""
     named = [dict(p.named_parameters()) for p in policies]
-    return {k: torch.stack([n[k] for n in named]) for k in named[0]}
+    return {k: stack_seeds([n[k] for n in named]) for k in named[0]}
 
 
 def _dense(x: torch.Tensor, w: torch.Tensor, b: torch.Tensor | None = None) -> torch.Tensor:
@@ -39,9 +38,10 @@ def _dense(x: torch.Tensor, w: torch.Tensor, b: torch.Tensor | None = None) -> t
 
 
 class Stacked:
-    """A stacked view of S Transformers: heads, layers and widths read from the first."""
+    """A stacked view of S Transformers (S = 1: one): heads, layers and widths read from
+    the first."""
 
-    def __init__(self, policies: list[Transformer]):
+    def __init__(self, policies: list[torch.nn.Module]):
         self.policies, ref = policies, policies[0]
         self.S, self.layers = len(policies), len(ref.blocks)
         self.heads, self.hd = ref.blocks[0].heads, ref.blocks[0].hd
@@ -56,7 +56,7 @@ class Stacked:
         w = torch.cat([p[pre + "wq"], p[pre + "wk"], p[pre + "wv"]], 2).reshape(S, d, 3 * d)
         bias = torch.cat([p[pre + "bq"], p[pre + "bk"], p[pre + "bv"]], 1).reshape(S, 3 * d)
         qkv = _dense(y, w, bias).view(S * b, t, 3, self.heads, self.hd).permute(2, 0, 3, 1, 4)
-        return qkv[0], qkv[1], qkv[2]
+        return qkv.unbind(0)  # one backward (a stack), where three indexings zero-fill three
 
     def _finish(self, i: int, x: torch.Tensor, att: torch.Tensor) -> torch.Tensor:
         p, S, (b, t, d) = self.p, self.S, x.shape[1:]
@@ -82,7 +82,7 @@ class Stacked:
         S, rest, d = self.S, x.shape[1:-1], x.shape[-1]
         y = layer_norm(x.reshape(S, -1, d), self.p["lnf_scale"], self.p["lnf_bias"])
         bias = self.p["head_b"].view(S, *[1] * len(rest), -1)
-        return _dense(y, self.p["head_w"]).view(S, *rest, -1) + bias
+        return _dense(y, self.p["head_w"]).view(S, *rest, self.p["head_w"].shape[-1]) + bias  # rest may hold a 0
 
     def forward(self, tokens: torch.Tensor, caches: list[list] | None = None,
                 start: int = 0, head: bool = True) -> torch.Tensor:
@@ -98,6 +98,8 @@ class Stacked:
                     k = torch.cat([cache[0][0], k], 2)
                     v = torch.cat([cache[0][1], v], 2)
                 cache[:] = [(k, v)]
+            # Scale 1/sqrt(head_dim) is SDPA's default; a causal mask equals setting masked
+            # scores to the dtype's minimum since no row is fully masked.
             x = self._finish(i, x, F.scaled_dot_product_attention(q, k, v, is_causal=x.shape[2] > 1))
         return self.head(x) if head else x
 

@@ -22,7 +22,7 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
-from ..contract.batch import Batch, Request, Rollout, TaskOptions
+from ..contract.batch import Batch, Request, Rollout, SeedAxis, TaskOptions, stack_seeds
 from ..contract.rng import Streams
 from . import register
 from ._bandit import check_bandit_request, sampled_batch
@@ -59,28 +59,25 @@ def _candidates(logp: torch.Tensor, batch: Batch) -> torch.Tensor:
     return logp[obs.context, obs.action].view(batch.logp_old.shape)
 
 
-def _logprobs(policy: Logits, batch: Batch) -> torch.Tensor:
-    return _candidates(torch.log_softmax(policy.logits, -1), batch)
-
-
-# S seeds at once: the S tables stacked [S, N, K], their log-softmax one call. A row's
-# log-softmax reads that row only, so each seed's slice is its own call's bit for bit.
+# The forward, written once over a leading seed axis (contract.batch.SeedAxis: a single
+# run is S = 1): the S tables stacked [S, N, K], their log-softmax one call. A row's
+# log-softmax reads that row only, so each seed's slice is its own table's bit for bit.
 
 def _rollout_seeds(task, policies: list[Logits], req: Request, streams: list[Streams]) -> list[Rollout]:
-    """Each seed's `rollout`, each seed's draws from its own streams."""
-    logp = torch.log_softmax(torch.stack([p.logits.detach() for p in policies]), -1)
+    """Each seed's rollout, each seed's draws from its own streams."""
+    logp = torch.log_softmax(stack_seeds([p.logits.detach() for p in policies]), -1)
     return [task._scored(lp, req, st) for lp, st in zip(logp.unbind(), streams)]
 
 
 def _logprobs_seeds(policies: list[Logits], batches: list[Batch]) -> list[torch.Tensor]:
-    """Each seed's `logprobs`."""
-    logp = torch.log_softmax(torch.stack([p.logits for p in policies]), -1)
+    """Each seed's log-probs of its batch's candidates."""
+    logp = torch.log_softmax(stack_seeds([p.logits for p in policies]), -1)
     return [_candidates(lp, b) for lp, b in zip(logp.unbind(), batches)]
 
 
 @register("tabular_single")
 @dataclass(frozen=True)
-class TabularSingle(TaskOptions):
+class TabularSingle(SeedAxis, TaskOptions):
     name: str = "tabular_single"
     num_actions: int = 100
     batch_size: int = 100
@@ -96,9 +93,6 @@ class TabularSingle(TaskOptions):
 
     def make_policy(self, gen: torch.Generator) -> Logits:
         return Logits(torch.zeros(1, self.num_actions))
-
-    def rollout(self, policy: Logits, req: Request, streams: Streams) -> Rollout:
-        return self._scored(torch.log_softmax(policy.logits.detach(), -1), req, streams)
 
     def _scored(self, logp_set: torch.Tensor, req: Request, streams: Streams) -> Rollout:
         """The episode's batch from the policy's log-probs [1, K] (the one context)."""
@@ -122,7 +116,6 @@ class TabularSingle(TaskOptions):
         # in float64, so that 1 - p rounds as it did on a Python float.
         return Rollout(batch, error=1.0 - logp[CORRECT].exp().double(), reward_mean=r.mean(), rollouts=B)
 
-    logprobs = staticmethod(_logprobs)
     rollout_seeds = _rollout_seeds
     logprobs_seeds = staticmethod(_logprobs_seeds)
 
@@ -137,7 +130,7 @@ class TabularSingle(TaskOptions):
 
 @register("tabular_multi")
 @dataclass(frozen=True)
-class TabularMulti(TaskOptions):
+class TabularMulti(SeedAxis, TaskOptions):
     name: str = "tabular_multi"
     num_contexts: int = 100
     num_actions: int = 10
@@ -154,9 +147,6 @@ class TabularMulti(TaskOptions):
 
     def make_policy(self, gen: torch.Generator) -> Logits:
         return Logits(torch.randn(self.num_contexts, self.num_actions, generator=gen))
-
-    def rollout(self, policy: Logits, req: Request, streams: Streams) -> Rollout:
-        return self._scored(torch.log_softmax(policy.logits.detach(), -1), req, streams)
 
     def _scored(self, logp: torch.Tensor, req: Request, streams: Streams) -> Rollout:
         """The episode's batch from the policy's log-probs [N, K] (no draws: exact)."""
@@ -176,7 +166,6 @@ class TabularMulti(TaskOptions):
         p = logp[:, CORRECT].exp().mean()
         return Rollout(batch, error=1.0 - p.double(), reward_mean=p, rollouts=0)  # as TabularSingle's
 
-    logprobs = staticmethod(_logprobs)
     rollout_seeds = _rollout_seeds
     logprobs_seeds = staticmethod(_logprobs_seeds)
 

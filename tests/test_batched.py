@@ -1,6 +1,9 @@
-"""Seed-batched jobs: batch_seeds=true trains a job's seeds as one
-stacked computation, and each seed must be exactly its single run (on the CPU, one
-thread: bit for bit), write its own directory, resume and be skipped like one."""
+"""One forward path: a single run is the seed batch at S = 1 (bench.engine, each task's
+forward written over a seed axis). A single run reproduces a committed run's first
+episodes; batch_seeds=true trains a job's seeds as one stacked computation, and each
+seed must be exactly its single run (on the CPU, one thread: bit for bit), write its own
+directory, resume and be skipped like one."""
+import dataclasses
 import importlib.util
 import math
 import os
@@ -22,6 +25,7 @@ from tpo_bench.bench.jobs import explicit_keys, job_specs
 from conftest import REPO, TINY, metrics, refuse_here, run_bench, run_dirs, summary, train_here, wait_for
 from tpo_bench.contract.rng import Streams
 from test_data import make_mnist
+from dev.same_metrics import differences
 
 pytestmark = pytest.mark.usefixtures("one_thread")  # bit-for-bit claims
 
@@ -42,8 +46,10 @@ def _seats(spec, seeds):
 
 
 def _same_row(a: dict, b: dict) -> bool:
+    """Bit for bit: NaN for NaN, and 0.0 is not -0.0."""
     return a.keys() == b.keys() and all(
-        x == y or (isinstance(x, float) and math.isnan(x) and math.isnan(y)) for x, y in zip(a.values(), b.values()))
+        (x == y and (not isinstance(x, float) or math.copysign(1, x) == math.copysign(1, y))) or
+        (isinstance(x, float) and math.isnan(x) and math.isnan(y)) for x, y in zip(a.values(), b.values()))
 
 
 def _batched_vs_single(spec, seeds, episodes=EPISODES, mutate=None):
@@ -70,6 +76,28 @@ def _same_state(a, b) -> bool:
         if not (weights and moments and rng):
             return False
     return True
+
+
+TERMINAL = REPO / "reproduction" / "runs" / "terminal" / "reverse_h9"
+IDENTITY = {"wall_s", "config_hash", "task.episodes", "experiment"}  # what a shorter rerun changes
+
+
+@pytest.mark.slow  # a process, a few episodes at the paper's shape
+@pytest.mark.skipif(not (runner.cpu_model() or "").startswith("AuthenticAMD") or
+                    torch.backends.cpu.get_cpu_capability() not in ("AVX2", "AVX512"),
+                    reason="the runs were recorded with AVX2 kernels on an AMD CPU (docs/running.md)")
+@pytest.mark.parametrize("algo, run, episodes", [("tpo", "c581346caf", 3),
+                                                 ("grpo", "647037dba6", 4)])  # its 4th loss is 0.0
+def test_a_single_run_reproduces_a_committed_runs_first_episodes(tmp_path, algo, run, episodes):
+    """reproduction/runs/terminal/reverse_h9, seed 0 (one thread, AVX2 kernels): the first
+    episodes, rerun under this code, every metric bit for bit (a zero's sign too)."""
+    run_bench("task=reverse_h9", f"algo={algo}", "seed=0", f"task.episodes={episodes}", "threads=1",
+              "log_every=0", f"output_root={tmp_path}", env={"ATEN_CPU_CAPABILITY": "avx2"})
+    fresh = pd.read_parquet(next(tmp_path.rglob("metrics.parquet")))
+    committed = pd.read_parquet(TERMINAL / algo / run / "seed=0" / "metrics.parquet").iloc[:len(fresh)]
+    cols = [c for c in fresh.columns if c not in IDENTITY]
+    assert len(fresh) == episodes and list(committed.columns) == list(fresh.columns)
+    assert differences(fresh[cols], committed[cols]) == []  # float64 columns bit for bit
 
 
 @pytest.mark.slow  # long in process
@@ -535,6 +563,40 @@ def test_a_captured_epoch_equals_the_eager_one(monkeypatch):
     assert engine.CAPTURED  # the captured path ran
 
 
+def _with_reference(spec, kl_ref: float):
+    """spec's sequence task with a KL penalty of kl_ref to a reference whose log-probs are
+    the rollout's shifted by 0.1 (as the LLM task's frozen reference would give them)."""
+    import dataclasses
+
+    base = type(spec.task)
+
+    class WithReference(base):
+        def rollout_seeds(self, policies, request, streams):
+            return [dataclasses.replace(ro, batch=dataclasses.replace(ro.batch, logp_ref=ro.batch.logp_old - 0.1))
+                    for ro in base.rollout_seeds(self, policies, request, streams)]
+    WithReference.kl_ref = kl_ref
+    return WithReference(**{f.name: getattr(spec.task, f.name) for f in dataclasses.fields(spec.task)})
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("seeds", [1, 2])
+def test_a_captured_epoch_with_the_kl_penalty_equals_the_eager_one(monkeypatch, seeds):
+    """compile=true with the task's KL penalty to a reference (the LLM family's kl_ref) in
+    the captured function, for a single run and a batch: the eager rows and weights bit
+    for bit (aot_eager), and the penalty is in the loss (it moves it)."""
+    monkeypatch.setattr(engine, "COMPILE_BACKEND", "aot_eager")
+    spec = build(compose(*SMALL, "algo=grpo"))
+    task, plain = _with_reference(spec, 0.5), _with_reference(spec, 0.0)
+    eager, comp, none = _seats(spec, range(seeds)), _seats(spec, range(seeds)), _seats(spec, range(seeds))
+    for _ in range(2):
+        rows_e = engine.train_episodes(task, spec.algo, spec.request, eager[1], eager[2], eager[0])
+        rows_c = engine.train_episodes(task, spec.algo, spec.request, comp[1], comp[2], comp[0], compile=True)
+        rows_0 = engine.train_episodes(plain, spec.algo, spec.request, none[1], none[2], none[0])
+        assert all(_same_row(a, b) for a, b in zip(rows_e, rows_c))
+        assert all(a["loss"] != b["loss"] for a, b in zip(rows_e, rows_0))
+    assert _same_state(eager, comp) and engine.CAPTURED
+
+
 # ---------------------------------------------------------------- one loop
 
 @pytest.mark.slow  # starts a process
@@ -570,3 +632,41 @@ def test_bench_has_one_epoch_loop():
              for node in ast.walk(ast.parse(p.read_text()))
              if isinstance(node, ast.For) and "epochs" in ast.unparse(node.iter)]
     assert loops == [loops[0]] and loops[0].startswith("engine.py:"), loops
+
+
+def test_a_subclass_overriding_rollout_or_logprobs_alone_is_run_through_its_override():
+    """A seed-axis task's subclass that changes `rollout` or `logprobs` (not the seed
+    methods) is run seed by seed through its override, never around it; batch_seeds, which
+    would stack around it, is refused for it."""
+    from tpo_bench.bench.build import check_batch_seeds
+    from tpo_bench.bench.config import ConfigError
+    from tpo_bench.contract.batch import by_seed_axis
+
+    spec = build(compose(*TINY))
+    calls = []
+
+    class Halved(type(spec.task)):
+        def rollout(self, policy, request, streams):
+            calls.append("rollout")
+            return super().rollout(policy, request, streams)
+
+        def logprobs(self, policy, batch):
+            calls.append("logprobs")
+            return super().logprobs(policy, batch) * 0.5
+
+    assert by_seed_axis(spec.task, "rollout", "rollout_seeds")
+    task = Halved.__new__(Halved)
+    task.__dict__.update(spec.task.__dict__)
+    assert not by_seed_axis(task, "logprobs", "logprobs_seeds")
+    rows = []
+    for t in (spec.task, task):
+        s = Streams.from_seed(spec.run.seed)
+        policy = spec.task.make_policy(s.init)
+        opt = build_optimizer(spec.optim_name, list(policy.parameters()), **spec.optim_hparams)
+        rows.append(train_episode(t, spec.algo, spec.request, policy, opt, s))
+    assert {"rollout", "logprobs"} <= set(calls)
+    assert rows[0]["loss"] != rows[1]["loss"]  # the halved log-probs reached the loss
+    batched = dataclasses.replace(spec.run, batch_seeds=True, seeds_per_job=2)
+    check_batch_seeds(batched, spec.task)
+    with pytest.raises(ConfigError, match="overrides rollout or"):
+        check_batch_seeds(batched, task)

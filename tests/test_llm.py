@@ -103,7 +103,7 @@ def test_accumulated_gradient_is_the_whole_batch_gradient(rolled, base_dir):
     for micro in (0, 4):
         task = spec_of(base_dir, "algo=tpo", "algo.k=4", f"task.micro_batch={micro}").task
         policy.zero_grad(set_to_none=True)
-        loss, _ = backward(task, spec.algo, batch, policy, 0.0)
+        loss, _ = backward(task, spec.algo, [policy], [batch], 0.0)
         grads[micro] = (loss, torch.cat([p.grad.reshape(-1) for p in policy.parameters()]))
     assert float(grads[0][0]) == pytest.approx(float(grads[4][0]), rel=1e-5)  # 0-d tensors: floats
     assert grads[0][1].norm() > 1e-2
@@ -116,8 +116,8 @@ def test_reference_penalty_is_added_to_the_algorithms_loss(rolled, base_dir):
         for p in policy.parameters():
             p.add_(0.01 * torch.randn_like(p))
     try:
-        plain, _ = backward(spec.task, spec.algo, ro.batch, policy, 0.0)
-        penalised, _ = backward(spec.task, spec.algo, ro.batch, policy, 0.5)
+        plain, _ = backward(spec.task, spec.algo, [policy], [ro.batch], 0.0)
+        penalised, _ = backward(spec.task, spec.algo, [policy], [ro.batch], 0.5)
         kl = reference_kl(ro.batch, spec.task.logprobs(policy, ro.batch)).item()
         assert kl > 0
         assert float(penalised - plain) == pytest.approx(0.5 * kl, rel=1e-4)

@@ -65,11 +65,11 @@ def test_each_target_and_reward_scores_a_rollout(target, reward, monkeypatch):
         return 2 - y if target.endswith("flip") else y
 
     for shift, reward_mean in ((0, 1.0), (1, 0.0)):
-        def generate(policy, prompts, k, gen):
-            tokens = ((answer(prompts) + shift) % 3).unsqueeze(1).expand(-1, k, -1)
+        def generate_seeds(policies, prompts, k, gens):  # prompts [S, B, H]
+            tokens = ((answer(prompts) + shift) % 3).unsqueeze(2).expand(-1, -1, k, -1)
             return tokens, torch.full(tokens.shape, -1.0)
 
-        monkeypatch.setattr(seq_module, "generate", generate)
+        monkeypatch.setattr(seq_module, "generate_seeds", generate_seeds)
         ro = task.rollout(task.make_policy(s.init), req(4), s)
         assert float(ro.reward_mean) == reward_mean and float(ro.error) == 1 - reward_mean
         assert torch.equal(ro.batch.scores, torch.full((6, 4), reward_mean))

@@ -221,12 +221,12 @@ def test_junk_in_a_tasks_padded_log_probs_is_refused_not_trained_on(preset):
             return (part.logp_old + shift * part.mask).masked_fill(~part.mask, self.junk)
 
     task = Task()
-    loss, _ = backward(task, algo, batch, policy, 0.0)  # zeros at the padding: trained
+    loss, _ = backward(task, algo, [policy], [batch], 0.0)  # zeros at the padding: trained
     assert abs(loss) < 100
     task.junk = 1e9
     policy.zero_grad()
     with pytest.raises(ValueError, match="task.logprobs returned non-zero log-probs at padded steps"):
-        backward(task, algo, batch, policy, 0.0)
+        backward(task, algo, [policy], [batch], 0.0)
 
 
 # ------------------------------------------------------------------ what the fingerprint covers

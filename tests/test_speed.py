@@ -13,7 +13,7 @@ from tpo_bench.bench.build import build
 from tpo_bench.bench.engine import train_episode
 from dev.speed import transformer_flops_per_token
 from conftest import PRESET_JOBS, REPO, TINY, WORDS, bench_here, compose, one_line
-from tpo_bench.tasks.transformer import Transformer
+from tpo_bench.tasks.stacked import Stacked
 
 
 def test_flop_count_by_hand():
@@ -48,13 +48,13 @@ def test_harness_has_no_old_logprob_forward(monkeypatch):
     separate forward for p_old would be one more."""
     calls = {"forward": 0, "forward_shared_prefix": 0}
     for name in calls:
-        original = getattr(Transformer, name)
+        original = getattr(Stacked, name)
 
         def counted(self, *args, _name=name, _original=original, **kwargs):
             calls[_name] += 1
             return _original(self, *args, **kwargs)
 
-        monkeypatch.setattr(Transformer, name, counted)
+        monkeypatch.setattr(Stacked, name, counted)
     spec = build(compose(*TINY, "algo=tpo"))
     H, epochs = spec.task.sequence_length, spec.algo.epochs
     assert (H, epochs) == (3, 4)
@@ -158,15 +158,16 @@ def test_an_added_seed_costs_only_its_draws(algo):
 
 
 @pytest.mark.parametrize("csv", ["ops.csv", "vs_loop.csv", "profile.csv", "candidates.csv",
-                                 "sweep_validation.csv"])
+                                 "sweep_validation.csv", "vs_base.csv"])
 def test_the_performance_page_shows_the_committed_measurements(csv):
     """docs/performance.md carries each table as `python -m dev.speed --table` (or
     `python -m dev.sweep_speed --table`) prints it from the committed CSV."""
-    from dev.speed import candidates_table, ops_table, profile_table, vs_loop_table
+    from dev.speed import candidates_table, ops_table, profile_table, vs_base_table, vs_loop_table
     from dev.sweep_speed import table as sweep_table
     df = pd.read_csv(REPO / "reproduction" / "perf" / csv)
     table = {"ops.csv": ops_table, "vs_loop.csv": vs_loop_table, "profile.csv": profile_table,
-             "candidates.csv": candidates_table, "sweep_validation.csv": sweep_table}[csv](df)
+             "candidates.csv": candidates_table, "sweep_validation.csv": sweep_table,
+             "vs_base.csv": vs_base_table}[csv](df)
     assert table in (REPO / "docs" / "performance.md").read_text()
 
 
@@ -322,10 +323,10 @@ def test_the_profile_splits_an_episode_by_phase_and_kind_of_op():
 def test_the_candidates_compute_what_the_model_computes():
     """`--candidates`' pieces: the sigmoid-form GELU and the matmul attention agree with
     F.gelu (tanh) and SDPA to float32 rounding, and a candidate policy with neither
-    replaced gives the policy's log-probs bit for bit (its module is a fresh copy)."""
+    replaced gives the policy's log-probs bit for bit, and leaves the forward as it was."""
     import torch.nn.functional as F
 
-    from dev.speed import candidate_policy, matmul_attention, seed_policies, sigmoid_gelu
+    from dev.speed import candidate_forward, matmul_attention, seed_policies, sigmoid_gelu
 
     x = torch.linspace(-6, 6, 1001)
     assert torch.allclose(sigmoid_gelu(x), F.gelu(x, approximate="tanh"), atol=1e-6, rtol=0)
@@ -338,10 +339,13 @@ def test_the_candidates_compute_what_the_model_computes():
     spec = build(compose("task=reverse_h10", "algo=tpo", "task.batch_size=4"))
     (policy,), _, (streams,) = seed_policies(spec, 1)
     batch = spec.task.rollout(policy, spec.request, streams).batch
-    same, other = candidate_policy(policy), candidate_policy(policy, sigmoid_gelu, matmul_attention)
-    assert type(same) is not type(policy)
-    assert torch.equal(spec.task.logprobs(same, batch), spec.task.logprobs(policy, batch))
-    assert torch.allclose(spec.task.logprobs(other, batch), spec.task.logprobs(policy, batch), atol=1e-5)
+    own = spec.task.logprobs(policy, batch)
+    with candidate_forward():
+        assert torch.equal(spec.task.logprobs(policy, batch), own)
+    with candidate_forward(sigmoid_gelu, matmul_attention):
+        other = spec.task.logprobs(policy, batch)
+    assert torch.allclose(other, own, atol=1e-5) and not torch.equal(other, own)
+    assert torch.equal(spec.task.logprobs(policy, batch), own)
 
 
 def test_the_performance_pages_prose_quotes_the_sweep_validation():
