@@ -27,7 +27,7 @@ from tpo_bench.bench.engine import train_episode
 from tpo_bench.bench.config import compose
 from dev.speed import seed_policies
 from tpo_bench.tasks import stacked
-from tpo_bench.tasks.seq import generate, generate_seeds
+from tpo_bench.tasks.seq import generate_seeds
 
 
 class _SharedPrefix(torch.nn.Module):
@@ -90,8 +90,8 @@ def main() -> None:
         gens = [torch.Generator().manual_seed(s) for s in range(S)]
 
         def rollout_loop():
-            for s, p in enumerate(pols):
-                generate(p, prompts[s], K, gens[s])
+            for s, p in enumerate(pols):  # a single run's rollout: the seed axis at S = 1
+                generate_seeds([p], prompts[s:s + 1], K, gens[s:s + 1])
 
         def rollout_stacked():
             generate_seeds(pols, prompts, K, gens)
