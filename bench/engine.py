@@ -59,23 +59,25 @@ def train_episodes(task, algo, request: Request, policies: list, opts: list, str
                 ros[s], lambda policy=policy, st=st: task.rollout(policy, request, st.extra()),
                 algo.dynamic_sampling)
     t1 = _phase_mark(clock, device)
-    before = _norms(policies, _trained, flat=True)  # [S, P], or [None] * S: then per seed
-    books = [EpisodeRow(flat_params(p) if isinstance(before, list) else None, dict(extra))
-             for p, extra in zip(policies, extras)]
+    params = [list(p.parameters()) for p in policies]  # walked once an episode
+    before = _flat(params, _trained, copy=True)  # [S, P], or None: then per seed
+    books = [EpisodeRow(flat_params(p), dict(extra))
+             for p, extra in zip(policies, extras)] if before is None else \
+        [EpisodeRow(None, dict(extra)) for extra in extras]
     batches = [ro.batch for ro in ros]
     kl_ref = task.kl_ref if batches[0].logp_ref is not None else 0.0
     forward = captured(task, algo, policies, kl_ref) if compile and not algo.dynamic_sampling else None
     over: dict[str, Any] = {}  # OVER_EPOCHS metrics ([S]) summed over the epochs
     for epoch in range(algo.epochs):
-        for policy in policies:  # the optimizers' parameters: opt.zero_grad's, unprofiled
-            policy.zero_grad(set_to_none=True)
+        for p in itertools.chain.from_iterable(params):  # Module.zero_grad(set_to_none=True)
+            p.grad = None
         losses, metrics = backward(task, algo, policies, batches, kl_ref, forward)
         for k in OVER_EPOCHS:
             if k in metrics:
                 over[k] = over.get(k, 0.0) + metrics[k]
         if epoch == 0:  # the row's loss, metrics and gradient norm: at the behaviour policy
-            norms = _norms(policies, lambda p: p.grad)
-            norms = as_kept(norms) if isinstance(norms, torch.Tensor) else None
+            grads = _flat(params, _grad)
+            norms = None if grads is None else as_kept(grads.norm(dim=1))
             for s, (book, policy) in enumerate(zip(books, policies)):
                 book.first_epoch(task, policy, Slice(losses, s), {k: Slice(v, s) for k, v in metrics.items()
                                                                   if k not in OVER_EPOCHS},
@@ -85,11 +87,12 @@ def train_episodes(task, algo, request: Request, policies: list, opts: list, str
     means = {k: total / algo.epochs for k, total in over.items()}
     shared: list[dict[str, Any]] = [{"over_epochs": {k: Slice(v, s) for k, v in means.items()}, "scores": scores}
                                     for s, scores in enumerate(_kept_scores(ros))]
-    if not isinstance(before, list):
-        change = as_kept((_norms(policies, _trained, flat=True) - before).norm(dim=1))
+    if before is not None:
+        change = as_kept((_flat(params, _trained) - before).norm(dim=1))
         for s, row in enumerate(shared):
             row["param_change"] = Slice(change, s)
-    if len({f.success.shape for f in firsts}) == 1 and len({f.scores.shape for f in firsts}) == 1:
+    if len(firsts) > 1 and len({f.success.shape for f in firsts}) == 1 and \
+            len({f.scores.shape for f in firsts}) == 1:  # one seed: its own (finish)
         for row, diagnostics in zip(shared, group_diagnostics_seeds(firsts)):
             row["diagnostics"] = diagnostics
     rows = read_rows([book.finish(ro, first, policy, row) for book, ro, first, policy, row
@@ -154,15 +157,27 @@ def read_rows(rows: list[dict[str, Any]]) -> list[dict[str, Any]]:
     """An episode's rows (one per seed) with every tensor and Slice in them read as a Python
     float, all in one transfer: on a GPU, one wait for the device per episode, not one per
     seed and metric. The values are those float() gives, bit for bit."""
-    at = [(row, k) for row in rows for k, v in row.items() if isinstance(v, (torch.Tensor, Slice))]
+    sources: list[torch.Tensor] = []  # each [S] tensor once
+    start: dict[int, int] = {}
+    at: list[tuple[dict, str, int]] = []
+    size = 0
+    for row in rows:
+        for k, v in row.items():
+            if type(v) is Slice:
+                t, i = v
+            elif isinstance(v, torch.Tensor):
+                t, i = v, 0
+            else:
+                continue
+            if (j := start.get(id(t))) is None:
+                j = start[id(t)] = size
+                sources.append(t)
+                size += t.numel()
+            at.append((row, k, j + i))
     if at:
-        whole = [row[k].values if isinstance(row[k], Slice) else row[k] for row, k in at]
-        sources = list({id(t): t for t in whole}.values())  # each [S] tensor once
-        start = dict(zip(map(id, sources), itertools.accumulate((t.numel() for t in sources), initial=0)))
         values = torch.cat([t.detach().reshape(-1).double() for t in sources]).tolist()
-        for (row, k), t in zip(at, whole):
-            v = row[k]
-            row[k] = values[start[id(t)] + (v.s if isinstance(v, Slice) else 0)]
+        for row, k, j in at:
+            row[k] = values[j]
     return rows
 
 
@@ -182,7 +197,7 @@ class EpisodeRow:
                     grad_norm: Slice | torch.Tensor | None = None) -> None:
         """The first epoch's loss and metrics (OVER_EPOCHS ones aside: the loop averages
         them), its gradient in policy's .grad (before its step); `grad_norm` that
-        gradient's norm where the caller has it (a seed batch's, _norms)."""
+        gradient's norm where the caller has it (one row of `_flat`)."""
         grads = [p.grad.reshape(-1) for p in policy.parameters() if p.grad is not None] \
             if grad_norm is None else []
         self.row["grad_norm"] = grad_norm if grad_norm is not None else \
@@ -249,8 +264,13 @@ def backward(task, algo, policies: list, batches: list[Batch], kl_ref: float,
     for cut in zip(*parts):
         share = cut[0][1]
         losses, out = forward([part for part, _ in cut])
+        whole = len(parts[0]) == 1
         # d(sum)/d(loss_s) = 1 exactly, and no loss reaches another seed's parameters.
-        (losses if len(parts[0]) == 1 else losses * share).sum().backward()
+        if isinstance(losses, torch.Tensor):
+            (losses if whole else losses * share).sum().backward()
+        else:  # each seed's own loss a root of its own (a single run: its loss's backward)
+            torch.autograd.backward([loss if whole else loss * share for loss in losses])
+            losses = stack_seeds([loss.detach() for loss in losses])
         # The sums start at 0.0 even for one part: 0.0 + -0.0 is 0.0, as the rows have it.
         loss_value = loss_value + as_kept(losses) * share
         for k, v in out.items():
@@ -278,24 +298,29 @@ def _trained(p: torch.Tensor) -> torch.Tensor | None:
     return p.detach() if p.requires_grad else None  # as flat_params
 
 
-def _norms(policies: list, of, flat: bool = False):
-    """Per seed, the norm of `of(p)` over its parameters p (None left out): a slice of
-    one [S, P] norm, as each seed's own over its flat vector rounds (rows reduce alike;
-    tests/test_batched.py). `flat`: the [S, P] flat vectors instead. [None] * S where the
-    seeds' sets of tensors differ in size."""
-    flats = [[x.reshape(-1) for p in pol.parameters() if (x := of(p)) is not None] for pol in policies]
+def _grad(p: torch.Tensor) -> torch.Tensor | None:
+    return p.grad
+
+
+def _flat(params: list[list[torch.Tensor]], of, copy: bool = False) -> torch.Tensor | None:
+    """Per seed, `of(p)` over its parameters p (None left out) as one flat row: [S, P]
+    (a row's norm(dim=1) rounds as the norm of the seed's own flat vector: rows reduce
+    alike; tests/test_batched.py). `copy`: rows that later steps leave as they are (else
+    one seed's single tensor is a view of it). None where the seeds' sizes differ."""
+    flats = [[x.reshape(-1) for p in ps if (x := of(p)) is not None] for ps in params]
     sizes = {sum(x.numel() for x in f) for f in flats}
     if len(sizes) != 1 or not sizes.pop():
-        return [None] * len(policies)
-    rows = torch.cat([x for f in flats for x in f]).view(len(policies), -1)
-    return rows if flat else rows.norm(dim=1)
+        return None
+    if len(flats) == 1 and len(flats[0]) == 1 and not copy:
+        return flats[0][0].view(1, -1)
+    return torch.cat([x for f in flats for x in f]).view(len(flats), -1)
 
 
 def _kept_scores(ros: list) -> list[dict[str, Any]]:
     """Each rollout's error and mean reward, kept (`as_kept`): in one conversion for all
-    seeds where each is a 0-d tensor."""
+    seeds where there are several and each is a 0-d tensor."""
     keys = ("error", "reward_mean")
-    if not all(isinstance(getattr(ro, k), torch.Tensor) and getattr(ro, k).dim() == 0
+    if len(ros) == 1 or not all(isinstance(getattr(ro, k), torch.Tensor) and getattr(ro, k).dim() == 0
                for ro in ros for k in keys):
         return [{k: as_kept(getattr(ro, k)) for k in keys} for ro in ros]
     kept = {k: as_kept(stack_seeds([getattr(ro, k) for ro in ros])) for k in keys}
@@ -305,8 +330,9 @@ def _kept_scores(ros: list) -> list[dict[str, Any]]:
 def seed_losses(algo, batches: list[Batch], logps: list[torch.Tensor], kl_ref: float = 0.0):
     """Each seed's `algo.loss`, plus kl_ref times its KL penalty to the reference
     (science §Language models) where kl_ref is set, as one computation over a leading
-    seed axis: the losses [S] and each metric [S] (kept: detached, float64).
-    torch.func.vmap over the algorithm's own loss, so each algorithm stays one function
+    seed axis: the losses (an [S] tensor; evaluated one by one, the S 0-d losses, each its
+    own root for backward: a single run's graph holds no seed axis) and each metric [S]
+    (kept: detached, float64). torch.func.vmap over the algorithm's own loss, so each algorithm stays one function
     of one batch, readable next to its equation, and needs no seed-axis variant; its
     batching rules run every op once for all seeds. One seed (a single run: vmap's
     dispatch would cost more than the loss), seeds whose batches differ in shape (dynamic
@@ -336,7 +362,7 @@ def seed_losses(algo, batches: list[Batch], logps: list[torch.Tensor], kl_ref: f
         else:
             return value, {k: as_kept(v) for k, v in zip(names, values)}
     outs = [loss(b, lp) for b, lp in zip(batches, logps)]
-    return stack_seeds([value for value, _ in outs]), {
+    return [value for value, _ in outs], {
         k: stack_seeds([torch.as_tensor(as_kept(m[k]), dtype=torch.float64) for _, m in outs])
         for k in outs[0][1]}
 

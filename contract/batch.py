@@ -17,6 +17,7 @@ log-probs, shaped like `logp_old`. Candidates of different lengths
 from __future__ import annotations
 
 import dataclasses
+import functools
 from dataclasses import dataclass
 from typing import Any, ClassVar, Protocol, runtime_checkable
 
@@ -442,14 +443,25 @@ def stack_seeds(tensors: list[torch.Tensor]) -> torch.Tensor:
     return tensors[0].unsqueeze(0) if len(tensors) == 1 else torch.stack(tensors)
 
 
+def seedwise(f, tensors: list[torch.Tensor]) -> list[torch.Tensor]:
+    """f of each seed's tensor, for an f that treats leading axes as batch axes (a row-wise
+    op: log_softmax over the last axis): one call over the S tensors stacked, each seed's
+    slice of it; at S = 1, f of the tensor itself, so that a single run's autograd graph
+    holds no seed axis (the same values: a row's result reads that row only)."""
+    return [f(tensors[0])] if len(tensors) == 1 else list(f(torch.stack(tensors)).unbind())
+
+
 def by_seed_axis(task, single: str, seeds: str) -> bool:
     """Whether the runner calls the task's method `seeds` (S seeds at once) for `single`:
     only where it has one that is not older than its `single`. A subclass or wrapper that
     overrides `rollout` or `logprobs` alone is run seed by seed through its override, never
     around it (SeedAxis's own `rollout`/`logprobs` are the seed methods at S = 1)."""
-    if getattr(task, seeds, None) is None:
-        return False
-    mro = type(task).__mro__
+    return getattr(task, seeds, None) is not None and _seeds_not_older(type(task), single, seeds)
+
+
+@functools.cache  # per class: the runner asks every episode
+def _seeds_not_older(cls: type, single: str, seeds: str) -> bool:
+    mro = cls.__mro__
     at = {name: next((i for i, c in enumerate(mro) if name in c.__dict__), len(mro))
           for name in (single, seeds)}
     return at[seeds] <= at[single] or (at[single] < len(mro) and mro[at[single]] is SeedAxis)

@@ -22,8 +22,9 @@ import pandas as pd
 REPO = Path(__file__).resolve().parent.parent
 ONE = ["threads=1", "log_every=0"]
 # name -> overrides: the paper's sequence task under TPO and GRPO, the demo task under an
-# algorithm with epochs' metrics (PPO) and one with dynamic sampling (DAPO), and MNIST
-# (held-out evaluation rows) on a generated data set.
+# algorithm with epochs' metrics (PPO) and one with dynamic sampling (DAPO), MNIST
+# (held-out evaluation rows) on a generated data set, and the tabular bandits (an
+# action-set group, a sampled group, exact single samples).
 CONFIGS = {
     "reverse_h10_tpo": ["task=reverse_h10", "algo=tpo", "task.episodes=4"],
     "reverse_h10_grpo": ["task=reverse_h10", "algo=grpo", "task.episodes=4"],
@@ -32,6 +33,9 @@ CONFIGS = {
     "demo_dapo": ["task=demo", "algo=dapo", "task.episodes=5"],
     "mnist_tpo": ["task=mnist", "algo=tpo", "task.episodes=5", "task.eval_every=2",
                   "task.batch_size=10"],
+    "tabular_single_tpo": ["task=tabular_single", "algo=tpo", "task.episodes=40"],
+    "tabular_single_grpo": ["task=tabular_single", "algo=grpo", "task.episodes=40"],
+    "tabular_multi_pg": ["task=tabular_multi", "algo=pg", "task.episodes=40"],
 }
 CLOCKS = {"wall_s"}
 

@@ -15,6 +15,7 @@ Error after the step, averaged over contexts; misalignment to CE over the whole 
 """
 from __future__ import annotations
 
+import functools
 from dataclasses import dataclass
 from typing import ClassVar
 
@@ -22,7 +23,7 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
-from ..contract.batch import Batch, Request, Rollout, SeedAxis, TaskOptions, stack_seeds
+from ..contract.batch import Batch, Request, Rollout, SeedAxis, TaskOptions, seedwise
 from ..contract.rng import Streams
 from . import register
 from ._bandit import check_bandit_request, sampled_batch
@@ -35,6 +36,12 @@ class Logits(nn.Module):
     def __init__(self, init: torch.Tensor):
         super().__init__()
         self.logits = nn.Parameter(init)
+
+
+@functools.cache
+def _correct(rows: int, k: int, device: torch.device) -> torch.Tensor:
+    """e_y: the correct action's one-hot in each of `rows` rows (a constant, built once)."""
+    return F.one_hot(torch.full((rows,), CORRECT, device=device), k).float()
 
 
 def misalignment(g: torch.Tensor, oracle: torch.Tensor) -> float:
@@ -60,19 +67,23 @@ def _candidates(logp: torch.Tensor, batch: Batch) -> torch.Tensor:
 
 
 # The forward, written once over a leading seed axis (contract.batch.SeedAxis: a single
-# run is S = 1): the S tables stacked [S, N, K], their log-softmax one call. A row's
-# log-softmax reads that row only, so each seed's slice is its own table's bit for bit.
+# run is S = 1): the S tables stacked [S, N, K], their log-softmax one call (seedwise). A
+# row's log-softmax reads that row only, so each seed's slice is its own table's bit for bit.
 
 def _rollout_seeds(task, policies: list[Logits], req: Request, streams: list[Streams]) -> list[Rollout]:
     """Each seed's rollout, each seed's draws from its own streams."""
-    logp = torch.log_softmax(stack_seeds([p.logits.detach() for p in policies]), -1)
-    return [task._scored(lp, req, st) for lp, st in zip(logp.unbind(), streams)]
+    logp = seedwise(_log_softmax, [p.logits.detach() for p in policies])
+    return [task._scored(lp, req, st) for lp, st in zip(logp, streams)]
 
 
 def _logprobs_seeds(policies: list[Logits], batches: list[Batch]) -> list[torch.Tensor]:
     """Each seed's log-probs of its batch's candidates."""
-    logp = torch.log_softmax(stack_seeds([p.logits for p in policies]), -1)
-    return [_candidates(lp, b) for lp, b in zip(logp.unbind(), batches)]
+    logp = seedwise(_log_softmax, [p.logits for p in policies])
+    return [_candidates(lp, b) for lp, b in zip(logp, batches)]
+
+
+def _log_softmax(logits: torch.Tensor) -> torch.Tensor:
+    return torch.log_softmax(logits, -1)
 
 
 @register("tabular_single")
@@ -121,7 +132,7 @@ class TabularSingle(SeedAxis, TaskOptions):
 
     def grad_metrics(self, policy: Logits) -> dict[str, float]:
         pi = torch.softmax(policy.logits.detach(), -1)
-        e_y = F.one_hot(torch.tensor([CORRECT], device=pi.device), self.num_actions).float()
+        e_y = _correct(1, self.num_actions, pi.device)
         return {"misalignment": misalignment(-policy.logits.grad, pi[:, CORRECT] * (e_y - pi))}
 
     def evaluate(self, policy: Logits) -> None:
@@ -171,8 +182,7 @@ class TabularMulti(SeedAxis, TaskOptions):
 
     def grad_metrics(self, policy: Logits) -> dict[str, float]:
         pi = torch.softmax(policy.logits.detach(), -1)
-        e_y = F.one_hot(torch.full((self.num_contexts,), CORRECT, device=pi.device),
-                        self.num_actions).float()
+        e_y = _correct(self.num_contexts, self.num_actions, pi.device)
         return {"misalignment": misalignment(-policy.logits.grad, e_y - pi)}
 
     @torch.no_grad()
