@@ -814,8 +814,13 @@ def vs_base_table(df: pd.DataFrame) -> str:
     return group_table(df, "config", ["config", "rounds x episodes", "base CPU ms / ep", "this CPU ms / ep",
                                       "this / base: median (min-max)"],
                        lambda config, g: [config, f"{len(g)} x {g['episodes'].min()}+",
-                                          f"{1e3 * g['base_cpu_s'].median():.1f}",
-                                          f"{1e3 * g['this_cpu_s'].median():.1f}", spread(g["cpu_ratio"], "{:.3f}")])
+                                          _ms(g['base_cpu_s'].median()), _ms(g['this_cpu_s'].median()),
+                                          spread(g["cpu_ratio"], "{:.3f}")])
+
+
+def _ms(seconds: float) -> str:
+    """Milliseconds to four significant figures (a tabular episode is under 1 ms)."""
+    return f"{1e3 * seconds:#.4g}"
 
 
 def base_mode(args) -> int:

@@ -172,6 +172,19 @@ def test_the_performance_page_shows_the_committed_measurements(csv):
 
 
 PERF = REPO / "reproduction" / "perf"
+
+
+def test_the_single_seed_cost_the_page_quotes_is_the_committed_pairing():
+    """Each paired median ratio the prose quotes after the vs_base table is the CSV's, in
+    the CSV's order, and the page's "all below 1" holds for them."""
+    df = pd.read_csv(REPO / "reproduction" / "perf" / "vs_base.csv")
+    medians = df.groupby("config", sort=False)["cpu_ratio"].median().round(3)
+    page = one_line((REPO / "docs" / "performance.md").read_text())
+    said = re.search(r"are all below 1: (.*?)\. What keeps", page)
+    assert said, "the page quotes no paired medians after the vs_base table"
+    quoted = [float(x) for x in re.findall(r"([0-9.]+)x \(", said.group(1))]
+    assert quoted == list(medians), (quoted, dict(medians))
+    assert max(medians) < 1, dict(medians)
 H10 = "algo=tpo task=reverse_h10"  # profile.csv's two configs
 K32 = "+experiment=zero_variance_masking task=reverse_h8 task.batch_size=256 algo=tpo algo.k=32"
 
