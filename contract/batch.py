@@ -17,7 +17,6 @@ log-probs, shaped like `logp_old`. Candidates of different lengths
 from __future__ import annotations
 
 import dataclasses
-import functools
 from dataclasses import dataclass
 from typing import Any, ClassVar, Protocol, runtime_checkable
 
@@ -456,12 +455,9 @@ def by_seed_axis(task, single: str, seeds: str) -> bool:
     only where it has one that is not older than its `single`. A subclass or wrapper that
     overrides `rollout` or `logprobs` alone is run seed by seed through its override, never
     around it (SeedAxis's own `rollout`/`logprobs` are the seed methods at S = 1)."""
-    return getattr(task, seeds, None) is not None and _seeds_not_older(type(task), single, seeds)
-
-
-@functools.cache  # per class: the runner asks every episode
-def _seeds_not_older(cls: type, single: str, seeds: str) -> bool:
-    mro = cls.__mro__
+    if getattr(task, seeds, None) is None:
+        return False
+    mro = type(task).__mro__  # read each call: a class patched at run time is seen as it is
     at = {name: next((i for i, c in enumerate(mro) if name in c.__dict__), len(mro))
           for name in (single, seeds)}
     return at[seeds] <= at[single] or (at[single] < len(mro) and mro[at[single]] is SeedAxis)
