@@ -244,9 +244,12 @@ def checkpoint_in_eval_mode(model: nn.Module) -> None:
             module.training = True
 
 
-def make_policy(model: nn.Module, tokenizer, lora_rank: int, gradient_checkpointing: bool) -> LMPolicy:
+def make_policy(model: nn.Module, tokenizer, lora_rank: int, gradient_checkpointing: bool,
+                gen: torch.Generator | None = None) -> LMPolicy:
     """Wrap a base model for training: LoRA adapters (peft) of rank `lora_rank` on every
-    linear layer, or full fine-tuning with a frozen copy as the reference."""
+    linear layer, their random initialisation drawn from `gen` (peft draws from torch's
+    global generator, which no run seeds), or full fine-tuning with a frozen copy as the
+    reference."""
     if gradient_checkpointing:
         # activation_checkpointing_enable: gradient_checkpointing_enable's newer name
         (getattr(model, "activation_checkpointing_enable", None) or model.gradient_checkpointing_enable)()
@@ -256,7 +259,11 @@ def make_policy(model: nn.Module, tokenizer, lora_rank: int, gradient_checkpoint
         peft = require("peft")
         config = peft.LoraConfig(r=lora_rank, lora_alpha=2 * lora_rank, lora_dropout=0.0,
                                  target_modules="all-linear", task_type="CAUSAL_LM")
-        return LMPolicy(peft.get_peft_model(model, config), tokenizer, None, lora=True)
+        with torch.random.fork_rng(devices=[]):  # the model is on the CPU here
+            if gen is not None:
+                torch.manual_seed(int(torch.randint(2**62, (), generator=gen)))
+            wrapped = peft.get_peft_model(model, config)
+        return LMPolicy(wrapped, tokenizer, None, lora=True)
     reference = copy.deepcopy(model).eval().requires_grad_(False)
     return LMPolicy(model, tokenizer, reference, lora=False)
 

@@ -220,13 +220,13 @@ class LLMTask(TaskOptions):
         return str(_lm.build_tiny_base(self.base_recipe(), pairs, self.base_dir, rebuild))
 
     def make_policy(self, gen: torch.Generator) -> _lm.LMPolicy:
-        # The base is the experiment's given (gen unused): seeds vary prompts and samples.
+        # The base is the experiment's given: seeds vary prompts, samples and LoRA's init.
         weights = DTYPES[self.dtype][0]
         if not self.model_path and self.from_arch == "random":
             model, tok = _lm.from_arch(self.arch, weights, self.base_seed), _lm.char_tokenizer()
         else:
             model, tok = _lm.load_base(self.base_path(), self.tokenizer_path, weights)
-        return _lm.make_policy(model, tok, self.lora_rank, self.gradient_checkpointing)
+        return _lm.make_policy(model, tok, self.lora_rank, self.gradient_checkpointing, gen)
 
     def compute(self, device) -> contextlib.AbstractContextManager:
         return compute(self.dtype, device)

@@ -47,6 +47,22 @@ def rolled(base_dir):
     return spec, policy, spec.task.rollout(policy, spec.request, streams)
 
 
+def test_lora_adapters_start_from_the_seeds_own_draw(base_dir):
+    """LoRA's random init comes from the seed's init stream, whatever torch's global
+    generator holds (peft draws from it): one seed, one set of adapters; another seed,
+    another set."""
+    spec = spec_of(base_dir, "algo=tpo", "algo.k=4", "task.lora_rank=2")
+
+    def adapters(seed: int, global_seed: int) -> dict[str, torch.Tensor]:
+        torch.manual_seed(global_seed)
+        policy = spec.task.make_policy(Streams.from_seed(seed).init)
+        return {n: p.detach().clone() for n, p in policy.named_parameters() if "lora_A" in n}
+
+    a, again, other = adapters(0, 1), adapters(0, 2), adapters(1, 1)
+    assert a and all(torch.equal(a[n], again[n]) for n in a)
+    assert all(not torch.equal(a[n], other[n]) for n in a)
+
+
 def test_rescoring_gives_the_sampling_log_probs(rolled):
     """The training forward (prompt and completion at once) scores each sampled token as
     the sampler's cached forward did: the ratio starts at 1. An off-by-one between the
