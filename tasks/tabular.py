@@ -38,6 +38,22 @@ class Logits(nn.Module):
         self.logits = nn.Parameter(init)
 
 
+# Constants of a table's shape, built once (read only: tasks and algorithms never write a
+# batch's tensors in place).
+
+@functools.cache
+def _action_set(k: int, device: torch.device) -> "TabularObs":
+    """The one context's k actions, in order (tabular_single's action-set batches)."""
+    return TabularObs(torch.zeros(k, dtype=torch.long, device=device), torch.arange(k, device=device))
+
+
+@functools.cache
+def _whole_table(rows: int, k: int, device: torch.device) -> "TabularObs":
+    """Every (context, action) of a rows x k table, in order (tabular_multi's batches)."""
+    return TabularObs(torch.arange(rows, device=device)[:, None].expand(rows, k),
+                      torch.arange(k, device=device).expand(rows, k))
+
+
 @functools.cache
 def _correct(rows: int, k: int, device: torch.device) -> torch.Tensor:
     """e_y: the correct action's one-hot in each of `rows` rows (a constant, built once)."""
@@ -116,8 +132,8 @@ class TabularSingle(SeedAxis, TaskOptions):
             obs = TabularObs(torch.zeros(B, dtype=torch.long, device=dev), a)
             batch = sampled_batch(req, logp[a], r, adv, obs)
         else:
-            every = torch.arange(K, device=dev)
-            obs = TabularObs(torch.zeros(K, dtype=torch.long, device=dev), every)
+            obs = _action_set(K, dev)
+            every = obs.action
             if req.needs == "action_group":
                 scores = (adv[:, None] * F.one_hot(a, K)).mean(0)
                 batch = Batch.action_set(logp_set, scores[None], (every == CORRECT)[None], obs=obs)
@@ -163,8 +179,7 @@ class TabularMulti(SeedAxis, TaskOptions):
         """The episode's batch from the policy's log-probs [N, K] (no draws: exact)."""
         N, K, dev = self.num_contexts, self.num_actions, logp.device
         onehot = F.one_hot(torch.full((N,), CORRECT, device=dev), K).float()
-        obs = TabularObs(torch.arange(N, device=dev)[:, None].expand(N, K),
-                         torch.arange(K, device=dev).expand(N, K))
+        obs = _whole_table(N, K, dev)
         if req.needs == "label":
             batch = Batch.labelled(logp, torch.full((N,), CORRECT, device=dev), obs=obs)
         else:
