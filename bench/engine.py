@@ -61,9 +61,8 @@ def train_episodes(task, algo, request: Request, policies: list, opts: list, str
     t1 = _phase_mark(clock, device)
     params = [list(p.parameters()) for p in policies]  # walked once an episode
     before = _flat(params, _trained, copy=True)  # [S, P], or None: then per seed
-    books = [EpisodeRow(flat_params(p), dict(extra))
-             for p, extra in zip(policies, extras)] if before is None else \
-        [EpisodeRow(None, dict(extra)) for extra in extras]
+    books = [EpisodeRow(flat_params(p) if before is None else None, dict(extra))
+             for p, extra in zip(policies, extras)]
     batches = [ro.batch for ro in ros]
     kl_ref = task.kl_ref if batches[0].logp_ref is not None else 0.0
     forward = captured(task, algo, policies, kl_ref) if compile and not algo.dynamic_sampling else None

@@ -178,7 +178,7 @@ class TabularMulti(SeedAxis, TaskOptions):
     def _scored(self, logp: torch.Tensor, req: Request, streams: Streams) -> Rollout:
         """The episode's batch from the policy's log-probs [N, K] (no draws: exact)."""
         N, K, dev = self.num_contexts, self.num_actions, logp.device
-        onehot = F.one_hot(torch.full((N,), CORRECT, device=dev), K).float()
+        onehot = _correct(N, K, dev)
         obs = _whole_table(N, K, dev)
         if req.needs == "label":
             batch = Batch.labelled(logp, torch.full((N,), CORRECT, device=dev), obs=obs)
