@@ -25,6 +25,7 @@ from .. import stats
 from ..collect import GROUP, PROGRESS, completed
 from ...cli import spelled
 from ..configs import pick_config
+from ..note import note_inside
 from ..labels import compact_labels, label_text, se_text, short_key, title_items
 from . import experiments
 from .experiments import ALIASES, EXPERIMENTS, TARGETS
@@ -183,35 +184,6 @@ def final_rows(rows: pd.DataFrame) -> tuple[pd.DataFrame, str]:
     return done, "" if len(done) == len(rows) else progress(rows)[1]
 
 
-def note_inside(ax, text: str, gid: str, width_in: float = COLUMN_IN, **kw):
-    """Text inside the panel where it covers the fewest curves (a legend without handles,
-    placed as matplotlib places a legend: loc='best'): each line of text an entry of its
-    own, broken between words to most of the panel's width_in. A legend the panel has
-    takes the entries below its own (one box: two would be placed over each other)."""
-    from matplotlib.patches import Patch
-    style = dict(fontsize=LEGEND_PT, labelcolor=None) | kw
-    chars = max(20, int(0.85 * width_in * 72 / (0.55 * style["fontsize"])))  # ~0.55 em a character
-    lines = [textwrap.fill(line, chars, break_long_words=False) for line in text.split("\n")]
-    own = ax.get_legend()
-    handles, labels = ((own.legend_handles, [t.get_text() for t in own.get_texts()])
-                       if own is not None else ([], []))
-    if own is not None:
-        drawn = ax.get_legend_handles_labels()  # the artists themselves, where it named them
-        handles = drawn[0] if drawn[1] == labels else handles
-        own.remove()
-    note = ax.legend([*handles, *[Patch(visible=False)] * len(lines)], [*labels, *lines], loc="best",
-                     fontsize=own.get_texts()[0].get_fontsize() if labels else style["fontsize"],
-                     handlelength=None if labels else 0, handletextpad=None if labels else 0,
-                     borderpad=0.3, labelspacing=0.2, frameon=True, framealpha=0.85,
-                     edgecolor="none" if not labels else None)
-    for t in note.get_texts()[len(labels):]:
-        t.set_fontsize(style["fontsize"])
-        if style["labelcolor"]:
-            t.set_color(style["labelcolor"])
-    note.set_gid(gid)
-    return note
-
-
 @dataclass
 class Entry:
     """One drawn line, labelled once the whole figure is drawn: its seed count goes into
@@ -323,7 +295,6 @@ def show_zeros(ax, p: Panel, drawn: list[Entry]) -> None:
     a symlog axis, linear from 0 up to a floor a decade at or below the smallest value
     above 0 (at most LOG_FLOOR), logarithmic above it; a note inside the panel names the
     floor and the points at 0."""
-    from matplotlib.patches import Patch
     ys = [y for e in drawn for y in e.handle.lines[0].get_ydata()]
     above = [y for y in ys if y > 0]
     floor = min(LOG_FLOOR, 10 ** math.floor(math.log10(min(above)))) if above else LOG_FLOOR
@@ -335,10 +306,7 @@ def show_zeros(ax, p: Panel, drawn: list[Entry]) -> None:
                    + (f"every {x}" if len(e.zeros) == len(e.handle.lines[0].get_ydata()) > 1
                       else f"{x} = {', '.join(fmt(v) for v in e.zeros)}")
                    for e in drawn if e.zeros)
-    text = textwrap.fill(f"{p.ylabel} 0: {at}; axis linear below {fmt(floor)}", 46)
-    note = ax.legend([Patch(visible=False)], [text], loc="best", fontsize=LEGEND_PT, handlelength=0,
-                     handletextpad=0, borderpad=0.3, frameon=True, framealpha=0.85, edgecolor="none")
-    note.set_gid("zeros")
+    note_inside(ax, f"{p.ylabel} 0: {at}; axis linear below {fmt(floor)}", "zeros")
 
 
 PANEL_H = 2.4  # inches of one panel, title and axes labels included

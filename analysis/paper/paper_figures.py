@@ -673,7 +673,7 @@ def render(name: str, df: pd.DataFrame):
             if p.legend and spec.legend == "panels":
                 ax.legend(loc="best", fontsize=7)
             if note := panel_note(p, drawn, at):
-                figures.note_inside(ax, note, "notes", spec.size[0], fontsize=6.5, labelcolor="#444444")
+                figures.note_inside(ax, note, "notes", fontsize=6.5, labelcolor="#444444")
         if spec.legend in ("top", "bottom") and handles:
             fig.legend(list(handles.values()), list(handles), ncols=min(len(handles), 6),
                        loc=f"outside {'upper' if spec.legend == 'top' else 'lower'} center",
