@@ -271,7 +271,10 @@ def status_table(rows, stages, markdown: bool = False, loose: set[Path] | None =
 def queue_block(table: str, stages: list[dict]) -> str:
     """The page's `queue` block: each stage's purpose, then the table."""
     why = "\n".join(f"- `{s['name']}`: {s['why']}" for s in stages)
-    return f"{why}\n\n{table}\n"
+    said = ("Counted in the tree the table was made from. A run is committed when it completes, so "
+            "on a committed page none is started; `python -m tools.study status --repo <the "
+            "queue's worktree>` counts the runs under way there.")
+    return f"{why}\n\n{table}\n\n{said}\n"
 
 
 def write_block(page: Path, block: str, check: bool) -> int:
