@@ -32,6 +32,7 @@ import pandas as pd
 import torch
 from torch.utils._python_dispatch import TorchDispatchMode
 
+from dev import record
 from tpo_bench.bench.optim import build_optimizer
 from tpo_bench.contract.rng import Streams
 from tpo_bench.bench.build import build
@@ -569,7 +570,7 @@ def seeds_mode(args) -> int:
 
     out = Path(args.out or f"outputs/speed/seeds_{args.device.replace(':', '')}.csv")
     out.parent.mkdir(parents=True, exist_ok=True)
-    df.to_csv(out, index=False)
+    record.stamp(df).to_csv(out, index=False)
     per_job.to_csv(out.with_name(out.stem + "_estimate.csv"), index=False)
     print(f"wrote {out} and {out.with_name(out.stem + '_estimate.csv')}")
     return 0
@@ -828,6 +829,7 @@ def base_mode(args) -> int:
     df = pd.DataFrame(vs_base(Path(args.base), args.cases or list(BASE_CASES), args.episodes,
                               args.base_episodes, args.warmup, args.base_seconds))
     df["torch"], df["cpu"] = torch.__version__, machine()["cpu"]
+    df = record.stamp(df, base=Path(args.base))
     print(f"single seed, one thread, this checkout against {args.base} (paired alternating rounds; "
           "ratio = this CPU seconds / base CPU seconds):")
     print(vs_base_table(df))
@@ -835,12 +837,26 @@ def base_mode(args) -> int:
 
 
 def write_table(df: pd.DataFrame, out: str | Path) -> int:
-    """Write a benchmark's rows as CSV (folders made), say where; the command's exit code."""
+    """Write a benchmark's rows as CSV (folders made) with the code they measured (a
+    `code` column unless it has one), say where; the command's exit code."""
     out = Path(out)
+    df = df if "code" in df.columns else record.stamp(df)
     out.parent.mkdir(parents=True, exist_ok=True)
     df.to_csv(out, index=False)
     print(f"wrote {out}")
     return 0
+
+def table_of(df: pd.DataFrame) -> str:
+    """The Markdown table of a CSV that --ops, --vs-loop, --profile, --candidates or --base
+    wrote, and the line that says which code it measured."""
+    kinds = {"ops_per_episode": ops_table, "share": profile_table, "candidate": candidates_table,
+             "cpu_ratio": vs_base_table, "loop_s": vs_loop_table}  # a column only its kind has
+    [table] = [f for column, f in kinds.items() if column in df.columns] or [None]
+    if table is None:
+        raise ValueError(f"not a table --ops, --vs-loop, --profile, --candidates or --base wrote: "
+                         f"none of the columns {', '.join(kinds)}")
+    return f"{table(df)}\n\n{record.code_line(df)}"
+
 
 def main(argv=None) -> int:
     p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
@@ -880,11 +896,10 @@ def main(argv=None) -> int:
                    help="with --profile: another config, its overrides in one string (repeatable)")
     args = p.parse_args(argv)
     if args.table:
-        df = pd.read_csv(args.table)
-        print(ops_table(df) if "ops_per_episode" in df else
-              profile_table(df) if "share" in df else
-              candidates_table(df) if "speedup" in df else
-              vs_base_table(df) if "cpu_ratio" in df else vs_loop_table(df))
+        try:
+            print(table_of(pd.read_csv(args.table)))
+        except ValueError as e:
+            p.error(f"--table {args.table}: {e}")
         return 0
     if args.config and not args.profile:
         p.error("--config goes with --profile")

@@ -24,6 +24,8 @@ from pathlib import Path
 
 import pandas as pd
 
+from dev import record
+
 REPO = Path(__file__).resolve().parents[1]
 
 
@@ -72,7 +74,8 @@ def main(argv=None) -> int:
     p.add_argument("--table", type=Path, metavar="CSV", help="print the table of a CSV written before")
     args = p.parse_args(argv)
     if args.table is not None:
-        print(table(pd.read_csv(args.table)))
+        df = pd.read_csv(args.table)
+        print(f"{table(df)}\n\n{record.code_line(df)}")
         return 0
     bad = [n for n in args.jobs if n < 1]
     if bad or args.seeds_per_job < 1:
@@ -80,8 +83,8 @@ def main(argv=None) -> int:
                 f"--seeds-per-job {args.seeds_per_job})")
     with tempfile.TemporaryDirectory() as tmp:
         rows = [time_dry_run(n, args.seeds_per_job, Path(tmp) / "out") for n in sorted(args.jobs)]
-    df = pd.DataFrame(rows).assign(cpu=cpu_model(), cores=os.cpu_count(),
-                                   load_average=round(os.getloadavg()[0], 1))
+    df = record.stamp(pd.DataFrame(rows).assign(cpu=cpu_model(), cores=os.cpu_count(),
+                                                load_average=round(os.getloadavg()[0], 1)))
     print(f"machine: {df['cpu'][0]}, {df['cores'][0]} cores, load average {df['load_average'][0]}")
     print(table(df))
     if args.out is not None:

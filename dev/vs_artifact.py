@@ -146,9 +146,11 @@ def main() -> int:
     import pandas as pd
 
     if args.table:
+        from dev import record
         df = pd.read_csv(args.table)
         print(table(df))
         print(summary(df))
+        print(record.code_line(df))
         return 0
     if args.child:
         res = (child_ours(args.episodes) if args.child == "ours"
@@ -161,6 +163,7 @@ def main() -> int:
     if args.artifact_src is None or not (args.artifact_src / "tpo" / "experiments" / "_trial.py").is_file():
         sys.exit(f"vs_artifact: --artifact-src {args.artifact_src}: no tpo/experiments/_trial.py "
                  "there (give the src/ folder of a checkout of github.com/JeanKaddour/tpo)")
+    from dev import record
     rows = []
     for r in range(args.rounds):
         order = ("ours", "artifact") if r % 2 == 0 else ("artifact", "ours")
@@ -182,9 +185,10 @@ def main() -> int:
                      "torch": o["version"], "jax": a["version"]})
         print(f"round {r}: ours {o['cpu_s']:.3f}, artifact {a['cpu_s']:.3f} CPU-s/episode, "
               f"ratio {a['cpu_s'] / o['cpu_s']:.2f}x", flush=True)
-    df = pd.DataFrame(rows)
+    df = record.stamp(pd.DataFrame(rows))
     print(table(df))
     print(summary(df))
+    print(record.code_line(df))
     args.out.parent.mkdir(parents=True, exist_ok=True)
     df.to_csv(args.out, index=False)
     print(f"wrote {args.out}")

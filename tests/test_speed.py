@@ -2,6 +2,7 @@
 import re
 import subprocess
 import sys
+from pathlib import Path
 
 import pandas as pd
 import pytest
@@ -161,14 +162,61 @@ def test_an_added_seed_costs_only_its_draws(algo):
                                  "sweep_validation.csv", "vs_base.csv"])
 def test_the_performance_page_shows_the_committed_measurements(csv):
     """docs/performance.md carries each table as `python -m dev.speed --table` (or
-    `python -m dev.sweep_speed --table`) prints it from the committed CSV."""
-    from dev.speed import candidates_table, ops_table, profile_table, vs_base_table, vs_loop_table
+    `python -m dev.sweep_speed --table`) prints it from the committed CSV, with the line
+    under it that says which code it measured."""
+    from dev import record
+    from dev.speed import table_of
     from dev.sweep_speed import table as sweep_table
     df = pd.read_csv(REPO / "reproduction" / "perf" / csv)
-    table = {"ops.csv": ops_table, "vs_loop.csv": vs_loop_table, "profile.csv": profile_table,
-             "candidates.csv": candidates_table, "sweep_validation.csv": sweep_table,
-             "vs_base.csv": vs_base_table}[csv](df)
+    table = (f"{sweep_table(df)}\n\n{record.code_line(df)}" if csv == "sweep_validation.csv"
+             else table_of(df))
     assert table in (REPO / "docs" / "performance.md").read_text()
+
+
+def test_each_speed_table_is_printed_by_its_own_kind(capsys):
+    """`--table` picks the table by a column only its kind writes (vs_loop.csv and
+    candidates.csv both have a speed-up column) and refuses a CSV of another kind."""
+    from dev import speed
+    for csv, header in (("vs_loop.csv", "| algo | S | B | rounds | loop s"), ("candidates.csv", "| candidate |"),
+                        ("profile.csv", "| config | CPU-s"), ("ops.csv", "| case |"), ("vs_base.csv", "| config | rounds x")):
+        assert speed.main(["--table", str(PERF / csv)]) == 0
+        assert capsys.readouterr().out.startswith(header), csv
+    with pytest.raises(SystemExit) as stop:
+        speed.main(["--table", str(PERF / "sweep_validation.csv")])
+    assert stop.value.code == 2 and "--table" in capsys.readouterr().err
+
+
+def _repo(path: Path) -> Path:
+    def git(*a):
+        subprocess.run(["git", "-C", str(path), *a], check=True, capture_output=True)
+    path.mkdir()
+    git("init", "-q")
+    (path / "f.py").write_text("x = 1\n")
+    git("add", "f.py")
+    git("-c", "user.name=t", "-c", "user.email=t@t", "commit", "-qm", "one")
+    return path
+
+
+@pytest.mark.slow  # starts git
+def test_a_speed_record_names_the_code_it_measured(tmp_path, monkeypatch):
+    from dev import record, speed
+    from tpo_bench.contract import io
+    monkeypatch.setattr(io, "git_commit", lambda: "abc123-dirty")
+    df = pd.DataFrame({"algo": ["tpo"], "seeds": [8], "batch_size": [100], "round": [0],
+                       "loop_s": [2.0], "batched_s": [1.0], "speedup": [2.0]})
+    assert speed.write_table(df, tmp_path / "vs_loop.csv") == 0
+    back = pd.read_csv(tmp_path / "vs_loop.csv")
+    assert list(back["code"]) == ["abc123-dirty"]
+    assert speed.table_of(back).endswith("\n\nCode measured: abc123-dirty.")
+    assert record.code_line(df) == "Code measured: not recorded."  # a CSV without the column
+    base = _repo(tmp_path / "base")
+    sha = subprocess.run(["git", "-C", str(base), "rev-parse", "HEAD"], capture_output=True, text=True).stdout.strip()
+    assert record.commit_of(base) == sha
+    (base / "f.py").write_text("x = 2\n")  # a tracked file edited: not the commit's code
+    assert record.commit_of(base) == sha + "-dirty"
+    paired = record.stamp(df.assign(cpu_ratio=[1.0]), base=base)
+    assert record.code_line(paired) == f"Code measured: this abc123-dirty; base {sha}-dirty."
+    assert record.commit_of(tmp_path) == "not a git checkout"
 
 
 PERF = REPO / "reproduction" / "perf"
@@ -295,12 +343,13 @@ def test_the_performance_pages_prose_quotes_the_op_counts_and_the_loop():
 def test_the_performance_page_quotes_the_recorded_artifact_comparison():
     """docs/performance.md carries the artifact comparison as `python -m dev.vs_artifact
     --table` prints it from the committed CSV, and its quoted median is the CSV's."""
-    from conftest import run_script
     csv = REPO / "reproduction" / "perf" / "vs_artifact.csv"
     df = pd.read_csv(csv)
     ratio = df["artifact_cpu_s"] / df["ours_cpu_s"]
     assert (ratio - df["ratio_cpu"]).abs().max() < 1e-9
-    printed = run_script("dev/vs_artifact.py", "--table", str(csv)).stdout.strip()
+    printed = subprocess.run([sys.executable, "-m", "dev.vs_artifact", "--table", str(csv)], cwd=REPO,
+                             capture_output=True, text=True, check=True).stdout.strip()
+    assert printed.splitlines()[-1].startswith("Code measured: ")
     page = (REPO / "docs" / "performance.md").read_text()
     for line in printed.splitlines():
         assert line in page, line
