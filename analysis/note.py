@@ -33,6 +33,8 @@ def wraps(text: str) -> list[list[str]]:
     """Each line of the text (a statement) broken between words to each of SHARES of the
     longest statement's length: a list of statements per share, each distinct once,
     widest first."""
+    if not text:
+        return [[]]
     longest = max(map(len, text.split("\n")))
     out = []
     for share in SHARES:
@@ -119,7 +121,7 @@ class Note(Legend):
         if not self.get_visible():
             return
         self._measure(renderer)
-        texts = self.texts[-len(self.texts_tried[0]):]
+        texts = self.texts[len(self.texts) - len(self.texts_tried[0]):]
         best = None
         for n, tried in enumerate(self.texts_tried):
             for t, line in zip(texts, tried):
@@ -145,9 +147,11 @@ class Note(Legend):
             self._masks = None
 
 
-def note_inside(ax, text: str, gid: str, fontsize: float = LEGEND_PT, labelcolor=None, **legend_kw) -> Note:
+def note_inside(ax, text: str, gid: str, fontsize: float = LEGEND_PT, labelcolor=None,
+                **legend_kw) -> Note | None:
     """Put `text` inside the panel as a Note; a legend the panel has joins the note's box
-    (its entries first: two boxes would be placed over each other)."""
+    (its entries first: two boxes would be placed over each other). With text "", the
+    panel's legend alone, placed as a note is; None where there is neither."""
     own = ax.get_legend()
     handles, labels = [], []
     if own is not None:
@@ -155,6 +159,8 @@ def note_inside(ax, text: str, gid: str, fontsize: float = LEGEND_PT, labelcolor
         drawn = ax.get_legend_handles_labels()  # the artists themselves, where it named them
         handles = drawn[0] if drawn[1] == labels else handles
         own.remove()
+    if not labels and not text:
+        return None
     note = Note(ax, handles, labels, text,
                 fontsize=own.get_texts()[0].get_fontsize() if labels else fontsize,
                 handlelength=None if labels else 0, handletextpad=None if labels else 0,

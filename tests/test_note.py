@@ -148,6 +148,20 @@ def test_a_panels_own_legend_joins_the_note_and_each_statement_stays_an_entry():
     plt.close(fig)
 
 
+def test_a_panels_legend_alone_is_placed_as_a_note_is():
+    fig, ax = flat_lines_and_two_curves()
+    for line, name in zip(ax.lines[3:], ("TPO", "GRPO")):
+        line.set_label(name)
+    ax.legend()
+    legend = N.note_inside(ax, "", "legend")
+    assert [t.get_text() for t in legend.get_texts()] == ["TPO", "GRPO"] and ax.get_legend() is legend
+    assert check_notes(fig) == [ax]
+    plt.close(fig)
+    fig, ax = plt.subplots()
+    assert N.note_inside(ax, "", "legend") is None and ax.get_legend() is None  # nothing to say
+    plt.close(fig)
+
+
 def test_a_note_is_broken_into_shorter_lines_where_that_clears_a_line():
     wide, *narrower = N.wraps(SAID)
     assert narrower and all(max(map(len, n[0].split("\n"))) < max(map(len, wide[0].split("\n")))

@@ -364,6 +364,8 @@ def test_a_panel_legend_covers_no_curve(table):
     fig, _ = P.render("dg_epochs", pd.concat([drop(table, algo="dg", epochs=4, reward="terminal"), stuck]))
     fig.canvas.draw()
     ax = fig.axes[0]
+    from tpo_bench.analysis.note import Note
+    assert isinstance(ax.get_legend(), Note)  # placed as the notes are (tests/test_note.py)
     box = ax.get_legend().get_window_extent()
     for line in curves(ax):
         pts = ax.transData.transform(line.get_xydata())

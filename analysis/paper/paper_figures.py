@@ -671,7 +671,8 @@ def render(name: str, df: pd.DataFrame):
             elif p.kind == "curve":
                 ax.set_xlim(left=0)
             if p.legend and spec.legend == "panels":
-                ax.legend(loc="best", fontsize=7)
+                ax.legend(fontsize=7)
+                figures.note_inside(ax, "", "legend")  # placed where it hides the fewest line pixels
             if note := panel_note(p, drawn, at):
                 figures.note_inside(ax, note, "notes", fontsize=6.5, labelcolor="#444444")
         if spec.legend in ("top", "bottom") and handles:
