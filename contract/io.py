@@ -198,22 +198,23 @@ def dirty_lines(porcelain: str) -> list[str]:
     return out
 
 
-def git_commit() -> str | None:
-    """The checkout's commit ("-dirty" with uncommitted changes to tracked code files,
-    CODE_PATHS, or an untracked module under RUN_ROOMS), or None when the code does not
-    run from a checkout of its own."""
+def git_commit(root: Path = REPO_ROOT) -> str | None:
+    """The commit of the checkout at root, this code's by default ("-dirty" with
+    uncommitted changes to tracked code files, CODE_PATHS, or an untracked module under
+    RUN_ROOMS), or None where root is not the top of a checkout of its own."""
+    root = Path(root).resolve()
     try:
         # A non-editable install sits in site-packages, which may lie inside some other
         # repository (a venv in a project folder): that repository's commit is not ours.
-        top = subprocess.run(["git", "-C", str(REPO_ROOT), "rev-parse", "--show-toplevel"],
+        top = subprocess.run(["git", "-C", str(root), "rev-parse", "--show-toplevel"],
                              capture_output=True, text=True, timeout=5)
-        if top.returncode != 0 or Path(top.stdout.strip()).resolve() != REPO_ROOT:
+        if top.returncode != 0 or Path(top.stdout.strip()).resolve() != root:
             return None
-        sha = subprocess.run(["git", "-C", str(REPO_ROOT), "rev-parse", "HEAD"],
+        sha = subprocess.run(["git", "-C", str(root), "rev-parse", "HEAD"],
                              capture_output=True, text=True, timeout=5)
         if sha.returncode != 0:
             return None
-        status = subprocess.run(["git", "-C", str(REPO_ROOT), "status", "--porcelain",
+        status = subprocess.run(["git", "-C", str(root), "status", "--porcelain",
                                  "--untracked-files=all", "--", *CODE_PATHS],
                                 capture_output=True, text=True, timeout=5)
         return sha.stdout.strip() + ("-dirty" if dirty_lines(status.stdout) else "")

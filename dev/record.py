@@ -3,7 +3,6 @@ checkout with another, `base_code`), the commit as a run's record names it ("-di
 with uncommitted code changes); under each table printed from a record, a line says it."""
 from __future__ import annotations
 
-import subprocess
 from pathlib import Path
 
 import pandas as pd
@@ -12,22 +11,13 @@ from tpo_bench.contract import io
 
 
 def commit_of(checkout: Path) -> str:
-    """`checkout`'s commit ("-dirty" with uncommitted changes to tracked files), or
-    "not a git checkout"."""
-    def git(*args):
-        return subprocess.run(["git", "-C", str(checkout), *args], capture_output=True, text=True, timeout=10)
-    try:
-        sha, status = git("rev-parse", "HEAD"), git("status", "--porcelain", "--untracked-files=no")
-    except (OSError, subprocess.SubprocessError):
-        return "not a git checkout"
-    if sha.returncode != 0:
-        return "not a git checkout"
-    return sha.stdout.strip() + ("-dirty" if status.stdout.strip() else "")
+    """The commit of the project checkout at `checkout`, as a run's record names it."""
+    return io.git_commit(checkout) or "not a git checkout"
 
 
 def stamp(df: pd.DataFrame, base: Path | None = None) -> pd.DataFrame:
     """The rows with the code they measured: `code`, this checkout's; `base_code`, base's."""
-    df = df.assign(code=io.git_commit() or "not a git checkout")
+    df = df.assign(code=commit_of(io.REPO_ROOT))
     return df.assign(base_code=commit_of(base)) if base is not None else df
 
 

@@ -571,7 +571,7 @@ def seeds_mode(args) -> int:
     out = Path(args.out or f"outputs/speed/seeds_{args.device.replace(':', '')}.csv")
     out.parent.mkdir(parents=True, exist_ok=True)
     record.stamp(df).to_csv(out, index=False)
-    per_job.to_csv(out.with_name(out.stem + "_estimate.csv"), index=False)
+    record.stamp(per_job).to_csv(out.with_name(out.stem + "_estimate.csv"), index=False)
     print(f"wrote {out} and {out.with_name(out.stem + '_estimate.csv')}")
     return 0
 
@@ -846,16 +846,18 @@ def write_table(df: pd.DataFrame, out: str | Path) -> int:
     print(f"wrote {out}")
     return 0
 
+
 def table_of(df: pd.DataFrame) -> str:
     """The Markdown table of a CSV that --ops, --vs-loop, --profile, --candidates or --base
     wrote, and the line that says which code it measured."""
     kinds = {"ops_per_episode": ops_table, "share": profile_table, "candidate": candidates_table,
              "cpu_ratio": vs_base_table, "loop_s": vs_loop_table}  # a column only its kind has
-    [table] = [f for column, f in kinds.items() if column in df.columns] or [None]
-    if table is None:
+    found = [column for column in kinds if column in df.columns]
+    if len(found) != 1:
         raise ValueError(f"not a table --ops, --vs-loop, --profile, --candidates or --base wrote: "
-                         f"none of the columns {', '.join(kinds)}")
-    return f"{table(df)}\n\n{record.code_line(df)}"
+                         f"{'columns ' + ', '.join(found) + ' of several kinds' if found else 'none'} "
+                         f"of the columns {', '.join(kinds)}")
+    return f"{kinds[found[0]](df)}\n\n{record.code_line(df)}"
 
 
 def main(argv=None) -> int:

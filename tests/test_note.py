@@ -75,9 +75,13 @@ def check_notes(fig) -> list:
 
 
 def flat_lines_and_two_curves():
-    """The shape that drew a note over a curve: long flat lines at 1 (many points, as the
-    methods that never learn give) and two falling curves with bands."""
-    fig, ax = plt.subplots(figsize=(3.1, 2.2), dpi=150, layout="constrained")
+    """Long flat lines at 1 (many points, as the methods that never learn give) and two
+    falling curves with bands: the shape where matplotlib's loc="best" covers a curve."""
+    return panel((3.1, 2.2))
+
+
+def panel(size):
+    fig, ax = plt.subplots(figsize=size, dpi=150, layout="constrained")
     x = np.arange(2000.0)
     for ls in (":", "--", "-."):
         ax.plot(x, np.ones_like(x), ls=ls, lw=1.5)
@@ -166,11 +170,56 @@ def test_a_note_is_broken_into_shorter_lines_where_that_clears_a_line():
     wide, *narrower = N.wraps(SAID)
     assert narrower and all(max(map(len, n[0].split("\n"))) < max(map(len, wide[0].split("\n")))
                             for n in narrower)
-    fig, ax = flat_lines_and_two_curves()
-    ax.plot([1000, 1000], [0, 1], lw=1)  # a line down the middle: the widest box no longer fits
+    chosen = []
+    for split in (False, True):
+        fig, ax = panel((5.0, 2.2))  # the unbroken note fits beside the curves
+        if split:
+            ax.plot([1000, 1000], [0, 1], lw=1)  # a line down the middle: half the width is room
+        note = N.note_inside(ax, SAID, "notes", fontsize=6.5)
+        assert check_notes(fig) == [ax]
+        chosen.append(note.get_texts()[0].get_text())
+        plt.close(fig)
+    assert chosen[0] == wide[0] and chosen[1] in [n[0] for n in narrower], chosen
+
+
+def test_no_break_that_fits_the_panel_gives_the_one_that_overflows_least():
+    fig, ax = plt.subplots(figsize=(1.0, 0.8), dpi=150)
+    ax.plot([0, 1], [0, 1])
     note = N.note_inside(ax, SAID, "notes", fontsize=6.5)
+    assert note.texts_tried[-1][0] != note.texts_tried[0][0]
+    fig.canvas.draw()
+    box = note.get_frame().get_window_extent(fig.canvas.get_renderer())
+    narrowest = N.wraps(SAID)[-1][0]
+    assert note.get_texts()[0].get_text() == narrowest and box.x0 >= ax.bbox.x0, box
+    plt.close(fig)
+
+
+def test_a_note_added_to_a_panel_with_a_note_is_one_note_broken_anew():
+    fig, ax = panel((3.1, 2.2))
+    first = "final error 0: TPO at eta = 0.25, 2; axis linear below 0.0001"
+    N.note_inside(ax, first, "zeros", fontsize=6.5)
+    note = N.note_inside(ax, SAID, "progress", fontsize=6.5)
+    assert ax.get_legend() is note and note.n_labels == 0
+    fig.canvas.draw()
+    assert [" ".join(t.get_text().split()) for t in note.get_texts()] == [first, SAID]
+    box = note.get_frame().get_window_extent(fig.canvas.get_renderer())
+    assert ax.bbox.x0 <= box.x0 and box.x1 <= ax.bbox.x1, (box, ax.bbox)  # broken to the panel
+    plt.close(fig)
+
+
+def test_a_note_goes_where_it_hides_less_band():
+    # two spots clear of lines, the upper under a band: the lower one, though a note
+    # otherwise prefers the top
+    fig, ax = plt.subplots(figsize=(3.1, 2.2), dpi=150)
+    x = np.linspace(0, 1, 200)
+    for y in (0.01, 0.5, 0.99):
+        ax.plot(x, np.full_like(x, y), lw=1)
+    ax.fill_between(x, 0.5, 1.0, alpha=0.2, lw=0)
+    ax.set_ylim(0, 1)
+    note = N.note_inside(ax, "PPO: not run", "notes", fontsize=6.5)
     assert check_notes(fig) == [ax]
-    assert note.get_texts()[0].get_text() in [n[0] for n in narrower]
+    box = ax.transAxes.inverted().transform_bbox(note.get_frame().get_window_extent(fig.canvas.get_renderer()))
+    assert box.y1 < 0.5, box
     plt.close(fig)
 
 

@@ -187,12 +187,13 @@ def test_each_speed_table_is_printed_by_its_own_kind(capsys):
 
 
 def _repo(path: Path) -> Path:
+    """A checkout with one code file (bench/x.py) committed."""
     def git(*a):
         subprocess.run(["git", "-C", str(path), *a], check=True, capture_output=True)
-    path.mkdir()
+    (path / "bench").mkdir(parents=True)
     git("init", "-q")
-    (path / "f.py").write_text("x = 1\n")
-    git("add", "f.py")
+    (path / "bench" / "x.py").write_text("x = 1\n")
+    git("add", "bench/x.py")
     git("-c", "user.name=t", "-c", "user.email=t@t", "commit", "-qm", "one")
     return path
 
@@ -201,7 +202,9 @@ def _repo(path: Path) -> Path:
 def test_a_speed_record_names_the_code_it_measured(tmp_path, monkeypatch):
     from dev import record, speed
     from tpo_bench.contract import io
-    monkeypatch.setattr(io, "git_commit", lambda: "abc123-dirty")
+    real = io.git_commit
+    monkeypatch.setattr(io, "git_commit", lambda root=io.REPO_ROOT: "abc123-dirty" if Path(root) == io.REPO_ROOT
+                        else real(root))
     df = pd.DataFrame({"algo": ["tpo"], "seeds": [8], "batch_size": [100], "round": [0],
                        "loop_s": [2.0], "batched_s": [1.0], "speedup": [2.0]})
     assert speed.write_table(df, tmp_path / "vs_loop.csv") == 0
@@ -212,10 +215,13 @@ def test_a_speed_record_names_the_code_it_measured(tmp_path, monkeypatch):
     base = _repo(tmp_path / "base")
     sha = subprocess.run(["git", "-C", str(base), "rev-parse", "HEAD"], capture_output=True, text=True).stdout.strip()
     assert record.commit_of(base) == sha
-    (base / "f.py").write_text("x = 2\n")  # a tracked file edited: not the commit's code
+    (base / "notes.txt").write_text("not code\n")  # untracked, not a module: the commit's code still
+    assert record.commit_of(base) == sha
+    (base / "bench" / "x.py").write_text("x = 2\n")  # a code file edited: not the commit's code
     assert record.commit_of(base) == sha + "-dirty"
     paired = record.stamp(df.assign(cpu_ratio=[1.0]), base=base)
     assert record.code_line(paired) == f"Code measured: this abc123-dirty; base {sha}-dirty."
+    assert record.commit_of(base / "bench") == "not a git checkout"  # inside a checkout, not its top
     assert record.commit_of(tmp_path) == "not a git checkout"
 
 

@@ -15,7 +15,6 @@ analysis/labels.py, as for the per-task figures: an algorithm looks the same in 
 from __future__ import annotations
 
 import math
-import textwrap
 from dataclasses import dataclass, field
 from pathlib import Path
 
