@@ -198,11 +198,11 @@ def dirty_lines(porcelain: str) -> list[str]:
     return out
 
 
-def git_commit(root: Path = REPO_ROOT) -> str | None:
+def git_commit(root: Path | None = None) -> str | None:
     """The commit of the checkout at root, this code's by default ("-dirty" with
     uncommitted changes to tracked code files, CODE_PATHS, or an untracked module under
     RUN_ROOMS), or None where root is not the top of a checkout of its own."""
-    root = Path(root).resolve()
+    root = Path(REPO_ROOT if root is None else root).resolve()
     try:
         # A non-editable install sits in site-packages, which may lie inside some other
         # repository (a venv in a project folder): that repository's commit is not ours.

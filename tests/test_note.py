@@ -230,7 +230,7 @@ def test_the_committed_terminal_sweep_hides_no_line_a_note_could_leave_clear(mon
     assert plot.main(["--figure", "terminal_h_sweep", "--results", str(plot.COMMITTED_TABLE)]) == 0
     [fig] = kept
     interaction_row = fig.axes[4:]
-    assert all("prompt-matched runs" in " ".join(t.get_text() for n in ax.get_children()
+    assert all("prompt-matched runs" in " ".join(" ".join(t.get_text().split()) for n in ax.get_children()
                                                  if isinstance(n, N.Note) for t in n.get_texts())
                for ax in interaction_row)
     assert interaction_row[-1] in check_notes(fig)  # H = 10: room beside its curves

@@ -203,7 +203,7 @@ def test_a_speed_record_names_the_code_it_measured(tmp_path, monkeypatch):
     from dev import record, speed
     from tpo_bench.contract import io
     real = io.git_commit
-    monkeypatch.setattr(io, "git_commit", lambda root=io.REPO_ROOT: "abc123-dirty" if Path(root) == io.REPO_ROOT
+    monkeypatch.setattr(io, "git_commit", lambda root=None: "abc123-dirty" if root in (None, io.REPO_ROOT)
                         else real(root))
     df = pd.DataFrame({"algo": ["tpo"], "seeds": [8], "batch_size": [100], "round": [0],
                        "loop_s": [2.0], "batched_s": [1.0], "speedup": [2.0]})
