@@ -676,11 +676,14 @@ def newer_runs(table, root=None) -> list[Path]:
     return out
 
 
-def warn_if_stale(table, root=None) -> int:
+def warn_if_stale(table, root=None, added=()) -> int:
     """One line on stderr when completed runs under root are newer than the table (a
-    figure drawn from it would leave them out); returns how many."""
+    figure drawn from it would leave them out); returns how many. Runs under a folder of
+    `added` are not counted: the caller reads them from there (plot's --add-runs)."""
     root = Path(table).parent if root is None else Path(root)
-    newer = newer_runs(table, root)
+    added = [Path(a).resolve() for a in added]
+    newer = [d for d in newer_runs(table, root)
+             if not any(Path(d).resolve().is_relative_to(a) for a in added)]
     if newer:
         many = len(newer) > 1
         where = sorted(set(table_record(table)) | {str(root)})

@@ -429,7 +429,6 @@ def main(argv=None) -> int:
             print(f"error: --add-runs {root}: no such folder", file=sys.stderr)
             return 2
 
-    warn_if_stale(args.results)
     df = read_results(args.results, "nothing to draw", split_code=args.split_code)
     if isinstance(df, int):  # missing, empty or not the collected table: nothing drawn
         return df
@@ -438,6 +437,7 @@ def main(argv=None) -> int:
         print(f"note: {args.results} is the committed table: also its runs under "
               f"{', '.join(map(str, found))} (--no-committed-runs leaves them out)", file=sys.stderr)
         args.add_runs = [str(r) for r in found]
+    warn_if_stale(args.results, added=args.add_runs)
     for root in map(Path, args.add_runs):
         added, _ = collect.collect(root)
         if not added.empty:

@@ -21,6 +21,8 @@ def along(line) -> np.ndarray:
     a, b = xy[:-1], xy[1:]
     ok = np.isfinite(a).all(1) & np.isfinite(b).all(1)
     a, b = a[ok], b[ok]
+    if not len(a):  # a single point (a marker)
+        return xy[np.isfinite(xy).all(1)]
     n = np.maximum(1, np.ceil(np.hypot(*(b - a).T)).astype(int))
     t = np.concatenate([np.arange(k) / k for k in n])
     return np.repeat(a, n, 0) + t[:, None] * np.repeat(b - a, n, 0)

@@ -57,6 +57,8 @@ def test_a_table_outside_the_output_root_warns_of_a_run_it_misses_whatever_the_c
     assert collect.warn_if_stale(table) == 1
     err = capsys.readouterr().err
     assert f"1 completed run under {root.resolve()}" in err and f"collect.py {root.resolve()}" in err, err
+    assert collect.warn_if_stale(table, added=[root]) == 0  # read from their folder: not left out
+    assert collect.warn_if_stale(table, added=[tmp_path / "elsewhere"]) == 1
     assert collect.main([str(root), "--merge-into", str(table)]) == 0
     assert collect.warn_if_stale(table) == 0
 
