@@ -226,14 +226,20 @@ def test_a_note_goes_where_it_hides_less_band():
 
 
 @pytest.mark.slow  # reads every committed run
-def test_the_committed_terminal_sweep_hides_no_line_a_note_could_leave_clear(monkeypatch):
+def test_the_committed_terminal_sweep_hides_no_line_a_note_could_leave_clear(tmp_path, monkeypatch):
     kept = []
-    monkeypatch.setattr(P, "_save", lambda fig, path, dpi: (kept.append(fig), [])[1])
-    assert plot.main(["--figure", "terminal_h_sweep", "--results", str(plot.COMMITTED_TABLE)]) == 0
-    [fig] = kept
+    monkeypatch.setattr(P.plt, "close", kept.append)  # the figure as saved, kept open
+    assert plot.main(["--figure", "terminal_h_sweep", "--results", str(plot.COMMITTED_TABLE),
+                      "--out", str(tmp_path)]) == 0
+    [fig] = [f for f in kept if len(f.axes) == 8]
     interaction_row = fig.axes[4:]
     assert all("prompt-matched runs" in " ".join(" ".join(t.get_text().split()) for n in ax.get_children()
                                                  if isinstance(n, N.Note) for t in n.get_texts())
                for ax in interaction_row)
-    assert interaction_row[-1] in check_notes(fig)  # H = 10: room beside its curves
+    with P.plt.rc_context(P.PAPER_RC):  # the type the figure is drawn and saved in
+        check_notes(fig)
+        h10 = interaction_row[-1]  # room beside its curves: its note hides none of them
+        [note] = [c for c in h10.get_children() if isinstance(c, N.Note)]
+        box = note.get_frame().get_window_extent(fig.canvas.get_renderer())
+        assert not inside(box, np.concatenate([along(l) for l in lines_of(h10)])).any(), box
     plt.close(fig)
