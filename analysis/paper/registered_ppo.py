@@ -123,6 +123,19 @@ def judge(finals: dict) -> Outcome:
     return Outcome(cells, seeds_run, hl, hp, pooled)
 
 
+def combined(grpo_claim: str, ppo_claim: str) -> str:
+    """The paper's claim over both registered analyses, from each one's claim()."""
+    parts = f"against GRPO {grpo_claim}; against PPO {ppo_claim}"
+    claims = (grpo_claim, ppo_claim)
+    if any(c.startswith("contradicted") for c in claims):
+        return f"contradicted ({parts})"
+    if all(c.startswith("supported") for c in claims):
+        return "supported: TPO's error is lower than GRPO's at every H = 7-10 and than PPO's at H = 7 and 8"
+    if any(c.startswith("not tested") for c in claims):
+        return f"not tested yet ({parts})"
+    return f"not settled ({parts})"
+
+
 def power(tpo, other, draws: int = 2000, seed: int = 0) -> dict:
     """How often one H's test at 20 seeds finds TPO lower at Holm's strictest step for two H
     (ALPHA / 2) and at ALPHA, on 20 pairs drawn with replacement from (tpo, other); and, with
