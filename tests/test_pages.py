@@ -30,6 +30,33 @@ def test_reproducing_page_is_generated_from_the_committed_report_and_runs(block)
     _check("reproducing", block)
 
 
+def test_the_paired_block_is_tpo_against_each_method_not_the_registered_test():
+    block = committed_blocks("reproducing")["paired"]
+    header = block.splitlines()[0]
+    assert "| comparison |" in header and "p (one-sided)" in header
+    assert "seen before registration" not in block
+    others = {line.split("|")[1].strip() for line in block.splitlines()[2:]}
+    assert {"tpo < grpo", "tpo < dg"} <= others, others
+
+
+def test_the_second_registration_covers_exactly_where_the_papers_ppo_beats_its_grpo():
+    """The paper's prompt-matched terminal table: at each H, the methods other than TPO whose
+    error is below GRPO's. The PPO registration tests those H, against that method."""
+    from tpo_bench.analysis.paper import report
+    paper = pd.read_csv(REPO / "analysis" / "paper" / "paper_numbers.csv")
+    rows = paper[(paper["experiment"] == "terminal_h_sweep") & (paper["match"] == "prompts")]
+    value = lambda r: float(r["value"].lstrip(">"))  # noqa: E731  (">95" is above every number here)
+    below = {}
+    for h, g in rows.groupby("H"):
+        grpo = value(g[g["algo"] == "grpo"].iloc[0])
+        below.update({int(h): r["algo"] for _, r in g.iterrows()
+                      if r["algo"] not in ("tpo", "grpo") and value(r) < grpo})
+    reg = report.REGISTERED[1]
+    assert set(below) == set(reg.code.HORIZONS) and set(below.values()) == {reg.other}
+    hs = " and ".join(map(str, sorted(below)))
+    quoted("reproducing", f"TPO against PPO at H = {hs}", "the H where the paper's own prompt-matched PPO is below its GRPO")
+
+
 @pytest.mark.parametrize("block", ["board", "readings"])
 def test_leaderboard_page_is_generated_from_the_committed_board(block):
     _check("leaderboard", block)

@@ -8,11 +8,13 @@ import numpy as np
 import pytest
 
 from tpo_bench.analysis.paper import registered as R
+from tpo_bench.analysis.paper import registered_ppo as P
 from tpo_bench.analysis.paper import report, rule_dates
 
 from conftest import REPO
 
 REG = rule_dates.TERMINAL_H_SWEEP
+BOTH = pytest.mark.parametrize("reg", report.REGISTERED, ids=lambda r: r.registration.name)
 
 
 def _git(*args):
@@ -21,58 +23,79 @@ def _git(*args):
 
 
 @pytest.mark.slow  # reads git log
-def test_the_registration_has_not_changed_since_its_commit():
-    last = _git("log", "-1", "--format=%h %cI", "--", *REG.files)
+@BOTH
+def test_the_registration_has_not_changed_since_its_commit(reg):
+    r = reg.registration
+    last = _git("log", "-1", "--format=%h %cI", "--", *r.files)
     if not last:
         pytest.skip("no git history here")
     commit, date = last.split()
-    assert commit.startswith(REG.commit) or REG.commit.startswith(commit), (
-        f"{', '.join(REG.files)} changed in {commit} after registration {REG.commit}: a "
+    assert commit.startswith(r.commit) or r.commit.startswith(commit), (
+        f"{', '.join(r.files)} changed in {commit} after registration {r.commit}: a "
         "registered analysis is fixed before its runs; a new one needs a new registration")
-    assert date == REG.date
-    dirty = _git("status", "--porcelain", "--", *REG.files)
+    assert date == r.date
+    dirty = _git("status", "--porcelain", "--", *r.files)
     assert not dirty, f"uncommitted edits to the registration: {dirty}"
 
 
-def _judged_runs():
-    """(H, algo, seed, started_at) of every committed prompt-matched TPO/GRPO terminal run
-    the registration judges."""
+def seen(reg, algo, h):
+    """The seeds of one method at one H whose results were in view at registration."""
+    by = reg.code.SEEN
+    return by[algo].get(h, ()) if algo in by else by.get(h, ())
+
+
+def _judged_runs(reg):
+    """(H, algo, seed, started_at) of every committed prompt-matched terminal run of TPO and
+    the other method that a registration judges."""
     out = []
-    for h in R.HORIZONS:
-        for algo in ("tpo", "grpo"):
+    for h in reg.code.HORIZONS:
+        for algo in ("tpo", reg.other):
             for s in (REPO / "reproduction" / "runs" / "terminal" / f"reverse_h{h}" / algo).glob("*/seed=*/summary.json"):
                 if json.loads((s.parent / "config.json").read_text()).get("match") != "prompts":
                     continue
                 summary = json.loads(s.read_text())
-                if summary.get("status") != "completed" or summary["seed"] not in R.SEEDS:
+                if summary.get("status") != "completed" or summary["seed"] not in reg.code.SEEDS:
                     continue
                 starts = [a["started_at"] for a in summary.get("attempts_log", []) if a.get("started_at")]
                 out.append((h, algo, int(summary["seed"]), min(starts, default=summary.get("started_at"))))
     return out
 
 
-def _misdated(runs, registered_at):
+def _misdated(reg, runs, registered_at):
     """Runs that contradict the registration: a seed it does not list as seen that started
     before it, or one it lists as seen that started after it."""
-    late = [(h, a, s) for h, a, s, t in runs if s not in R.SEEN[h] and (t is None or t <= registered_at)]
-    early = [(h, a, s) for h, a, s, t in runs if s in R.SEEN[h] and t is not None and t > registered_at]
+    late = [(h, a, s) for h, a, s, t in runs if s not in seen(reg, a, h) and (t is None or t <= registered_at)]
+    early = [(h, a, s) for h, a, s, t in runs if s in seen(reg, a, h) and t is not None and t > registered_at]
     return late, early
 
 
-def test_every_run_it_judges_started_after_it_unless_listed_as_seen():
-    runs = _judged_runs()
+@BOTH
+def test_every_run_it_judges_started_after_it_unless_listed_as_seen(reg):
+    runs = _judged_runs(reg)
     assert runs, "no committed run of the registered cells"
-    late, early = _misdated(runs, rule_dates.timestamp(REG.date))
+    late, early = _misdated(reg, runs, rule_dates.timestamp(reg.registration.date))
     assert not late, f"runs started before the registration but not listed as seen: {late}"
     assert not early, f"listed as seen but started after the registration: {early}"
 
 
-def test_the_date_check_catches_runs_on_the_wrong_side_of_the_registration():
-    at = rule_dates.timestamp(REG.date)
-    new_seed = max(R.SEEN[7]) + 1
-    assert _misdated([(7, "tpo", new_seed, at - 1)], at) == ([(7, "tpo", new_seed)], [])
-    assert _misdated([(7, "tpo", 0, at + 1)], at) == ([], [(7, "tpo", 0)])
-    assert _misdated([(7, "tpo", new_seed, at + 1), (7, "grpo", 0, at - 1)], at) == ([], [])
+@BOTH
+def test_the_date_check_catches_runs_on_the_wrong_side_of_the_registration(reg):
+    at = rule_dates.timestamp(reg.registration.date)
+    other = reg.other
+    new_seed = max(seen(reg, other, 7)) + 1
+    assert _misdated(reg, [(7, other, new_seed, at - 1)], at) == ([(7, other, new_seed)], [])
+    assert _misdated(reg, [(7, other, 0, at + 1)], at) == ([], [(7, other, 0)])
+    assert _misdated(reg, [(7, other, new_seed, at + 1), (7, "tpo", 0, at - 1)], at) == ([], [])
+
+
+def test_the_ppo_registration_lists_what_was_in_view_per_method():
+    """TPO's seeds 3-8 at H = 7 and 8 ran for the first registration before the second was
+    made: listed as seen for TPO, not for PPO, whose seeds from 3 on are new."""
+    at = rule_dates.timestamp(rule_dates.TERMINAL_PPO.date)
+    reg = report.REGISTERED[1]
+    runs = [(7, "tpo", 5, at - 1), (8, "tpo", 8, at - 1), (7, "ppo", 5, at + 1), (8, "ppo", 2, at - 1)]
+    assert _misdated(reg, runs, at) == ([], [])
+    assert _misdated(reg, [(7, "ppo", 5, at - 1)], at) == ([(7, "ppo", 5)], [])
 
 
 def test_sign_flip_p_is_the_exact_share_of_sign_patterns():
@@ -177,6 +200,48 @@ def test_the_registrations_power_sentence_is_what_its_command_computes():
 
 def test_the_report_prints_the_outcome_beside_the_registration():
     o = R.judge({10: _finals(1, 30)})
-    text = "\n".join(report.registered_block(o))
+    text = "\n".join(report.registered_block(report.REGISTERED[0], o))
     assert REG.commit in text and REG.date[:10] in text
     assert o.claim() in text and "| 7 | 0 |" in text and "| 10 | 20 |" in text
+
+
+@pytest.mark.slow  # pooled tests of 200,000 sign patterns
+def test_the_ppo_analysis_calls_each_result_by_its_registered_words():
+    lower = P.judge({h: _finals(1, 30, seed=h) for h in P.HORIZONS})
+    assert lower.claim() == "supported: TPO's error is lower than PPO's at H = 7 and 8"
+    assert lower.pooled_reading() == "TPO lower pooled over H = 7-8"
+    worse = P.judge({7: _finals(1, 30, seed=7), 8: _finals(30, 1, seed=8)})
+    assert worse.reading(8) == "PPO lower" and worse.claim() == "contradicted: PPO's error is lower at H = 8"
+    unsure = P.judge({7: _finals(1, 30, seed=7), 8: _finals(5, 5, seed=8)})
+    assert unsure.claim() == "not settled: TPO lower at H = 7; not separated at H = 8"
+    partial = P.judge({7: _finals(1, 30, seed=7), 8: _finals(1, 30, seeds=P.SEEDS[:-1])})
+    assert partial.claim() == "not tested yet: 1 of 2 H complete (complete: 7)"
+    assert partial.reading(7).startswith("complete") and partial.pooled is None
+    # its per-H test is the first analysis's, on the PPO pairs
+    tpo, ppo = _finals(3, 4, spread=10, seed=1)
+    c = P.cell(7, tpo, ppo)
+    d = np.array([tpo[s] - ppo[s] for s in P.SEEDS])
+    assert (c.p_tpo_lower, c.p_ppo_lower) == (R.p_lower(d), R.p_lower(-d))
+
+
+def test_the_claim_over_both_analyses_follows_the_registered_rule():
+    sup_g, sup_p = "supported: TPO's error is lower than GRPO's at every H = 7-10", \
+        "supported: TPO's error is lower than PPO's at H = 7 and 8"
+    assert P.combined(sup_g, sup_p).startswith("supported")
+    assert P.combined(sup_g, "contradicted: PPO's error is lower at H = 7").startswith("contradicted")
+    assert P.combined("contradicted: GRPO's error is lower at H = 9",
+                      "not tested yet: 0 of 2 H complete (complete: none)").startswith("contradicted")
+    assert P.combined(sup_g, "not tested yet: 1 of 2 H complete (complete: 7)").startswith("not tested yet")
+    assert P.combined(sup_g, "not settled: not separated at H = 7, 8").startswith("not settled")
+    both = P.combined("not settled: TPO lower at H = 10; not separated at H = 7, 8, 9", sup_p)
+    assert "against GRPO not settled" in both and "against PPO supported" in both
+
+
+def test_the_report_prints_both_outcomes_and_the_claim_over_them():
+    g, p = R.judge({10: _finals(1, 30)}), P.judge({})
+    text = "\n".join(report.registered_section([g, p]))
+    for reg, o in zip(report.REGISTERED, (g, p)):
+        assert reg.registration.commit in text and reg.registration.date[:10] in text
+        assert o.claim() in text and reg.registration.files[0] in text
+    assert "| 8 | 0 | TPO seeds 0–8, PPO seeds 0–2 |" in text
+    assert P.combined(g.claim(), p.claim()) in text

@@ -32,7 +32,7 @@ if __name__ == "__main__" and not (__package__ or "").startswith("tpo_bench"):
     __package__ = "tpo_bench.analysis.paper"
 from .. import collect, stats
 from ..configs import pick_config
-from . import experiments, figures, paper_figures, registered, rule_dates
+from . import experiments, figures, paper_figures, registered, registered_ppo, rule_dates
 from . import verdicts as V
 from .experiments import ALIASES, EXPERIMENTS
 from ..style import fmt
@@ -453,8 +453,28 @@ def paired_lines(row, sel: pd.DataFrame) -> list[dict]:
     return out
 
 
-REGISTERED_FILE = "reproduction/registered/terminal_h_sweep.md"
-REGISTERED_EXPERIMENT = "terminal_h_sweep"  # the section whose prompt-matched claim it tests
+REGISTERED_EXPERIMENT = "terminal_h_sweep"  # the section whose prompt-matched claim they test
+REGISTERED_HEAD = "### The registered test: TPO against"
+COMBINED = "**The claim over both registered tests:"
+
+
+@dataclass(frozen=True)
+class Registered:
+    """A registered analysis of the central claim: its code, its registration, the method
+    TPO is tested against, and what was in view when it was registered."""
+    code: object  # the module: HORIZONS, SEEDS, SEEN, ALPHA, judge
+    registration: rule_dates.Registration
+    other: str  # the algo TPO is paired with
+    not_blind: str  # which tests saw their data before the registration
+
+
+REGISTERED = (
+    Registered(registered, rule_dates.TERMINAL_H_SWEEP, "grpo",
+               "H = 10's runs were complete and seen when it was registered, so its test is not blind"),
+    Registered(registered_ppo, rule_dates.TERMINAL_PPO, "ppo",
+               "TPO's seeds 0–8 were run when it was registered, so neither H's test is blind on "
+               "TPO's side"),
+)
 
 
 def pct(p: float) -> str:
@@ -462,50 +482,69 @@ def pct(p: float) -> str:
     return "< 0.0001" if p < 1e-4 else f"{p:.2g}"
 
 
-def registered_finals(row, sel: pd.DataFrame) -> dict:
-    """H -> (TPO's, GRPO's) {seed: final error %} for the registered analysis: the runs the
-    claim row (terminal table, prompt-matched) is judged on, per H."""
-    return {h: tuple(per_seed_final(config_rows(sel, row, algo, {"H": h})) for algo in ("tpo", "grpo"))
-            for h in registered.HORIZONS}
+def registered_finals(reg: Registered, row, sel: pd.DataFrame) -> dict:
+    """H -> (TPO's, the other's) {seed: final error %} for a registered analysis: the runs
+    the claim row (terminal table, prompt-matched) is judged on, per H."""
+    return {h: tuple(per_seed_final(config_rows(sel, row, algo, {"H": h})) for algo in ("tpo", reg.other))
+            for h in reg.code.HORIZONS}
 
 
-def registered_block(outcome: registered.Outcome) -> list[str]:
-    """The registered analysis's outcome, beside the registration's commit and date."""
-    reg = rule_dates.TERMINAL_H_SWEEP
-    n = len(registered.SEEDS)
+def seen_text(reg: Registered, h: int) -> str:
+    """The seeds whose results were in view at registration, at one H."""
+    def span(r):
+        return f"seeds 0–{len(r) - 1}" if len(r) else "none"
+    seen = reg.code.SEEN
+    if all(isinstance(v, dict) for v in seen.values()):  # per method
+        return ", ".join(f"{algo.upper()} {span(by.get(h, ()))}" for algo, by in seen.items())
+    return span(seen.get(h, ()))
+
+
+def registered_block(reg: Registered, outcome) -> list[str]:
+    """A registered analysis's outcome, beside the registration's commit and date."""
+    r, code, other = reg.registration, reg.code, reg.other.upper()
+    n, n_h = len(code.SEEDS), len(code.HORIZONS)
+    p_tpo, p_other = "p TPO lower (Holm)", f"p {other} lower (Holm)"
     rows = []
-    for h in registered.HORIZONS:
+    for h in code.HORIZONS:
         c = outcome.cells.get(h)
-        seen = len(registered.SEEN.get(h, ()))
         row = {"H": str(h), "seeds run (of 20)": str(outcome.seeds_run[h]),
-               "seen before registration": f"seeds 0–{seen - 1}" if seen else "none"}
+               "seen before registration": seen_text(reg, h)}
         if c is None:
-            row.update({"TPO %": "", "GRPO %": "", "p TPO lower (Holm)": "", "p GRPO lower (Holm)": "",
-                        "signed-rank p TPO / GRPO lower": ""})
+            row.update({"TPO %": "", f"{other} %": "", p_tpo: "", p_other: "",
+                        f"signed-rank p TPO / {other} lower": ""})
         else:
-            holm = lambda d: f" ({pct(d[h])})" if h in d else ""  # noqa: E731
-            row.update({"TPO %": number_text(float(np.mean(c.tpo))), "GRPO %": number_text(float(np.mean(c.grpo))),
-                        "p TPO lower (Holm)": pct(c.p_tpo_lower) + holm(outcome.holm_tpo_lower),
-                        "p GRPO lower (Holm)": pct(c.p_grpo_lower) + holm(outcome.holm_grpo_lower),
-                        "signed-rank p TPO / GRPO lower": f"{pct(c.rank_p_tpo_lower)} / {pct(c.rank_p_grpo_lower)}"})
+            holm = lambda d: f" ({pct(d[h])})" if h in d else " (Holm pending)"  # noqa: E731
+            theirs = getattr(c, reg.other)  # each module's Cell and Outcome name the other method
+            row.update({"TPO %": number_text(float(np.mean(c.tpo))), f"{other} %": number_text(float(np.mean(theirs))),
+                        p_tpo: pct(c.p_tpo_lower) + holm(outcome.holm_tpo_lower),
+                        p_other: pct(getattr(c, f"p_{reg.other}_lower")) + holm(getattr(outcome, f"holm_{reg.other}_lower")),
+                        f"signed-rank p TPO / {other} lower":
+                            f"{pct(c.rank_p_tpo_lower)} / {pct(getattr(c, f'rank_p_{reg.other}_lower'))}"})
         row["reading"] = outcome.reading(h)
         rows.append(row)
     pooled = outcome.pooled_reading()
     if outcome.pooled is not None:
         q = outcome.pooled
-        pooled += (f" (p TPO lower {pct(q['p_tpo_lower'])}, GRPO lower {pct(q['p_grpo_lower'])}; "
-                   f"signed-rank {pct(q['rank_p_tpo_lower'])} / {pct(q['rank_p_grpo_lower'])}; "
-                   "not blind: H = 10 was seen before registration)")
-    return ["### The registered test: TPO against GRPO", "",
-            f"Registered in `{reg.commit}` on {reg.date[:16].replace('T', ' ')} UTC, before its "
-            f"new runs (`{REGISTERED_FILE}`, code `analysis/paper/registered.py`): per H, an "
-            f"exact one-sided paired sign-flip test over seeds 0–{n - 1}, Holm over the four H "
-            f"at α = {registered.ALPHA:g} per direction; no test until both methods have all "
-            f"{n} seeds at an H. H = 10's runs were complete and seen when it was registered, "
-            "so its test is not blind.", "",
+        pooled += (f" (p TPO lower {pct(q['p_tpo_lower'])}, {other} lower {pct(q[f'p_{reg.other}_lower'])}; "
+                   f"signed-rank {pct(q['rank_p_tpo_lower'])} / {pct(q[f'rank_p_{reg.other}_lower'])}; "
+                   f"not blind: {reg.not_blind})")
+    hs = ", ".join(map(str, code.HORIZONS[:-1])) + f" and {code.HORIZONS[-1]}"
+    return [f"{REGISTERED_HEAD} {other}", "",
+            f"Registered in `{r.commit}` on {r.date[:16].replace('T', ' ')} UTC, before its "
+            f"new runs (`{r.files[0]}`, code `{r.files[1]}`): per H = {hs}, an exact one-sided "
+            f"paired sign-flip test over seeds 0–{n - 1}, Holm over the {n_h} H at "
+            f"α = {code.ALPHA:g} per direction; no test until both methods have all {n} seeds at "
+            f"an H. A p-value reads raw, with Holm's adjusted value beside it once every H is "
+            f"complete. {reg.not_blind}.", "",
             md_table(rows), "",
-            f"**The claim \"TPO attains the lowest error at each H\", against GRPO: {outcome.claim()}.** "
-            f"Pooled: {pooled}.", ""]
+            f"**The claim \"TPO attains the lowest error at each H\", against {other} (H = {hs}): "
+            f"{outcome.claim()}.** Pooled: {pooled}.", ""]
+
+
+def registered_section(outcomes: list) -> list[str]:
+    """Each registered analysis's block, then the claim over them (registered_ppo.combined)."""
+    text = [line for reg, o in zip(REGISTERED, outcomes) for line in registered_block(reg, o)]
+    return text + [f"{COMBINED} {registered_ppo.combined(*(o.claim() for o in outcomes))}.**", ""]
 
 
 def run_provenance(df: pd.DataFrame, legacy_runs: set, roots: list[Path]) -> dict:
@@ -840,7 +879,8 @@ def build(df: pd.DataFrame, out: Path, fig_dir: Path, runs_root: Path | None = N
         paired = [l for _, r in rows[rows["kind"] == "ordering"].iterrows() for l in paired_lines(r, sel)]
         claim_rows = rows[(rows["kind"] == "ordering") & (rows["match"] == "prompts")]
         if name == REGISTERED_EXPERIMENT and not claim_rows.empty:
-            outcome = registered.judge(registered_finals(claim_rows.iloc[0], sel) if not sel.empty else {})
+            outcome = [reg.code.judge(registered_finals(reg, claim_rows.iloc[0], sel) if not sel.empty else {})
+                       for reg in REGISTERED]
         judged.append((name, exp, sel, numbers, claims, paired))
     judged.sort(key=lambda j: list(EXPERIMENTS).index(j[0]))  # back in report order
     if not any(judged_anything(numbers + claims) for *_, numbers, claims, _ in judged):
@@ -880,7 +920,7 @@ def build(df: pd.DataFrame, out: Path, fig_dir: Path, runs_root: Path | None = N
         if claims:
             text += ["Claims:", "", md_table(claims), ""]
         if name == REGISTERED_EXPERIMENT and outcome is not None:
-            text += registered_block(outcome)
+            text += registered_section(outcome)
         if paired:
             text += [PAIRED_INTRO, "", md_table(paired), ""]
         split = split_lines(sel) if not sel.empty else []

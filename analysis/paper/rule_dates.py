@@ -75,6 +75,11 @@ TERMINAL_H_SWEEP = Registration(
     "terminal_h_sweep", "33a39c4", "2026-12-06T02:10:03+00:00",
     ("reproduction/registered/terminal_h_sweep.md", "analysis/paper/registered.py"))
 
+TERMINAL_PPO = Registration(
+    "terminal_ppo", "9cd26df", "2026-12-07T07:06:00+00:00",
+    ("reproduction/registered/terminal_ppo.md", "analysis/paper/registered_ppo.py",
+     "analysis/paper/registered.py"))  # its statistics are the first analysis's
+
 
 def timestamp(iso: str) -> float:
     return datetime.fromisoformat(iso).astimezone(timezone.utc).timestamp()
