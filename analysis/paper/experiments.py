@@ -105,9 +105,12 @@ EXPERIMENTS = {e.name: e for e in [
                       hold=("K", "epochs")),)),
     Experiment("dg_epochs", "DG epoch sensitivity",
                # Appendix E's runs are prompt-matched (the preset's are): never borrow the
-               # interaction-matched DG of the H sweep, which sees K times the prompts.
-               (terminal(algo="dg", match="prompts", hold=("K", "eta"), same_task=True),
-                dense(reward=["bag_of_tokens", "sequential"], algo="dg", hold=("K", "eta"))),
+               # interaction-matched DG of the H sweep, which sees K times the prompts. Both
+               # epoch counts gate on the current policy, as the preset runs them: the H
+               # sweep's one-epoch DG (behaviour gate) is another configuration.
+               (terminal(algo="dg", match="prompts", surprisal="current", hold=("K", "eta"), same_task=True),
+                dense(reward=["bag_of_tokens", "sequential"], algo="dg", surprisal="current",
+                      hold=("K", "eta"))),
                sources=("dg_epochs", "dg_epochs_dense")),
     # science §Language models: pretrained models on GPUs; their rows are unjudged (verdicts.UNJUDGED).
     Experiment("llm_gsm8k", "LLM RLVR (science §Language models): GSM8K, Qwen3-1.7B",
