@@ -57,6 +57,8 @@ RULES = (
          "paper's seed count", "known seeds", 0),
     Rule("2341d3f", "2026-12-06T02:29:33+00:00", "a row the paper's own seeds cannot pass is beyond "
          "them, not judged", "known seeds", 1),
+    Rule("7f9a9c3", "2026-12-07T12:47:30+00:00", "appendix E compares DG at one gate (the preset's "
+         "current-policy gate) for both epoch counts", "section:dg_epochs", 0),
 )
 
 
