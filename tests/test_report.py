@@ -471,10 +471,12 @@ def test_hardware_from_summary_json(tmp_path):
                         "config_hash": ["abc"] * 2, "seed": [0, 1], "step": [0, 0]})
     run = tmp_path / "reverse_h7" / "tpo" / "abc" / "seed=0"
     run.mkdir(parents=True)
+    # a run resumed after a day's pause: 2 h of training, 26 h from its first start to its end
     (run / "summary.json").write_text(
-        '{"device": "cpu", "threads": 2, "versions": {"torch": "2.13.0+cpu"}, "duration_s": 7200}')
+        '{"device": "cpu", "threads": 2, "versions": {"torch": "2.13.0+cpu"}, "duration_s": 93600, '
+        '"final": {"step": 1999, "wall_s": 7200.0}}')
     line = report.hardware(sel, tmp_path, None)
-    assert line == "cpu, 2 threads, torch 2.13.0+cpu (1 summary.json, 2.00 h of run time)"
+    assert line == "cpu, 2 threads, torch 2.13.0+cpu (1 summary.json, 2.00 h of training summed over 1 of them)"
     assert report.hardware(sel, tmp_path, "H200").startswith("H200; cpu, 2 threads")
     assert report.hardware(sel, tmp_path / "nope", None) == "see each run's summary.json"
 

@@ -623,8 +623,10 @@ def hardware(sel: pd.DataFrame, runs_root: Path | None, given: str | None) -> st
     if found:
         kinds = sorted({f"{s.get('device', '?')}, {s.get('threads', '?')} threads, torch "
                         f"{(s.get('versions') or {}).get('torch', '?')}" for s in found})
-        hours = sum(float(s.get("duration_s") or 0) for s in found) / 3600
-        parts.append(f"{'; '.join(kinds)} ({len(found)} summary.json, {hours:.2f} h of run time)")
+        # training time: each run's last row's wall_s (resumes add up, pauses between them do not)
+        walls = [float(s["final"]["wall_s"]) for s in found if "wall_s" in (s.get("final") or {})]
+        timed = f", {sum(walls) / 3600:.2f} h of training summed over {len(walls)} of them" if walls else ""
+        parts.append(f"{'; '.join(kinds)} ({len(found)} summary.json{timed})")
     return "; ".join(parts) or "see each run's summary.json"
 
 
