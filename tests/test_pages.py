@@ -57,6 +57,22 @@ def test_the_second_registration_covers_exactly_where_the_papers_ppo_beats_its_g
     quoted("reproducing", f"TPO against PPO at H = {hs}", "the H where the paper's own prompt-matched PPO is below its GRPO")
 
 
+def test_each_status_line_names_one_line_of_runs_with_its_matching():
+    lines = committed_blocks("reproducing")["status"].splitlines()
+    labels = [line.split(": ", 1)[0] for line in lines if "completed (seeds" in line]
+    assert labels and len(set(labels)) == len(labels), [x for x in labels if labels.count(x) > 1]
+    assert all(label.endswith(("prompt-matched", "interaction-matched")) for label in labels), labels
+
+
+def test_the_readmes_seed_spread_is_the_papers_seeds():
+    from tpo_bench.analysis.paper import report
+    seeds = report.load_paper_seeds()
+    tpo, grpo = seeds["terminal-tpo-H10"], seeds["terminal-grpo-H10"]
+    quoted("readme", f"the paper's TPO seeds end between {min(tpo):.0f} and {max(tpo):.0f} % error, "
+                     f"its GRPO seeds between {min(grpo):.0f} and {max(grpo):.0f} %")
+    assert (REPO / "reproduction" / "figures" / "terminal_seeds.png").is_file()
+
+
 @pytest.mark.parametrize("block", ["board", "readings"])
 def test_leaderboard_page_is_generated_from_the_committed_board(block):
     _check("leaderboard", block)

@@ -122,21 +122,34 @@ def status_block(root: Path = RUNS) -> str:
     done = {}
     for s in runs:
         if s.get("status") == "completed":
-            done.setdefault((s["task"], s["algo"], s["config_hash"]), []).append(int(s["seed"]))
+            done.setdefault((s["task"], s["algo"], _match(root, s), s["config_hash"]), []).append(int(s["seed"]))
     from .report import seed_list
 
-    lines = [f"- `{t}` {a}: {len(v)} completed (seeds {seed_list(v)})"
-             for (t, a, _), v in sorted(done.items())]
+    lines = [f"- `{t}` {a}, {m}-matched: {len(v)} completed (seeds {seed_list(v)})"
+             for (t, a, m, _), v in sorted(done.items())]
     lines += [f"- `{s['task']}` {s['algo']} seed {s['seed']}: not completed, metrics logged to "
               f"episode {_last_step(root, s)} (resumes from its last checkpoint)"
               for s in runs if s.get("status") != "completed"]
     return "\n".join(lines)
 
 
+def _run_dir(root: Path, summary: dict) -> Path:
+    return root / summary["task"] / summary["algo"] / summary["config_hash"] / f"seed={summary['seed']}"
+
+
+def _match(root: Path, summary: dict) -> str:
+    """The run's matching as its config.json records it (prompt- or interaction-)."""
+    try:
+        match = json.loads((_run_dir(root, summary) / "config.json").read_text()).get("match")
+    except (OSError, ValueError):
+        match = None
+    return {"prompts": "prompt", "interactions": "interaction"}.get(match, "?")
+
+
 def _last_step(root: Path, summary: dict) -> str:
     """The last episode a committed unfinished run logged (its summary, written at start
     or at a kill, may say `running` with no final row)."""
-    path = root / summary["task"] / summary["algo"] / summary["config_hash"] / f"seed={summary['seed']}" / "metrics.parquet"
+    path = _run_dir(root, summary) / "metrics.parquet"
     try:
         return str(int(pd.read_parquet(path, columns=["step"])["step"].max()))
     except (OSError, ValueError, KeyError):
