@@ -22,6 +22,8 @@ COMMANDS = {
     "rule-log": ("tpo_bench.analysis.paper.rule_log", "which verdicts a rule change moved"),
     "registered": ("tpo_bench.analysis.paper.registered",
                    "the registered analysis of TPO against GRPO under terminal reward"),
+    "registered-ppo": ("tpo_bench.analysis.paper.registered_ppo",
+                       "the registered analysis of TPO against PPO under terminal reward"),
     "pages": ("tpo_bench.analysis.paper.pages", "the generated parts of docs/reproducing.md and docs/leaderboard.md"),
     "tune-report": ("tpo_bench.analysis.tuning.report", "each optuna study's history and parameter importance"),
     "data": ("tpo_bench.tools.data", "stage (download and verify) a data set"),

@@ -16,6 +16,9 @@ from dataclasses import dataclass
 
 import numpy as np
 
+if __name__ == "__main__" and not (__package__ or "").startswith("tpo_bench"):
+    import tpo_bench.analysis.paper  # noqa: F401  (run by path or by a top-level name: the package its relative imports name)
+    __package__ = "tpo_bench.analysis.paper"
 from . import registered as R
 
 HORIZONS = (7, 8)
