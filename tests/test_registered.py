@@ -1,5 +1,6 @@
 """The registered analysis of the central claim: its statistics against independent
 computations, its outcome words, and that it was fixed before the runs it judges."""
+import ast
 import itertools
 import json
 import subprocess
@@ -29,13 +30,40 @@ def test_the_registration_has_not_changed_since_its_commit(reg):
     last = _git("log", "-1", "--format=%h %cI", "--", *r.files)
     if not last:
         pytest.skip("no git history here")
-    commit, date = last.split()
-    assert commit.startswith(r.commit) or r.commit.startswith(commit), (
-        f"{', '.join(r.files)} changed in {commit} after registration {r.commit}: a "
-        "registered analysis is fixed before its runs; a new one needs a new registration")
+    changed = _git("log", "--format=%h %cI", f"{r.commit}~1..HEAD", "--", *r.files).splitlines()
+    commit, date = changed[-1].split()
+    assert commit.startswith(r.commit) or r.commit.startswith(commit)
     assert date == r.date
+    for line in changed[:-1]:
+        later = line.split()[0]
+        assert any(later.startswith(c) or c.startswith(later) for c in r.runnable), (
+            f"{', '.join(r.files)} changed in {later} after registration {r.commit}: a "
+            "registered analysis is fixed before its runs; a new one needs a new registration")
+        for f in r.files:
+            before, after = _git("show", f"{r.commit}:{f}"), _git("show", f"{later}:{f}")
+            assert _what_it_computes(before, f) == _what_it_computes(after, f), (
+                f"{f} changed in {later} beyond how it runs")
     dirty = _git("status", "--porcelain", "--", *r.files)
     assert not dirty, f"uncommitted edits to the registration: {dirty}"
+
+
+def _what_it_computes(text, name):
+    """A registered file less what only decides how it runs: a code file's syntax tree
+    without its top-level `if __name__ == "__main__" ...` blocks; any other file as it is."""
+    if not name.endswith(".py"):
+        return text
+    tree = ast.parse(text)
+    tree.body = [n for n in tree.body if not (isinstance(n, ast.If) and "__name__" in ast.unparse(n.test))]
+    return ast.dump(tree)
+
+
+def test_only_how_a_file_runs_may_change_after_its_registration():
+    code = "import x\nSEEDS = range(20)\n\n\ndef f():\n    return 1\n"
+    runnable = code.replace("import x\n", 'import x\nif __name__ == "__main__":\n    __package__ = "p"\n')
+    assert _what_it_computes(code, "a.py") == _what_it_computes(runnable, "a.py")
+    assert _what_it_computes(code, "a.py") != _what_it_computes(code.replace("20", "19"), "a.py")
+    assert _what_it_computes(code, "a.py") != _what_it_computes(code.replace("return 1", "return 2"), "a.py")
+    assert _what_it_computes("20 seeds", "a.md") != _what_it_computes("19 seeds", "a.md")
 
 
 def seen(reg, algo, h):
