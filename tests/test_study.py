@@ -361,3 +361,49 @@ def test_a_run_another_queue_holds_is_left_to_it_not_failed(tmp_path, capsys, mo
         holder.wait()
     assert study.main(["run", "--queue", str(q), "--repo", str(repo), "--any-code"]) == 0
     assert "1 ran, 0 failed" in capsys.readouterr().out
+
+
+@pytest.mark.slow  # git processes
+def test_worktree_brings_the_committed_runs_and_run_refuses_to_train_them_again(tmp_path, capsys):
+    """A fresh worktree at the queue's commit lacks the runs completed since and merged
+    into main: `run` refuses to train them again, naming `worktree`, which brings their
+    records in one commit that the pin check accepts; then `run` has nothing to do."""
+    source = tmp_path / "main"
+    git = _git_repo(source)
+    code = git("rev-parse", "HEAD").stdout.strip()
+    q = _queue(tmp_path, f"""
+code: {code}
+stages:
+  - name: a
+    why: one run
+    sweeps:
+      - {{root: reproduction/runs/m, seeds: [0, 1], cost_s: 10, args: "task=demo task.episodes=2 task.batch_size=4 task.sequence_length=3 algo=tpo"}}
+""")
+    (job,) = study.jobs(study.load(q))
+    done = study.locate(job, source)
+    done.mkdir(parents=True)
+    (done / "summary.json").write_text(json.dumps({"status": "completed"}))
+    git("add", ".")
+    git("commit", "-qm", "a completed run, merged into main")
+    plain = tmp_path / "plain"
+    git("worktree", "add", "-q", "-b", "other", str(plain), code)
+    argv = ["--queue", str(q), "--source", str(source)]
+    assert study.main(["run", *argv, "--repo", str(plain)]) == 2
+    err = capsys.readouterr().err
+    assert "1 runs the queue would train are committed in" in err and "tools.study worktree" in err
+    assert "seed=0" in err
+
+    study_repo = tmp_path / "study"
+    assert study.main(["worktree", *argv, "--repo", str(study_repo)]) == 0
+    assert "1 run record files brought" in capsys.readouterr().out
+    assert study.check_code(study_repo, code) is None
+    branch = subprocess.run(["git", "-C", str(study_repo), "rev-parse", "--abbrev-ref", "HEAD"],
+                            capture_output=True, text=True).stdout.strip()
+    assert branch == study.STUDY_BRANCH
+    assert study.main(["run", *argv, "--repo", str(study_repo)]) == 0
+    assert "0 runs to go" in capsys.readouterr().out
+    assert study.main(["worktree", *argv, "--repo", str(study_repo)]) == 0  # again: nothing to bring
+    assert "0 run record files brought" in capsys.readouterr().out
+    (tmp_path / "not_git").mkdir()
+    assert study.main(["worktree", *argv, "--repo", str(tmp_path / "not_git")]) == 2
+    assert "is not a git checkout" in capsys.readouterr().err

@@ -1,4 +1,4 @@
-"""The reproduction's study queue: `python -m tools.study {status,run,list,gpu}`.
+"""The reproduction's study queue: `python -m tools.study {status,run,list,gpu,worktree}`.
 
 The queue is reproduction/study.yaml: stages in order, each a few sweeps (overrides with
 comma lists, a seed range, a cost per run), and the commit its runs train at. `run` trains
@@ -8,8 +8,11 @@ A stage with `prefix: N` takes every run to episode N (stopped, checkpointed, co
 before any runs on. `status`: done, started and left, with the cost (`--page`: the
 reproducing page's block). `gpu`: every config's unfinished seeds seed-batched on one
 device, mechanism stage first, stopped at BUDGET_S checkpointed, packed into a tar
-(`tar -xf` at the repository root); its estimate is in docs/performance.md.
+(`tar -xf` at the repository root); its estimate is in docs/performance.md. `worktree`:
+the checkout `run` trains in, at the queue's commit, holding every run record committed here
+(so that `run` skips them; it refuses to train one again).
 
+    python -m tools.study worktree --repo ../tpo-study
     python -m tools.study status [--markdown] [--page docs/reproducing.md [--check]]
     python -m tools.study run --repo CHECKOUT_AT_CODE [--jobs 2] [--stage NAME] [--commit]
     python -m tools.study gpu [--parallel 12] [--budget-s 540] [--pack OUT.tar]
@@ -105,9 +108,74 @@ def check_code(repo: Path, code: str | None) -> str | None:
             f"{' and' if edited else ' with'} untracked files ({', '.join(untracked[:5])}"
             f"{', ...' if len(untracked) > 5 else ''}: remove them or commit them)" if untracked else "")
         return (f"{repo} is at {head[:12] or 'no commit'}{extra}; the queue's runs "
-                f"train at {code} (study.yaml's `code`): `git worktree add -b study ../tpo-study {code}` "
-                f"and pass --repo ../tpo-study (or --any-code)")
+                f"train at {code} (study.yaml's `code`): `python -m tools.study worktree --repo "
+                f"../tpo-study` makes that checkout; pass --repo ../tpo-study (or --any-code)")
     return None
+
+
+STUDY_BRANCH = "study"  # the branch the queue's worktree commits its runs to
+
+
+def _tree(repo: Path, rev: str = "HEAD") -> dict[str, str] | None:
+    """{path: blob} of the run records committed at `rev` (RUNS_PREFIX), or None where
+    `repo` is not a git checkout with that commit."""
+    out = _git(repo, "ls-tree", "-r", rev, "--", RUNS_PREFIX)
+    if out.returncode != 0:
+        return None
+    return {line.split("\t", 1)[1]: line.split()[2] for line in out.stdout.splitlines()}
+
+
+def behind(repo: Path, source: Path) -> list[str]:
+    """The run record files committed in `source` (its HEAD) that `repo`'s HEAD does not
+    hold at all (a file both hold, even changed, is left to a merge); [] where either is
+    not a git checkout, or they are the same one."""
+    if repo.resolve() == source.resolve():
+        return []
+    theirs, ours = _tree(source), _tree(repo)
+    if theirs is None or ours is None:
+        return []
+    return sorted(set(theirs) - set(ours))
+
+
+def worktree(repo: Path, source: Path, code: str | None) -> int:
+    """Make (or refresh) the checkout `run` trains in: a git worktree of `source` at the
+    queue's commit on branch STUDY_BRANCH, then one commit bringing every run record
+    committed in `source` that it lacks, so that `run` skips those runs."""
+    if not repo.exists():
+        if code is None:
+            print("error: the queue names no commit to train at (study.yaml has no `code:`)", file=sys.stderr)
+            return 2
+        has_branch = _git(source, "rev-parse", "--verify", "-q", f"refs/heads/{STUDY_BRANCH}").returncode == 0
+        add = _git(source, "worktree", "add", str(repo), STUDY_BRANCH) if has_branch else \
+            _git(source, "worktree", "add", "-b", STUDY_BRANCH, str(repo), code)
+        if add.returncode != 0:
+            print(f"error: git worktree add {repo}: {add.stderr.strip()}", file=sys.stderr)
+            return 2
+        print(f"[study] {repo}: a worktree on branch {STUDY_BRANCH} at "
+              f"{STUDY_BRANCH if has_branch else code}", flush=True)
+    elif _tree(repo) is None:
+        print(f"error: {repo} exists and is not a git checkout: name a new folder or the queue's worktree",
+              file=sys.stderr)
+        return 2
+    files = behind(repo, source)
+    if files:
+        head = _git(source, "rev-parse", "HEAD").stdout.strip()
+        if _git(repo, "cat-file", "-e", f"{head}^{{commit}}").returncode != 0:  # another clone
+            _git(repo, "fetch", "-q", str(source), head)
+        for i in range(0, len(files), 200):
+            got = _git(repo, "checkout", head, "--", *files[i:i + 200])
+            if got.returncode != 0:
+                print(f"error: bringing run records from {source} at {head[:12]}: {got.stderr.strip()}",
+                      file=sys.stderr)
+                return 2
+        msg = (f"Study: {len(files)} run record files committed in {source.name} at {head[:12]}, "
+               f"so that the queue skips those runs")
+        c = _git(repo, "commit", "-q", "-m", msg, "--", *files)
+        if c.returncode != 0:
+            print(f"error: committing the run records in {repo}: {c.stderr.strip()}", file=sys.stderr)
+            return 2
+    print(f"[study] {repo}: {len(files)} run record files brought from {source}", flush=True)
+    return 0
 
 
 SWEEP_KEYS = {"root": str, "seeds": list, "cost_s": (int, float), "args": str}
@@ -478,9 +546,11 @@ def gpu(rows, repo: Path, a) -> int:
 
 def main(argv=None) -> int:
     p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    p.add_argument("command", choices=("status", "run", "list", "gpu"))
+    p.add_argument("command", choices=("status", "run", "list", "gpu", "worktree"))
     p.add_argument("--queue", type=Path, default=QUEUE)
     p.add_argument("--repo", type=Path, default=ROOT, help="the checkout the run roots are in")
+    p.add_argument("--source", type=Path, default=ROOT,
+                   help="run, worktree: the checkout whose committed run records --repo must hold")
     p.add_argument("--stage", default=None)
     p.add_argument("--jobs", type=int, default=2)
     p.add_argument("--max-runs", type=int, default=0, help="stop after this many runs (0: all)")
@@ -505,6 +575,13 @@ def main(argv=None) -> int:
         print(f"error: {e}", file=sys.stderr)
         return 2
     repo = a.repo.resolve()
+    if a.command == "worktree":
+        try:
+            code = pinned(a.queue)
+        except (OSError, ValueError) as e:
+            print(f"error: {e}", file=sys.stderr)
+            return 2
+        return worktree(repo, a.source.resolve(), code)
     rows = survey(todo, repo)
     if a.command == "status":
         markdown = a.markdown or a.page
@@ -524,6 +601,14 @@ def main(argv=None) -> int:
     why = None if a.any_code else check_code(repo, pinned(a.queue))
     if why:
         print(f"error: {why}", file=sys.stderr)
+        return 2
+    lacking = {str(Path(f).parent) for f in behind(repo, a.source) if Path(f).name == "summary.json"}
+    again = [str(d.relative_to(repo)) for _, d in left if str(d.relative_to(repo)) in lacking]
+    if again:  # trained again, they would cost their hours twice and conflict on merge
+        print(f"error: {len(again)} runs the queue would train are committed in {a.source.resolve()} "
+              f"but not in {repo} ({', '.join(again[:3])}{', ...' if len(again) > 3 else ''}): "
+              f"`python -m tools.study worktree --repo {a.repo} --source {a.source}` brings their records",
+              file=sys.stderr)
         return 2
     if a.max_runs:
         left = left[:a.max_runs]
