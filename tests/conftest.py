@@ -133,6 +133,19 @@ def run_dirs(root: Path) -> list[Path]:
     return sorted(p for p in Path(root).rglob("seed=*") if p.is_dir())
 
 
+def terminal_summaries(h: int, algo: str) -> list[dict]:
+    """The summaries of every completed, prompt-matched, committed terminal-reward run of
+    one method at one H (reproduction/runs/terminal)."""
+    out = []
+    for s in sorted((REPO / "reproduction" / "runs" / "terminal" / f"reverse_h{h}" / algo).glob("*/seed=*/summary.json")):
+        if json.loads((s.parent / "config.json").read_text()).get("match") != "prompts":
+            continue
+        done = json.loads(s.read_text())
+        if done.get("status") == "completed":
+            out.append(done)
+    return out
+
+
 def wait_for(predicate, timeout: float = 180.0) -> None:
     deadline = time.time() + timeout
     while time.time() < deadline:

@@ -16,7 +16,6 @@ read off the paper's figures ("about 0.35 and 0.42", "about 3.2 % in its Figure 
 """
 import functools
 import itertools
-import json
 import math
 import re
 
@@ -24,7 +23,7 @@ import numpy as np
 import pandas as pd
 import pytest
 
-from conftest import PRESET_JOBS, REPO, WORDS, md_rows, one_line
+from conftest import PRESET_JOBS, REPO, WORDS, md_rows, one_line, terminal_summaries
 from tpo_bench.analysis import stats
 from tpo_bench.analysis.configs import pick_config
 from tpo_bench.analysis.paper import experiments, report
@@ -660,11 +659,7 @@ def _report_per_seed(algo: str, h: int) -> list:
     """The final errors (%) of every seed the terminal table judges for one method at one H,
     prompt-matched: seeds 0-2 from the results table, later ones from the committed runs
     (the table's mean and interval read them all)."""
-    later = []
-    for summary in (REPO / "reproduction" / "runs" / "terminal" / f"reverse_h{h}" / algo).glob("*/seed=*/summary.json"):
-        done = json.loads(summary.read_text())
-        if json.loads((summary.parent / "config.json").read_text())["match"] == "prompts" and done["status"] == "completed":
-            later.append(float(done["final"]["error"]) * 100)
+    later = [float(done["final"]["error"]) * 100 for done in terminal_summaries(h, algo)]
     return sorted([*_terminal_finals(algo, h), *later])
 
 

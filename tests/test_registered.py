@@ -2,7 +2,6 @@
 computations, its outcome words, and that it was fixed before the runs it judges."""
 import ast
 import itertools
-import json
 import subprocess
 
 import numpy as np
@@ -12,7 +11,7 @@ from tpo_bench.analysis.paper import registered as R
 from tpo_bench.analysis.paper import registered_ppo as P
 from tpo_bench.analysis.paper import report, rule_dates
 
-from conftest import REPO
+from conftest import REPO, terminal_summaries
 
 REG = rule_dates.TERMINAL_H_SWEEP
 BOTH = pytest.mark.parametrize("reg", report.REGISTERED, ids=lambda r: r.registration.name)
@@ -78,11 +77,8 @@ def _judged_runs(reg):
     out = []
     for h in reg.code.HORIZONS:
         for algo in ("tpo", reg.other):
-            for s in (REPO / "reproduction" / "runs" / "terminal" / f"reverse_h{h}" / algo).glob("*/seed=*/summary.json"):
-                if json.loads((s.parent / "config.json").read_text()).get("match") != "prompts":
-                    continue
-                summary = json.loads(s.read_text())
-                if summary.get("status") != "completed" or summary["seed"] not in reg.code.SEEDS:
+            for summary in terminal_summaries(h, algo):
+                if summary["seed"] not in reg.code.SEEDS:
                     continue
                 starts = [a["started_at"] for a in summary.get("attempts_log", []) if a.get("started_at")]
                 out.append((h, algo, int(summary["seed"]), min(starts, default=summary.get("started_at"))))
