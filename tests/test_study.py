@@ -364,10 +364,10 @@ def test_a_run_another_queue_holds_is_left_to_it_not_failed(tmp_path, capsys, mo
 
 
 @pytest.mark.slow  # git processes
-def test_worktree_brings_the_committed_runs_and_run_refuses_to_train_them_again(tmp_path, capsys):
-    """A fresh worktree at the queue's commit lacks the runs completed since and merged
-    into main: `run` refuses to train them again, naming `worktree`, which brings their
-    records in one commit that the pin check accepts; then `run` has nothing to do."""
+def test_runs_committed_in_main_count_as_completed_in_the_queues_worktree(tmp_path, capsys, monkeypatch):
+    """A worktree at the queue's commit lacks the runs completed and merged into main since:
+    `status` counts them completed, `run` skips them; a run main holds but has not
+    committed, or holds in progress, still trains."""
     source = tmp_path / "main"
     git = _git_repo(source)
     code = git("rev-parse", "HEAD").stdout.strip()
@@ -375,35 +375,73 @@ def test_worktree_brings_the_committed_runs_and_run_refuses_to_train_them_again(
 code: {code}
 stages:
   - name: a
-    why: one run
+    why: two runs
     sweeps:
-      - {{root: reproduction/runs/m, seeds: [0, 1], cost_s: 10, args: "task=demo task.episodes=2 task.batch_size=4 task.sequence_length=3 algo=tpo"}}
+      - {{root: reproduction/runs/m, seeds: [0, 2], cost_s: 10, args: "task=demo task.episodes=2 task.batch_size=4 task.sequence_length=3 algo=tpo"}}
 """)
-    (job,) = study.jobs(study.load(q))
-    done = study.locate(job, source)
-    done.mkdir(parents=True)
-    (done / "summary.json").write_text(json.dumps({"status": "completed"}))
+    first, second = study.jobs(study.load(q))
+    for job, status in ((first, "completed"), (second, "running")):
+        d = study.locate(job, source)
+        d.mkdir(parents=True)
+        (d / "summary.json").write_text(json.dumps({"status": status}))
     git("add", ".")
-    git("commit", "-qm", "a completed run, merged into main")
-    plain = tmp_path / "plain"
-    git("worktree", "add", "-q", "-b", "other", str(plain), code)
-    argv = ["--queue", str(q), "--source", str(source)]
-    assert study.main(["run", *argv, "--repo", str(plain)]) == 2
-    err = capsys.readouterr().err
-    assert "1 runs the queue would train are committed in" in err and "tools.study worktree" in err
-    assert "seed=0" in err
+    git("commit", "-qm", "seed 0 completed and seed 1 in progress, merged into main")
+    wt = tmp_path / "study"
+    argv = ["--queue", str(q), "--source", str(source), "--repo", str(wt)]
+    assert study.main(["worktree", *argv]) == 0
+    assert f"branch {study.STUDY_BRANCH} at {code[:12]}" in capsys.readouterr().out
+    assert study.main(["status", *argv]) == 0
+    assert "1/2    completed, 0 started, 1 left" in capsys.readouterr().out
+    assert study.main(["list", *argv]) == 0
+    listed = capsys.readouterr().out.splitlines()
+    assert listed[0].startswith("completed") and f"(in {source})" in listed[0] and "seed=0" in listed[0]
+    assert listed[1].startswith("todo") and "seed=1" in listed[1]
+    monkeypatch.setenv("PYTHONPATH", str(REPO))  # the runs train with this checkout's code
+    assert study.main(["run", *argv, "--commit", "--any-code"]) == 0
+    out = capsys.readouterr().out
+    assert "1 runs to go" in out and "seed=1" in out and "seed=0" not in out
+    assert not study.locate(first, wt).exists()  # seed 0 was never trained here
+    assert study.main(["status", *argv]) == 0
+    assert "2/2    completed, 0 started, 0 left" in capsys.readouterr().out
+    git("rm", "-q", "--cached", str(study.locate(first, source).relative_to(source) / "summary.json"))
+    assert study.main(["status", *argv]) == 0  # completed there, but not committed: trains here
+    assert "1/2    completed" in capsys.readouterr().out
+    assert study.main(["status", "--queue", str(q), "--repo", str(wt), "--source", str(wt)]) == 0
+    assert "1/2    completed" in capsys.readouterr().out
 
-    study_repo = tmp_path / "study"
-    assert study.main(["worktree", *argv, "--repo", str(study_repo)]) == 0
-    assert "1 run record files brought" in capsys.readouterr().out
-    assert study.check_code(study_repo, code) is None
-    branch = subprocess.run(["git", "-C", str(study_repo), "rev-parse", "--abbrev-ref", "HEAD"],
-                            capture_output=True, text=True).stdout.strip()
-    assert branch == study.STUDY_BRANCH
-    assert study.main(["run", *argv, "--repo", str(study_repo)]) == 0
-    assert "0 runs to go" in capsys.readouterr().out
-    assert study.main(["worktree", *argv, "--repo", str(study_repo)]) == 0  # again: nothing to bring
-    assert "0 run record files brought" in capsys.readouterr().out
-    (tmp_path / "not_git").mkdir()
-    assert study.main(["worktree", *argv, "--repo", str(tmp_path / "not_git")]) == 2
-    assert "is not a git checkout" in capsys.readouterr().err
+
+@pytest.mark.slow  # git processes
+def test_worktree_makes_the_queues_checkout_reuses_its_branch_and_refuses_another_commit(tmp_path, capsys):
+    source = tmp_path / "main"
+    git = _git_repo(source)
+    code = git("rev-parse", "HEAD").stdout.strip()
+    q = _queue(tmp_path, f"code: {code}\nstages: []\n")
+    wt = tmp_path / "study"
+    argv = ["--queue", str(q), "--source", str(source)]
+    assert study.main(["worktree", *argv, "--repo", str(wt)]) == 0
+    wgit = lambda *a: subprocess.run(["git", "-C", str(wt), *a], check=True, capture_output=True, text=True)
+    assert wgit("rev-parse", "--abbrev-ref", "HEAD").stdout.strip() == study.STUDY_BRANCH
+    run = wt / study.RUNS_PREFIX / "t" / "seed=0"
+    run.mkdir(parents=True)
+    (run / "summary.json").write_text("{}")
+    wgit("add", ".")
+    wgit("commit", "-qm", "a run not merged yet")
+    kept = wgit("rev-parse", "HEAD").stdout.strip()
+    git("worktree", "remove", "--force", str(wt))  # a new session: the folder is gone, the branch is not
+    capsys.readouterr()
+    assert study.main(["worktree", *argv, "--repo", str(wt)]) == 0
+    assert wgit("rev-parse", "HEAD").stdout.strip() == kept  # reused as it was, not reset to the code
+    assert study.main(["worktree", *argv, "--repo", str(wt)]) == 0  # the existing checkout: accepted
+    capsys.readouterr()
+    (source / "algorithms" / "x.py").write_text("A = 2\n")
+    git("commit", "-qam", "other code")
+    q.write_text(f"code: {git('rev-parse', 'HEAD').stdout.strip()}\nstages: []\n")
+    assert study.main(["worktree", *argv, "--repo", str(wt)]) == 2
+    err = capsys.readouterr().err
+    assert "the queue's runs train at" in err and f"git branch -m {study.STUDY_BRANCH}" in err
+    assert study.main(["worktree", *argv, "--repo", str(wt / "reproduction")]) == 2
+    assert "not the top of a git checkout" in capsys.readouterr().err
+    (tmp_path / "plain").mkdir()
+    assert study.main(["worktree", "--queue", str(q), "--source", str(tmp_path / "plain"),
+                       "--repo", str(tmp_path / "new")]) == 2
+    assert "--source" in capsys.readouterr().err and not (tmp_path / "new").exists()

@@ -9,12 +9,13 @@ before any runs on. `status`: done, started and left, with the cost (`--page`: t
 reproducing page's block). `gpu`: every config's unfinished seeds seed-batched on one
 device, mechanism stage first, stopped at BUDGET_S checkpointed, packed into a tar
 (`tar -xf` at the repository root); its estimate is in docs/performance.md. `worktree`:
-the checkout `run` trains in, at the queue's commit, holding every run record committed here
-(so that `run` skips them; it refuses to train one again).
+the checkout `run` trains in, a git worktree at the queue's commit. A run completed and
+committed in SOURCE (default: this checkout) counts as completed wherever the runs train,
+so a worktree at the queue's commit does not train again the runs merged since.
 
     python -m tools.study worktree --repo ../tpo-study
     python -m tools.study status [--markdown] [--page docs/reproducing.md [--check]]
-    python -m tools.study run --repo CHECKOUT_AT_CODE [--jobs 2] [--stage NAME] [--commit]
+    python -m tools.study run --repo CHECKOUT_AT_CODE [--source SOURCE] [--jobs 2] [--stage NAME] [--commit]
     python -m tools.study gpu [--parallel 12] [--budget-s 540] [--pack OUT.tar]
 """
 from __future__ import annotations
@@ -116,66 +117,55 @@ def check_code(repo: Path, code: str | None) -> str | None:
 STUDY_BRANCH = "study"  # the branch the queue's worktree commits its runs to
 
 
-def _tree(repo: Path, rev: str = "HEAD") -> dict[str, str] | None:
-    """{path: blob} of the run records committed at `rev` (RUNS_PREFIX), or None where
-    `repo` is not a git checkout with that commit."""
-    out = _git(repo, "ls-tree", "-r", rev, "--", RUNS_PREFIX)
-    if out.returncode != 0:
-        return None
-    return {line.split("\t", 1)[1]: line.split()[2] for line in out.stdout.splitlines()}
-
-
-def behind(repo: Path, source: Path) -> list[str]:
-    """The run record files committed in `source` (its HEAD) that `repo`'s HEAD does not
-    hold at all (a file both hold, even changed, is left to a merge); [] where either is
-    not a git checkout, or they are the same one."""
-    if repo.resolve() == source.resolve():
-        return []
-    theirs, ours = _tree(source), _tree(repo)
-    if theirs is None or ours is None:
-        return []
-    return sorted(set(theirs) - set(ours))
+def _toplevel(repo: Path) -> bool:
+    """Whether `repo` is the top of a git checkout with a commit (not a folder inside one)."""
+    top = _git(repo, "rev-parse", "--show-prefix")
+    return top.returncode == 0 and not top.stdout.strip() and _git(repo, "rev-parse", "-q", "--verify",
+                                                                      "HEAD").returncode == 0
 
 
 def worktree(repo: Path, source: Path, code: str | None) -> int:
-    """Make (or refresh) the checkout `run` trains in: a git worktree of `source` at the
-    queue's commit on branch STUDY_BRANCH, then one commit bringing every run record
-    committed in `source` that it lacks, so that `run` skips those runs."""
-    if not repo.exists():
-        if code is None:
-            print("error: the queue names no commit to train at (study.yaml has no `code:`)", file=sys.stderr)
-            return 2
-        has_branch = _git(source, "rev-parse", "--verify", "-q", f"refs/heads/{STUDY_BRANCH}").returncode == 0
-        add = _git(source, "worktree", "add", str(repo), STUDY_BRANCH) if has_branch else \
-            _git(source, "worktree", "add", "-b", STUDY_BRANCH, str(repo), code)
-        if add.returncode != 0:
-            print(f"error: git worktree add {repo}: {add.stderr.strip()}", file=sys.stderr)
-            return 2
-        print(f"[study] {repo}: a worktree on branch {STUDY_BRANCH} at "
-              f"{STUDY_BRANCH if has_branch else code}", flush=True)
-    elif _tree(repo) is None:
-        print(f"error: {repo} exists and is not a git checkout: name a new folder or the queue's worktree",
-              file=sys.stderr)
+    """Make the checkout `run` trains in: a git worktree of `source` at the queue's commit
+    on branch STUDY_BRANCH (an existing branch is reused as it is, never reset: it may
+    hold runs not merged yet); refuse one that is not at the queue's commit."""
+    if code is None:
+        print("error: the queue names no commit to train at (study.yaml has no `code:`)", file=sys.stderr)
         return 2
-    files = behind(repo, source)
-    if files:
-        head = _git(source, "rev-parse", "HEAD").stdout.strip()
-        if _git(repo, "cat-file", "-e", f"{head}^{{commit}}").returncode != 0:  # another clone
-            _git(repo, "fetch", "-q", str(source), head)
-        for i in range(0, len(files), 200):
-            got = _git(repo, "checkout", head, "--", *files[i:i + 200])
-            if got.returncode != 0:
-                print(f"error: bringing run records from {source} at {head[:12]}: {got.stderr.strip()}",
-                      file=sys.stderr)
-                return 2
-        msg = (f"Study: {len(files)} run record files committed in {source.name} at {head[:12]}, "
-               f"so that the queue skips those runs")
-        c = _git(repo, "commit", "-q", "-m", msg, "--", *files)
-        if c.returncode != 0:
-            print(f"error: committing the run records in {repo}: {c.stderr.strip()}", file=sys.stderr)
+    if not _toplevel(source):
+        print(f"error: --source {source} is not the top of a git checkout with a commit", file=sys.stderr)
+        return 2
+    if not repo.exists():
+        has_branch = _git(source, "rev-parse", "--verify", "-q", f"refs/heads/{STUDY_BRANCH}").returncode == 0
+        add = _git(source, "worktree", "add", str(repo), *((STUDY_BRANCH,) if has_branch else ("-b", STUDY_BRANCH, code)))
+        if add.returncode != 0:
+            print(f"error: git worktree add {repo}: {add.stderr.strip()} (a branch `{STUDY_BRANCH}` "
+                  f"checked out elsewhere is the queue's checkout: pass that folder as --repo)", file=sys.stderr)
             return 2
-    print(f"[study] {repo}: {len(files)} run record files brought from {source}", flush=True)
+    elif not _toplevel(repo):
+        print(f"error: {repo} exists and is not the top of a git checkout: name a new folder or "
+              f"the queue's checkout", file=sys.stderr)
+        return 2
+    why = check_code(repo, code)
+    if why:
+        print(f"error: {why.split('; the queue')[0]}; the queue's runs train at {code} (study.yaml's "
+              f"`code`): move that branch or folder aside (`git branch -m {STUDY_BRANCH} "
+              f"{STUDY_BRANCH}-old`) and run this again", file=sys.stderr)
+        return 2
+    head = _git(repo, "rev-parse", "--short=12", "HEAD").stdout.strip()
+    print(f"[study] {repo}: branch {STUDY_BRANCH} at {head}, the queue's code {code}; "
+          f"run: python -m tools.study run --repo {repo} --commit", flush=True)
     return 0
+
+
+def committed_in(source: Path, rows) -> set:
+    """The jobs among `rows` whose run `source` holds completed and tracked by git: `run`
+    skips them and `status` counts them (a worktree at the queue's commit lacks the runs
+    merged into main since)."""
+    if not _toplevel(source):
+        return set()
+    theirs = [(j, d) for j, d, st in survey([j for j, _, _ in rows], source) if st == "completed"]
+    tracked = set(_git(source, "ls-files", "--", RUNS_PREFIX).stdout.splitlines())
+    return {j for j, d in theirs if str((d / "summary.json").relative_to(source)) in tracked}
 
 
 SWEEP_KEYS = {"root": str, "seeds": list, "cost_s": (int, float), "args": str}
@@ -550,7 +540,7 @@ def main(argv=None) -> int:
     p.add_argument("--queue", type=Path, default=QUEUE)
     p.add_argument("--repo", type=Path, default=ROOT, help="the checkout the run roots are in")
     p.add_argument("--source", type=Path, default=ROOT,
-                   help="run, worktree: the checkout whose committed run records --repo must hold")
+                   help="the checkout whose committed, completed runs count as completed (default: this one)")
     p.add_argument("--stage", default=None)
     p.add_argument("--jobs", type=int, default=2)
     p.add_argument("--max-runs", type=int, default=0, help="stop after this many runs (0: all)")
@@ -583,10 +573,17 @@ def main(argv=None) -> int:
             return 2
         return worktree(repo, a.source.resolve(), code)
     rows = survey(todo, repo)
+    source = a.source.resolve()
+    if source != repo:  # runs merged into SOURCE count as completed here too
+        elsewhere = committed_in(source, [r for r in rows if r[2] != "completed"])
+        rows = [(j, d, "completed" if j in elsewhere else st) for j, d, st in rows]
+        mine = [r for r in rows if r[0] not in elsewhere]
+    else:
+        elsewhere, mine = set(), rows
     if a.command == "status":
         markdown = a.markdown or a.page
         table = status_table(rows, [s for s in stages if a.stage in (None, s["name"])], markdown,
-                             None if markdown else uncommitted(repo, rows))
+                             None if markdown else uncommitted(repo, mine))
         if a.page is None:
             print(table)
             return 0
@@ -596,23 +593,16 @@ def main(argv=None) -> int:
     left = [(j, d) for j, d, st in rows if st != "completed"]
     if a.command == "list" or a.dry_run:
         for j, d, st in rows:
-            print(f"{st:<9} {j.stage:<22} {d.relative_to(repo)}  {j.label}")
+            where = f"  (in {source})" if j in elsewhere else ""
+            print(f"{st:<9} {j.stage:<22} {d.relative_to(repo)}  {j.label}{where}")
         return 0
     why = None if a.any_code else check_code(repo, pinned(a.queue))
     if why:
         print(f"error: {why}", file=sys.stderr)
         return 2
-    lacking = {str(Path(f).parent) for f in behind(repo, a.source) if Path(f).name == "summary.json"}
-    again = [str(d.relative_to(repo)) for _, d in left if str(d.relative_to(repo)) in lacking]
-    if again:  # trained again, they would cost their hours twice and conflict on merge
-        print(f"error: {len(again)} runs the queue would train are committed in {a.source.resolve()} "
-              f"but not in {repo} ({', '.join(again[:3])}{', ...' if len(again) > 3 else ''}): "
-              f"`python -m tools.study worktree --repo {a.repo} --source {a.source}` brings their records",
-              file=sys.stderr)
-        return 2
     if a.max_runs:
         left = left[:a.max_runs]
-    loose = sorted(uncommitted(repo, rows) or ()) if a.commit else []
+    loose = sorted(uncommitted(repo, mine) or ()) if a.commit else []
     if loose:  # completed before, their commit failed: the same command commits them
         print(f"[study] {len(loose)} completed run(s) not committed: committing them", flush=True)
     unsaved = sum(not commit_run(repo, d) for d in loose)
