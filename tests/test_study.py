@@ -276,6 +276,7 @@ def test_the_pin_check_refuses_untracked_files_in_the_code_folders(tmp_path):
     assert "conf/algo/mine.yaml" in study.check_code(repo, code)
 
 
+@pytest.mark.slow  # git processes: the runs committed in this checkout are read
 def test_a_queue_without_code_is_refused_unless_any_code(tmp_path, capsys):
     q = _queue(tmp_path)
     assert "code" not in q.read_text()
