@@ -1,21 +1,17 @@
 """The reproduction's study queue: `python -m tools.study {status,run,list,gpu,worktree}`.
 
-The queue is reproduction/study.yaml: stages in order, each a few sweeps (overrides with
-comma lists, a seed range, a cost per run), and the commit its runs train at. `run` trains
-what is not completed, JOBS at once, one thread each, checkpointing every 100 episodes;
-`--commit` commits each completed run (no checkpoint) and any whose commit failed before.
-A stage with `prefix: N` takes every run to episode N (stopped, checkpointed, committed)
-before any runs on. `status`: done, started and left, with the cost (`--page`: the
-reproducing page's block). `gpu`: every config's unfinished seeds seed-batched on one
-device, mechanism stage first, stopped at BUDGET_S checkpointed, packed into a tar
-(`tar -xf` at the repository root); its estimate is in docs/performance.md. `worktree`:
-the checkout `run` trains in, a git worktree at the queue's commit. A run completed and
-committed in SOURCE (default: this checkout) counts as completed wherever the runs train,
-so a worktree at the queue's commit does not train again the runs merged since.
+The queue is reproduction/study.yaml: stages in order, each a few sweeps, and the commit its
+runs train at. `worktree`: the checkout `run` trains in (a git worktree at that commit).
+`run` trains what is not completed, JOBS at once, one thread each, checkpointing every 100
+episodes; `--commit` commits each completed run (no checkpoint). A run completed and
+committed in SOURCE (default: this checkout) counts as completed there too. A `prefix: N`
+stage takes every run to episode N before any runs on. `status`: done, started and left,
+with the cost (`--page`: the reproducing page's block). `gpu`: the unfinished seeds
+seed-batched on one device, stopped at BUDGET_S checkpointed, packed into a tar.
 
     python -m tools.study worktree --repo ../tpo-study
+    python -m tools.study run --repo ../tpo-study [--source SOURCE] [--jobs 2] [--stage NAME] [--commit]
     python -m tools.study status [--markdown] [--page docs/reproducing.md [--check]]
-    python -m tools.study run --repo CHECKOUT_AT_CODE [--source SOURCE] [--jobs 2] [--stage NAME] [--commit]
     python -m tools.study gpu [--parallel 12] [--budget-s 540] [--pack OUT.tar]
 """
 from __future__ import annotations
