@@ -86,10 +86,11 @@ RUNS_PREFIX = "reproduction/runs/"
 CODE_FOLDERS = ("algorithms", "tasks", "contract", "bench", "conf")
 
 
-def check_code(repo: Path, code: str | None) -> str | None:
+def check_code(repo: Path, code: str | None, fix: str | None = None) -> str | None:
     """None if the checkout that will train (repo) is at the queue's commit, or past it by run
     records only (what `run --commit` adds), with no edit and no untracked file in its
-    CODE_FOLDERS (an untracked module in algorithms/ or tasks/ runs in every run); else why not."""
+    CODE_FOLDERS (an untracked module in algorithms/ or tasks/ runs in every run); else why not,
+    ending with `fix` (default: how to make that checkout)."""
     if code is None:
         return ("the queue names no commit to train at (study.yaml has no `code:`): add "
                 "`code: <commit>`, or pass --any-code to train with whatever --repo holds")
@@ -105,8 +106,8 @@ def check_code(repo: Path, code: str | None) -> str | None:
             f"{' and' if edited else ' with'} untracked files ({', '.join(untracked[:5])}"
             f"{', ...' if len(untracked) > 5 else ''}: remove them or commit them)" if untracked else "")
         return (f"{repo} is at {head[:12] or 'no commit'}{extra}; the queue's runs "
-                f"train at {code} (study.yaml's `code`): `python -m tools.study worktree --repo "
-                f"../tpo-study` makes that checkout; pass --repo ../tpo-study (or --any-code)")
+                f"train at {code} (study.yaml's `code`): " + (fix or "`python -m tools.study worktree "
+                "--repo ../tpo-study` makes that checkout; pass --repo ../tpo-study (or --any-code)"))
     return None
 
 
@@ -141,11 +142,10 @@ def worktree(repo: Path, source: Path, code: str | None) -> int:
         print(f"error: {repo} exists and is not the top of a git checkout: name a new folder or "
               f"the queue's checkout", file=sys.stderr)
         return 2
-    why = check_code(repo, code)
+    why = check_code(repo, code, fix=f"move that branch or folder aside (`git branch -m {STUDY_BRANCH} "
+                                     f"{STUDY_BRANCH}-old`) and run this again")
     if why:
-        print(f"error: {why.split('; the queue')[0]}; the queue's runs train at {code} (study.yaml's "
-              f"`code`): move that branch or folder aside (`git branch -m {STUDY_BRANCH} "
-              f"{STUDY_BRANCH}-old`) and run this again", file=sys.stderr)
+        print(f"error: {why}", file=sys.stderr)
         return 2
     head = _git(repo, "rev-parse", "--short=12", "HEAD").stdout.strip()
     print(f"[study] {repo}: branch {STUDY_BRANCH} at {head}, the queue's code {code}; "
@@ -560,16 +560,10 @@ def main(argv=None) -> int:
     except (OSError, ValueError, KeyError) as e:
         print(f"error: {e}", file=sys.stderr)
         return 2
-    repo = a.repo.resolve()
-    if a.command == "worktree":
-        try:
-            code = pinned(a.queue)
-        except (OSError, ValueError) as e:
-            print(f"error: {e}", file=sys.stderr)
-            return 2
-        return worktree(repo, a.source.resolve(), code)
+    repo, source = a.repo.resolve(), a.source.resolve()
+    if a.command == "worktree":  # the queue file read above: pinned() reads it again safely
+        return worktree(repo, source, pinned(a.queue))
     rows = survey(todo, repo)
-    source = a.source.resolve()
     if source != repo:  # runs merged into SOURCE count as completed here too
         elsewhere = committed_in(source, [r for r in rows if r[2] != "completed"])
         rows = [(j, d, "completed" if j in elsewhere else st) for j, d, st in rows]
