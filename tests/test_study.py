@@ -400,7 +400,7 @@ stages:
     monkeypatch.setenv("PYTHONPATH", str(REPO))  # the runs train with this checkout's code
     assert study.main(["run", *argv, "--commit", "--any-code"]) == 0
     out = capsys.readouterr().out
-    assert "1 runs to go" in out and "seed=1" in out and "seed=0" not in out
+    assert "1 run to go" in out and "seed=1" in out and "seed=0" not in out
     assert not study.locate(first, wt).exists()  # seed 0 was never trained here
     assert study.main(["status", *argv]) == 0
     assert "2/2    completed, 0 started, 0 left" in capsys.readouterr().out

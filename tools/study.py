@@ -596,7 +596,7 @@ def main(argv=None) -> int:
     if loose:  # completed before, their commit failed: the same command commits them
         print(f"[study] {len(loose)} completed run(s) not committed: committing them", flush=True)
     unsaved = sum(not commit_run(repo, d) for d in loose)
-    print(f"[study] {len(left)} runs to go, {a.jobs} at once", flush=True)
+    print(f"[study] {len(left)} run{'' if len(left) == 1 else 's'} to go, {a.jobs} at once", flush=True)
     with ThreadPoolExecutor(a.jobs) as pool:
         outcomes = list(pool.map(lambda jd: run_one(*jd, repo, a.commit), left))
     bad, held = outcomes.count("failed") + unsaved, outcomes.count("held")
