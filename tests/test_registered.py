@@ -269,3 +269,50 @@ def test_the_report_prints_both_outcomes_and_the_claim_over_them():
         assert o.claim() in text and reg.registration.files[0] in text
     assert "| 8 | 0 | TPO seeds 0–8, PPO seeds 0–2 |" in text
     assert P.combined(g.claim(), p.claim()) in text
+
+
+def _split(k, seed=0):
+    """TPO 10 points below GRPO on k of the 20 seeds and 10 above on the rest: the sign-flip
+    p of "TPO lower" is P(Binomial(20, 1/2) >= k)."""
+    low = set(np.random.default_rng(seed).choice(len(R.SEEDS), k, replace=False).tolist())
+    return ({s: 45.0 if s in low else 55.0 for s in R.SEEDS}, {s: 50.0 for s in R.SEEDS})
+
+
+def test_what_the_complete_h_fix_holds_whatever_the_other_h_show(monkeypatch):
+    monkeypatch.setattr(R, "pooled_p", lambda diffs, **kw: 1.0)  # the claim does not read it
+    reg = report.REGISTERED[0]
+    fills = [{h: _finals(a, b, seed=h) for h in (7, 8, 9)} for a, b in ((1, 30), (30, 1))]
+    fills.append({h: _split(10, seed=h) for h in (7, 8, 9)})  # p 0.59 each way
+    fills.append({7: _finals(1, 30, seed=7), 8: _finals(30, 1, seed=8), 9: _split(10)})
+
+    def after(k):
+        h10 = _split(k)
+        outcomes = [R.judge({**fill, 10: h10}) for fill in fills]
+        return report.fixed_text(reg, R.judge({10: h10})), {o.claim().split(":")[0] for o in outcomes}, outcomes
+
+    text, claims, outcomes = after(13)  # p TPO lower 0.13, p GRPO lower 0.94: neither can pass Holm
+    assert 'at H = 10, neither can read lower' in text and 'it reads "not separated"' in text
+    assert {o.reading(10) for o in outcomes} == {"not separated"}
+    assert f"against GRPO {report.OUT_OF_REACH}" in text and report.ASSURED not in text
+    assert "supported" not in claims and {"not settled", "contradicted"} <= claims
+    text, claims, _ = after(4)  # p GRPO lower 0.0059 <= 0.05 / 4
+    assert "at H = 10, TPO cannot read lower" in text and "GRPO reads lower (p 0.0059" in text
+    assert f"against GRPO {report.ASSURED}" in text and report.OUT_OF_REACH not in text
+    assert claims == {"contradicted"}
+    text, claims, _ = after(15)  # p TPO lower 0.021: Holm's reading depends on the other H
+    assert "TPO" not in text and "So against" not in text and {"supported", "not settled"} <= claims
+    text, claims, outcomes = after(16)  # p TPO lower 0.0059 <= 0.05 / 4
+    assert "at H = 10, TPO reads lower" in text and report.OUT_OF_REACH not in text
+    assert {o.reading(10) for o in outcomes} == {"TPO lower"}
+    assert report.fixed_text(reg, R.judge({})) == ""
+    assert report.fixed_text(reg, outcomes[0]) == ""  # every H complete: Holm is printed instead
+
+
+def test_the_readmes_claim_line_says_what_the_complete_h_fix():
+    from tpo_bench.analysis.paper import pages
+
+    def line(k):
+        return pages.claim_line("\n".join(report.registered_section([R.judge({10: _split(k)}), P.judge({})])))
+    assert f"{report.FIXED}: against GRPO {report.OUT_OF_REACH}." in line(13)
+    assert f"against GRPO {report.ASSURED}" in line(4) and report.OUT_OF_REACH not in line(4)
+    assert report.FIXED not in line(15)

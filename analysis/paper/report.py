@@ -499,6 +499,43 @@ def seen_text(reg: Registered, h: int) -> str:
     return span(seen.get(h, ()))
 
 
+FIXED = "Already fixed by the complete H"
+OUT_OF_REACH = '"supported" is out of reach'
+ASSURED = '"contradicted" is assured'
+
+
+def fixed_text(reg: Registered, outcome) -> str:
+    """What the complete H settle while others are not: Holm's adjusted p is never below the
+    raw p, so a raw p above α cannot be read lower; a raw p at or below α / (number of H) is
+    rejected whatever the other H give. Empty before the first and after the last H is complete."""
+    code, other = reg.code, reg.other.upper()
+    if not outcome.cells or len(outcome.cells) == len(code.HORIZONS):
+        return ""
+    strict = code.ALPHA / len(code.HORIZONS)
+    said, cannot_tpo, sure_other = [], [], []
+    for h, c in sorted(outcome.cells.items()):
+        p = {"TPO": c.p_tpo_lower, other: getattr(c, f"p_{reg.other}_lower")}
+        parts = []
+        for who, q in p.items():
+            if q > code.ALPHA:
+                parts.append(f"{who} cannot read lower (p {pct(q)} > α = {code.ALPHA:g})")
+            elif q <= strict:
+                parts.append(f"{who} reads lower (p {pct(q)} ≤ α / {len(code.HORIZONS)} = {strict:g})")
+        cannot_tpo += [h] if p["TPO"] > code.ALPHA else []
+        sure_other += [h] if p[other] <= strict else []
+        if all(q > code.ALPHA for q in p.values()):
+            parts = [f"neither can read lower (p TPO lower {pct(p['TPO'])}, {other} lower "
+                     f"{pct(p[other])}, both > α = {code.ALPHA:g}): it reads \"not separated\""]
+        if parts:
+            said.append(f"at H = {h}, " + " and ".join(parts))
+    if not said:
+        return ""
+    then = ASSURED if sure_other else OUT_OF_REACH if cannot_tpo else ""  # the stronger one
+    return (f"{FIXED}, whatever the other H show (Holm's adjusted p is never below the raw p, and a "
+            f"raw p at or below α / {len(code.HORIZONS)} is rejected whatever the others are): "
+            + "; ".join(said) + "." + (f" So against {other} {then}." if then else ""))
+
+
 def registered_block(reg: Registered, outcome) -> list[str]:
     """A registered analysis's outcome, beside the registration's commit and date."""
     r, code, other = reg.registration, reg.code, reg.other.upper()
@@ -538,7 +575,7 @@ def registered_block(reg: Registered, outcome) -> list[str]:
             f"complete. {reg.not_blind}.", "",
             md_table(rows), "",
             f"**The claim \"TPO attains the lowest error at each H\", against {other} (H = {hs}): "
-            f"{outcome.claim()}.** Pooled: {pooled}.", ""]
+            f"{outcome.claim()}.** Pooled: {pooled}.", ""] + ([fixed, ""] if (fixed := fixed_text(reg, outcome)) else [])
 
 
 def registered_section(outcomes: list) -> list[str]:
