@@ -279,7 +279,7 @@ def _split(k, seed=0):
 
 
 def test_what_the_complete_h_fix_holds_whatever_the_other_h_show(monkeypatch):
-    monkeypatch.setattr(R, "pooled_p", lambda diffs, **kw: 1.0)  # the claim does not read it
+    monkeypatch.setattr(R, "pooled_p", lambda diffs, *args, **kw: 1.0)  # the claim does not read it
     reg = report.REGISTERED[0]
     fills = [{h: _finals(a, b, seed=h) for h in (7, 8, 9)} for a, b in ((1, 30), (30, 1))]
     fills.append({h: _split(10, seed=h) for h in (7, 8, 9)})  # p 0.59 each way
@@ -291,21 +291,32 @@ def test_what_the_complete_h_fix_holds_whatever_the_other_h_show(monkeypatch):
         return report.fixed_text(reg, R.judge({10: h10})), {o.claim().split(":")[0] for o in outcomes}, outcomes
 
     text, claims, outcomes = after(13)  # p TPO lower 0.13, p GRPO lower 0.94: neither can pass Holm
-    assert 'at H = 10, neither can read lower' in text and 'it reads "not separated"' in text
+    assert 'H = 10 reads "not separated"' in text and "(TPO lower 0.13, GRPO lower 0.94)" in text
     assert {o.reading(10) for o in outcomes} == {"not separated"}
-    assert f"against GRPO {report.OUT_OF_REACH}" in text and report.ASSURED not in text
+    assert f"against GRPO, {report.OVER_BOTH}, {report.OUT_OF_REACH}" in text and report.ASSURED not in text
     assert "supported" not in claims and {"not settled", "contradicted"} <= claims
     text, claims, _ = after(4)  # p GRPO lower 0.0059 <= 0.05 / 4
-    assert "at H = 10, TPO cannot read lower" in text and "GRPO reads lower (p 0.0059" in text
-    assert f"against GRPO {report.ASSURED}" in text and report.OUT_OF_REACH not in text
+    assert "at H = 10, TPO cannot read lower" in text and 'H = 10 reads "GRPO lower" (raw p 0.0059' in text
+    assert f"against GRPO, {report.OVER_BOTH}, {report.ASSURED}" in text and report.OUT_OF_REACH not in text
     assert claims == {"contradicted"}
     text, claims, _ = after(15)  # p TPO lower 0.021: Holm's reading depends on the other H
     assert "TPO" not in text and "So against" not in text and {"supported", "not settled"} <= claims
     text, claims, outcomes = after(16)  # p TPO lower 0.0059 <= 0.05 / 4
-    assert "at H = 10, TPO reads lower" in text and report.OUT_OF_REACH not in text
+    assert 'H = 10 reads "TPO lower"' in text and report.OUT_OF_REACH not in text
     assert {o.reading(10) for o in outcomes} == {"TPO lower"}
     assert report.fixed_text(reg, R.judge({})) == ""
     assert report.fixed_text(reg, outcomes[0]) == ""  # every H complete: Holm is printed instead
+    ppo = report.fixed_text(report.REGISTERED[1], P.judge({7: _split(5)}))  # p PPO lower 0.021
+    assert 'H = 7 reads "PPO lower" (raw p 0.021 ≤ α / 2 = 0.025)' in ppo and "against PPO, " in ppo
+    assert ppo.endswith(f"{report.ASSURED}.") and {P.judge({7: _split(5), 8: _split(k)}).claim().split(":")[0]
+                                                   for k in (20, 10, 0)} == {"contradicted"}
+
+
+def test_a_p_beside_its_bound_keeps_its_side_of_it():
+    above = 52429 / 2**20  # the smallest sign-flip p above 0.05
+    assert float(report.p_beside(above, 0.05)) > 0.05 and report.pct(above) == "0.05"
+    assert report.p_beside(0.9987, 0.05) == "0.999" and report.p_beside(0.0125, 0.0125) == "0.0125"
+    assert report.p_beside(0.085, 0.05) == "0.085"
 
 
 def test_the_readmes_claim_line_says_what_the_complete_h_fix():
@@ -313,6 +324,7 @@ def test_the_readmes_claim_line_says_what_the_complete_h_fix():
 
     def line(k):
         return pages.claim_line("\n".join(report.registered_section([R.judge({10: _split(k)}), P.judge({})])))
-    assert f"{report.FIXED}: against GRPO {report.OUT_OF_REACH}." in line(13)
-    assert f"against GRPO {report.ASSURED}" in line(4) and report.OUT_OF_REACH not in line(4)
+    assert (f". {report.FIXED} H = 10 (all 20 seeds): against GRPO, {report.OVER_BOTH}, {report.OUT_OF_REACH}"
+            " ([the tests]") in line(13)
+    assert f"against GRPO, {report.OVER_BOTH}, {report.ASSURED}" in line(4) and report.OUT_OF_REACH not in line(4)
     assert report.FIXED not in line(15)

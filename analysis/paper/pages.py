@@ -100,19 +100,20 @@ def registered_block(report: str) -> str:
 
 def claim_line(report: str) -> str:
     """One line for the README: the registered outcome and the seeds run toward it."""
-    from .report import ASSURED, COMBINED, FIXED, OUT_OF_REACH, REGISTERED
+    from .report import ASSURED, COMBINED, FIXED, OUT_OF_REACH, OVER_BOTH, REGISTERED
     block = registered_block(report)
     if COMBINED not in block:
         return "The registered test of the central claim has no outcome yet."
     outcome = block.split(COMBINED, 1)[1].strip().removesuffix(".**")
     seeds = "; ".join(f"against {reg.other.upper()}, " + ", ".join(
         f"H = {r['H']}: {r['seeds run (of 20)']}" for r in rows) for reg, rows in zip(REGISTERED, tables(block)))
-    found = re.findall(rf"against [A-Z]+ (?:{re.escape(OUT_OF_REACH)}|{re.escape(ASSURED)})", block)
-    fixed = f" {FIXED}: {'; '.join(found)}." if found else ""
+    found = re.findall(rf"({re.escape(FIXED)} H = [\d, ]+\(all \d+ seeds\)).*? So (against [A-Z]+, "
+                       rf"{re.escape(OVER_BOTH)}, (?:{re.escape(OUT_OF_REACH)}|{re.escape(ASSURED)}))", block)
+    fixed = "".join(f". {by}: {then}" for by, then in found)
     return (f"**The central claim** (under terminal reward TPO's error is the lowest at every "
             f"H; registered tests of TPO against GRPO at H = 7–10 and against PPO at H = 7 and 8, "
             f"where the paper's PPO is below its GRPO; 20 seeds per method and H): {outcome}. "
-            f"Seeds run of 20: {seeds}.{fixed} ([The tests](docs/reproducing.md#the-registered-test).)")
+            f"Seeds run of 20: {seeds}{fixed} ([the tests](docs/reproducing.md#the-registered-test)).")
 
 
 def summaries(root: Path = RUNS) -> list[dict]:

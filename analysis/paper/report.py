@@ -499,41 +499,52 @@ def seen_text(reg: Registered, h: int) -> str:
     return span(seen.get(h, ()))
 
 
-FIXED = "Already fixed by the complete H"
+FIXED = "Already fixed by"
 OUT_OF_REACH = '"supported" is out of reach'
 ASSURED = '"contradicted" is assured'
+OVER_BOTH = "and with it the claim over both tests"
+
+
+def p_beside(q: float, bound: float) -> str:
+    """A p-value with the fewest digits (two at least) that keep its side of the bound it is
+    compared with and do not round it to 1."""
+    for digits in range(2, 9):
+        t = f"{q:.{digits}g}"
+        if (float(t) > bound, float(t) < bound) == (q > bound, q < bound) and (float(t) < 1 or q >= 1):
+            return t
+    return repr(q)
 
 
 def fixed_text(reg: Registered, outcome) -> str:
     """What the complete H settle while others are not: Holm's adjusted p is never below the
-    raw p, so a raw p above α cannot be read lower; a raw p at or below α / (number of H) is
-    rejected whatever the other H give. Empty before the first and after the last H is complete."""
+    raw p, so a raw p above α never passes; a raw p at or below α / (number of H) passes
+    whatever the other H give. Empty before the first and after the last H is complete."""
     code, other = reg.code, reg.other.upper()
     if not outcome.cells or len(outcome.cells) == len(code.HORIZONS):
         return ""
-    strict = code.ALPHA / len(code.HORIZONS)
+    a, m = code.ALPHA, len(code.HORIZONS)
+    strict = a / m
     said, cannot_tpo, sure_other = [], [], []
     for h, c in sorted(outcome.cells.items()):
         p = {"TPO": c.p_tpo_lower, other: getattr(c, f"p_{reg.other}_lower")}
-        parts = []
-        for who, q in p.items():
-            if q > code.ALPHA:
-                parts.append(f"{who} cannot read lower (p {pct(q)} > α = {code.ALPHA:g})")
-            elif q <= strict:
-                parts.append(f"{who} reads lower (p {pct(q)} ≤ α / {len(code.HORIZONS)} = {strict:g})")
-        cannot_tpo += [h] if p["TPO"] > code.ALPHA else []
-        sure_other += [h] if p[other] <= strict else []
-        if all(q > code.ALPHA for q in p.values()):
-            parts = [f"neither can read lower (p TPO lower {pct(p['TPO'])}, {other} lower "
-                     f"{pct(p[other])}, both > α = {code.ALPHA:g}): it reads \"not separated\""]
-        if parts:
-            said.append(f"at H = {h}, " + " and ".join(parts))
+        if all(q > a for q in p.values()):
+            said.append(f"H = {h} reads \"not separated\": neither direction's raw p is at or below "
+                        f"α = {a:g} (TPO lower {p_beside(p['TPO'], a)}, {other} lower {p_beside(p[other], a)})")
+        else:
+            for who, q in p.items():
+                if q > a:
+                    said.append(f"at H = {h}, {who} cannot read lower (raw p {p_beside(q, a)} > α = {a:g})")
+                elif q <= strict and (who == "TPO" or p["TPO"] > a):  # as Outcome.reading: TPO first
+                    said.append(f"H = {h} reads \"{who} lower\" (raw p {p_beside(q, strict)} ≤ α / {m} = {strict:g})")
+        cannot_tpo += [h] if p["TPO"] > a else []
+        sure_other += [h] if p[other] <= strict and p["TPO"] > a else []
     if not said:
         return ""
     then = ASSURED if sure_other else OUT_OF_REACH if cannot_tpo else ""  # the stronger one
-    return (f"{FIXED}, whatever the other H show (Holm's adjusted p is never below the raw p, and a "
-            f"raw p at or below α / {len(code.HORIZONS)} is rejected whatever the others are): "
-            + "; ".join(said) + "." + (f" So against {other} {then}." if then else ""))
+    hs = ", ".join(map(str, sorted(outcome.cells)))
+    return (f"{FIXED} H = {hs} (all {len(code.SEEDS)} seeds), whatever the other H give (Holm never lowers "
+            f"a p, and a raw p at or below α / {m} passes Holm whatever the others are): "
+            + "; ".join(said) + "." + (f" So against {other}, {OVER_BOTH}, {then}." if then else ""))
 
 
 def registered_block(reg: Registered, outcome) -> list[str]:
