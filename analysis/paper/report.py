@@ -524,9 +524,10 @@ def fixed_text(reg: Registered, outcome) -> str:
         return ""
     a, m = code.ALPHA, len(code.HORIZONS)
     strict = a / m
-    said, cannot_tpo, sure_other = [], [], []
+    said, cannot_tpo, sure_other = [], False, False
     for h, c in sorted(outcome.cells.items()):
         p = {"TPO": c.p_tpo_lower, other: getattr(c, f"p_{reg.other}_lower")}
+        tpo_out = p["TPO"] > a  # as Outcome.reading: the other direction only where TPO's fails
         if all(q > a for q in p.values()):
             said.append(f"H = {h} reads \"not separated\": neither direction's raw p is at or below "
                         f"α = {a:g} (TPO lower {p_beside(p['TPO'], a)}, {other} lower {p_beside(p[other], a)})")
@@ -534,10 +535,10 @@ def fixed_text(reg: Registered, outcome) -> str:
             for who, q in p.items():
                 if q > a:
                     said.append(f"at H = {h}, {who} cannot read lower (raw p {p_beside(q, a)} > α = {a:g})")
-                elif q <= strict and (who == "TPO" or p["TPO"] > a):  # as Outcome.reading: TPO first
+                elif q <= strict and (who == "TPO" or tpo_out):
                     said.append(f"H = {h} reads \"{who} lower\" (raw p {p_beside(q, strict)} ≤ α / {m} = {strict:g})")
-        cannot_tpo += [h] if p["TPO"] > a else []
-        sure_other += [h] if p[other] <= strict and p["TPO"] > a else []
+        cannot_tpo |= tpo_out
+        sure_other |= tpo_out and p[other] <= strict
     if not said:
         return ""
     then = ASSURED if sure_other else OUT_OF_REACH if cannot_tpo else ""  # the stronger one
