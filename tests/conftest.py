@@ -166,9 +166,9 @@ def summary(run_dir: Path) -> dict:
 
 
 def as_legacy(run_dir: Path) -> Path:
-    """The run as code from before the preset names left the config hash recorded it (what
+    """The run as a legacy-hashed record (preset names inside the config hash, which
     tools.migrate re-keys): its legacy hash in its folder's name, the table's column,
-    summary.json and the checkpoint's identity. Returns where it now is."""
+    summary.json and the checkpoint's identity. Returns its folder."""
     import pandas as pd
     import torch
 

@@ -291,7 +291,7 @@ def test_seed_tails_are_a_note_not_a_way_to_pass():
         return report.Ours(float(np.mean(per_seed)), 0.0, lo, hi, len(per_seed), per_seed=per_seed)
 
     # GRPO's seeds are all or nothing: 7 of the paper's 20 end at exactly 0 %, so 3 solved
-    # seeds are C(7, 3) = 35 of the C(20, 3) = 1140 subsets (3.1 %): the old route passed it
+    # seeds are C(7, 3) = 35 of the C(20, 3) = 1140 subsets (3.1 %): a rule on those tails alone would pass it
     solved = ours(0.0, 0.0, 0.0)
     assert report.seed_tails(row, solved, seeds) == (pytest.approx(35 / 1140), 1.0)
     assert report.number_verdict(row, solved) == "inconclusive (3 seeds)"

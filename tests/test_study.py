@@ -446,3 +446,49 @@ def test_worktree_makes_the_queues_checkout_reuses_its_branch_and_refuses_anothe
     assert study.main(["worktree", "--queue", str(q), "--source", str(tmp_path / "plain"),
                        "--repo", str(tmp_path / "new")]) == 2
     assert "--source" in capsys.readouterr().err and not (tmp_path / "new").exists()
+
+
+def _seeds(token: str) -> range:
+    """`seed=range(a,b)` or `seed=a,b,...` of a command line, as a range of seeds."""
+    value = token.partition("=")[2].strip("'")
+    if value.startswith("range("):
+        return range(*map(int, value[len("range("):-1].split(",")))
+    seeds = sorted(map(int, value.split(",")))
+    assert seeds == list(range(seeds[0], seeds[-1] + 1)), token
+    return range(seeds[0], seeds[-1] + 1)
+
+
+def test_every_committed_terminal_run_is_made_by_a_documented_command():
+    """Each run folder under reproduction/runs/terminal comes from a `python -m bench` line of
+    reproduction/README.md or a sweep of the study queue: its config hash is the one that
+    line composes, and its seed is in that line's seeds."""
+    import re
+    import warnings
+
+    from tpo_bench.bench.build import build
+    from tpo_bench.bench.config import compose
+    from tpo_bench.bench.jobs import explicit_keys
+    root = "reproduction/runs/terminal"
+    lines = {}  # overrides (seed aside) -> seeds
+    for job in study.jobs(study.load(REPO / "reproduction" / "study.yaml")):
+        if job.root == root:
+            lines.setdefault(job.overrides[1:], set()).add(int(job.overrides[0].split("=", 1)[1]))
+    text = (REPO / "reproduction" / "README.md").read_text()
+    commands = re.findall(rf"^python -m bench -m (.*) \$common output_root={root}$", text, re.M)
+    assert commands, "reproduction/README.md names no command for " + root
+    for command in commands:
+        tokens = command.split()
+        [seed] = [t for t in tokens if t.strip("'").startswith("seed=")]
+        for combo in study._expand(" ".join(t for t in tokens if t != seed)):
+            lines.setdefault(combo, set()).update(_seeds(seed))
+    made = set()
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore", UserWarning)
+        for rest, seeds in lines.items():
+            ov = (*rest, f"output_root={REPO / root}")
+            config_hash = build(compose(*ov), explicit_keys(ov)).config_hash
+            made.update((config_hash, s) for s in seeds)
+    committed = {(d.parent.name, int(d.name.split("=", 1)[1]))
+                 for d in (REPO / root).glob("*/*/*/seed=*")}
+    assert committed, f"no run folders under {root}"
+    assert not committed - made, f"no documented command makes: {sorted(committed - made)}"

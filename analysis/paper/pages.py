@@ -112,7 +112,7 @@ def claim_line(report: str) -> str:
     fixed = "".join(f". {by}: {then}" for by, then in found)
     return (f"**The central claim** (under terminal reward TPO's error is the lowest at every "
             f"H; registered tests of TPO against GRPO at H = 7–10 and against PPO at H = 7 and 8, "
-            f"where the paper's PPO is below its GRPO; 20 seeds per method and H): {outcome}. "
+            f"where the paper's prompt-matched PPO is below its GRPO; 20 seeds per method and H): {outcome}. "
             f"Seeds run of 20: {seeds}{fixed} ([the tests](docs/reproducing.md#the-registered-test)).")
 
 
