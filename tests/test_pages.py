@@ -55,7 +55,8 @@ def test_the_second_registration_covers_exactly_where_the_papers_ppo_beats_its_g
     assert set(below) == set(reg.code.HORIZONS) and set(below.values()) == {reg.other}
     hs = " and ".join(map(str, sorted(below)))
     quoted("reproducing", f"TPO against PPO at H = {hs}", "the H where the paper's own prompt-matched PPO is below its GRPO")
-    quoted("readme", f"against PPO at H = {hs}, where the paper's prompt-matched PPO is below its GRPO")
+    assert f"against PPO at H = {hs}, where the paper's prompt-matched PPO is below its GRPO" in \
+        one_line(committed_blocks("readme")["claim"])
 
 
 def test_each_status_line_names_one_line_of_runs_with_its_matching():
