@@ -663,7 +663,9 @@ def test_findings_terminal_h8_seeds_are_the_first_three():
 def _first_fifteen(algo: str, h: int) -> list:
     """Final errors (%) of seeds 0-14, prompt-matched: seeds 0-2 from the results table, the
     rest from the committed runs (the entry says "seeds 0–14"; later seeds change nothing here)."""
-    later = {done["seed"]: float(done["final"]["error"]) * 100 for done in terminal_summaries(h, algo)}
+    done = terminal_summaries(h, algo)
+    assert len({d["config_hash"] for d in done}) == 1, (algo, h)  # one line, the one the report judges
+    later = {d["seed"]: float(d["final"]["error"]) * 100 for d in done}
     finals = [*_terminal_finals(algo, h), *(later[s] for s in range(3, 15) if s in later)]
     assert len(finals) == 15, (algo, h, sorted(later))
     return finals
@@ -687,12 +689,12 @@ def test_findings_terminal_fifteen_seeds_are_the_committed_runs():
         failing = [f for f in _first_fifteen("grpo", h) if f >= 1]
         assert _near(min(failing), lo) and _near(max(failing), hi), h
     assert _near(max(_first_fifteen("tpo", 7)), m[17]) and _near(max(_first_fifteen("tpo", 8)), m[18])
-    # "its means within 3 points of the paper's" (the status table); "TPO's means stay below the paper's"
+    # the status table: GRPO's "means within N points of the paper's", TPO's "stay below the paper's"
+    points = int(_search(r"our GRPO draws failing seeds, its means within (\d+) points of the paper's", _findings())[1])
     for h in (7, 8):
         paper = {a: float(_paper("terminal_h_sweep", a, "final_error_pct", H=h, match="prompts")) for a in ("tpo", "grpo")}
-        assert abs(np.mean(_first_fifteen("grpo", h)) - paper["grpo"]) < 3, h
+        assert abs(np.mean(_first_fifteen("grpo", h)) - paper["grpo"]) < points, h
         assert np.mean(_first_fifteen("tpo", h)) < paper["tpo"], h
-    assert "its means within 3 points of the paper's" in _findings()
 
 
 def _report_per_seed(algo: str, h: int) -> list:

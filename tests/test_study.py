@@ -469,10 +469,10 @@ def test_every_committed_terminal_run_is_made_by_a_documented_command():
     from tpo_bench.bench.config import compose
     from tpo_bench.bench.jobs import explicit_keys
     root = "reproduction/runs/terminal"
-    lines = {}  # overrides (seed aside) -> seeds
+    queue, readme = {}, {}  # overrides (seed aside) -> seeds
     for job in study.jobs(study.load(REPO / "reproduction" / "study.yaml")):
         if job.root == root:
-            lines.setdefault(job.overrides[1:], set()).add(int(job.overrides[0].split("=", 1)[1]))
+            queue.setdefault(job.overrides[1:], set()).add(int(job.overrides[0].split("=", 1)[1]))
     text = (REPO / "reproduction" / "README.md").read_text()
     commands = re.findall(rf"^python -m bench -m (.*) \$common output_root={root}$", text, re.M)
     assert commands, "reproduction/README.md names no command for " + root
@@ -480,20 +480,31 @@ def test_every_committed_terminal_run_is_made_by_a_documented_command():
         tokens = command.split()
         [seed] = [t for t in tokens if t.strip("'").startswith("seed=")]
         for combo in study._expand(" ".join(t for t in tokens if t != seed)):
-            lines.setdefault(combo, set()).update(_seeds(seed))
+            readme.setdefault(combo, set()).update(_seeds(seed))
     folders = {(d.parents[1].name, d.parent.name) for d in (REPO / root).glob("*/*/*")}  # (task, algo)
     named = lambda rest, key: next((o.split("=", 1)[1] for o in rest if o.startswith(key + "=")), None)  # noqa: E731
-    made = set()
-    with warnings.catch_warnings():
-        warnings.simplefilter("ignore", UserWarning)
-        for rest, seeds in lines.items():
-            if None not in (named(rest, "task"), named(rest, "algo")) and \
-                    (named(rest, "task"), named(rest, "algo")) not in folders:
-                continue  # a line no committed folder can come from: not composed
-            ov = (*rest, f"output_root={REPO / root}")
-            config_hash = build(compose(*ov), explicit_keys(ov)).config_hash
-            made.update((config_hash, s) for s in seeds)
+
+    def made(lines: dict, every: bool) -> set:
+        """(config hash, seed) of every run the lines make; `every=False` composes only the
+        lines a committed folder can come from."""
+        out = set()
+        with warnings.catch_warnings():
+            warnings.simplefilter("ignore", UserWarning)
+            for rest, seeds in lines.items():
+                if not every and None not in (named(rest, "task"), named(rest, "algo")) and \
+                        (named(rest, "task"), named(rest, "algo")) not in folders:
+                    continue
+                ov = (*rest, f"output_root={REPO / root}")
+                config_hash = build(compose(*ov), explicit_keys(ov)).config_hash
+                out.update((config_hash, s) for s in seeds)
+        return out
+
+    by_queue, by_readme = made(queue, every=False), made(readme, every=True)
     committed = {(d.parent.name, int(d.name.split("=", 1)[1]))
                  for d in (REPO / root).glob("*/*/*/seed=*")}
     assert committed, f"no run folders under {root}"
-    assert not committed - made, f"no documented command makes: {sorted(committed - made)}"
+    missing = committed - by_queue - by_readme
+    assert not missing, f"no documented command makes: {sorted(missing)}"
+    # the README's commands name runs that are committed, and none the queue runs too
+    assert by_readme <= committed, sorted(by_readme - committed)
+    assert not by_readme & by_queue, sorted(by_readme & by_queue)
