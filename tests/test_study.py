@@ -462,6 +462,7 @@ def test_every_committed_terminal_run_is_made_by_a_documented_command():
     """Each run folder under reproduction/runs/terminal comes from a `python -m bench` line of
     reproduction/README.md or a sweep of the study queue: its config hash is the one that
     line composes, and its seed is in that line's seeds."""
+    import itertools
     import re
     import warnings
 
@@ -479,7 +480,8 @@ def test_every_committed_terminal_run_is_made_by_a_documented_command():
     for command in commands:
         tokens = command.split()
         [seed] = [t for t in tokens if t.strip("'").startswith("seed=")]
-        for combo in study._expand(" ".join(t for t in tokens if t != seed)):
+        axes = [[f"{k}={x}" for x in v.split(",")] for k, _, v in (t.partition("=") for t in tokens if t != seed)]
+        for combo in itertools.product(*axes):
             readme.setdefault(combo, set()).update(_seeds(seed))
     folders = {(d.parents[1].name, d.parent.name) for d in (REPO / root).glob("*/*/*")}  # (task, algo)
     named = lambda rest, key: next((o.split("=", 1)[1] for o in rest if o.startswith(key + "=")), None)  # noqa: E731
