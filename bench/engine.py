@@ -145,7 +145,8 @@ class Slice(NamedTuple):
 
 def as_kept(value: torch.Tensor | Slice | float) -> torch.Tensor | Slice | float:
     """A metric as a row keeps it until `read_rows`: a tensor detached, in float64 (the
-    arithmetic done on it then rounds as it would on a Python float read at once), a Slice as it is (of a kept tensor), a number as a float."""
+    arithmetic done on it then rounds as it would on a Python float read at once), a
+    Slice as it is (of a kept tensor), a number as a float."""
     if isinstance(value, Slice):
         return value
     return value.detach().double() if isinstance(value, torch.Tensor) else float(value)

@@ -675,26 +675,27 @@ def test_findings_terminal_fifteen_seeds_are_the_committed_runs():
     """The 15-seed entry: per method and H the mean of seeds 0-14 against the paper's mean,
     how many seeds end at 1 % or above and their range (GRPO) or the largest seed (TPO)."""
     text = _entry(_findings(), "Terminal reward at H = 7 and 8 with 15 seeds")
+    first = {(algo, h): _first_fifteen(algo, h) for algo in ("tpo", "grpo") for h in (7, 8)}
     m = _search(r"GRPO ([\d.]+) vs ([\d.]+) at H = 7 and ([\d.]+) vs ([\d.]+) at H = 8, with (\d+) and (\d+) seeds at "
                 r"1 % or above \((\d+)–(\d+) % and (\d+)–(\d+) %\); TPO ([\d.]+) vs ([\d.]+) and ([\d.]+) vs ([\d.]+), "
                 r"with (\d+) and (\d+) seeds at 1 % or above \(its largest ([\d.]+) % and ([\d.]+) %\)", text)
     for algo, (m7, p7, m8, p8), (n7, n8) in (("grpo", m.group(1, 2, 3, 4), m.group(5, 6)),
                                             ("tpo", m.group(11, 12, 13, 14), m.group(15, 16))):
         for h, mean, paper, n in ((7, m7, p7, n7), (8, m8, p8, n8)):
-            finals = _first_fifteen(algo, h)
+            finals = first[algo, h]
             assert _near(np.mean(finals), mean), (algo, h)
             assert paper == _paper("terminal_h_sweep", algo, "final_error_pct", H=h, match="prompts"), (algo, h)
             assert sum(f >= 1 for f in finals) == int(n), (algo, h)
     for h, lo, hi in ((7, m[7], m[8]), (8, m[9], m[10])):
-        failing = [f for f in _first_fifteen("grpo", h) if f >= 1]
+        failing = [f for f in first["grpo", h] if f >= 1]
         assert _near(min(failing), lo) and _near(max(failing), hi), h
-    assert _near(max(_first_fifteen("tpo", 7)), m[17]) and _near(max(_first_fifteen("tpo", 8)), m[18])
+    assert _near(max(first["tpo", 7]), m[17]) and _near(max(first["tpo", 8]), m[18])
     # the status table: GRPO's "means within N points of the paper's", TPO's "stay below the paper's"
     points = int(_search(r"our GRPO draws failing seeds, its means within (\d+) points of the paper's", _findings())[1])
     for h in (7, 8):
         paper = {a: float(_paper("terminal_h_sweep", a, "final_error_pct", H=h, match="prompts")) for a in ("tpo", "grpo")}
-        assert abs(np.mean(_first_fifteen("grpo", h)) - paper["grpo"]) < points, h
-        assert np.mean(_first_fifteen("tpo", h)) < paper["tpo"], h
+        assert abs(np.mean(first["grpo", h]) - paper["grpo"]) < points, h
+        assert np.mean(first["tpo", h]) < paper["tpo"], h
 
 
 def _report_per_seed(algo: str, h: int) -> list:
