@@ -213,23 +213,30 @@ def jobs(stages: list[dict], only: str | None = None) -> list[Job]:
 _HASHES: dict = {}
 
 
-def locate(job: Job, repo: Path) -> Path:
-    """The run directory `python -m bench` would use for this job (nothing is created);
-    the config is composed once per sweep combination, the seed only names the folder."""
+def identity(root: Path, overrides: tuple[str, ...]) -> tuple[str, str, str]:
+    """(task, algo, config hash) of `python -m bench` with these overrides (the seed aside)
+    under output root `root`; composed once per (root, overrides), nothing is created."""
     from ..bench.build import build
     from ..bench.config import compose
     from ..bench.jobs import explicit_keys
-    from ..contract import schema
 
-    root = repo / job.root
-    seed, rest = int(job.overrides[0].split("=", 1)[1]), job.overrides[1:]
-    if (job.root, rest) not in _HASHES:
-        ov = (*rest, f"output_root={root}")
+    key = (str(root), tuple(overrides))
+    if key not in _HASHES:
+        ov = (*overrides, f"output_root={root}")
         with warnings.catch_warnings():  # a build's warnings are for its run: none starts here
             warnings.simplefilter("ignore", UserWarning)
             spec = build(compose(*ov), explicit_keys(ov))
-        _HASHES[job.root, rest] = (spec.task.name, spec.algo_name, spec.config_hash)
-    task, algo, h = _HASHES[job.root, rest]
+        _HASHES[key] = (spec.task.name, spec.algo_name, spec.config_hash)
+    return _HASHES[key]
+
+
+def locate(job: Job, repo: Path) -> Path:
+    """The run directory `python -m bench` would use for this job (nothing is created)."""
+    from ..contract import schema
+
+    root = repo / job.root
+    seed = int(job.overrides[0].split("=", 1)[1])
+    task, algo, h = identity(root, job.overrides[1:])
     return schema.find_run(root, h, seed) or schema.run_dir(root, task, algo, h, seed)
 
 
