@@ -34,6 +34,16 @@ def test_every_tool_and_analysis_entry_has_a_command():
     assert "tpo_bench.bench" in commands
 
 
+def test_each_tool_is_a_command_under_its_module_name():
+    """The README: each tool `python -m tools.<name>` is `tpo-bench <name>`."""
+    tools = sorted(p.stem for p in (REPO / "tools").glob("*.py") if has_main_guard(p))
+    assert len(tools) >= 5
+    for stem in tools:
+        name = cli.lookup(stem)
+        assert name is not None and cli.COMMANDS[name][0] == f"tpo_bench.tools.{stem}", stem
+    assert cli.lookup("llm_nope") is None
+
+
 DEV = REPO / "dev"
 
 

@@ -1,7 +1,7 @@
 """The commands a user runs around the harness, not on a run's path: the data stager, the
 LLM base builder and probe, the migration and the reproduction's study queue. Each is
 `python -m tools.<name>` from a checkout's root (`tpo-bench <name>` where installed).
-Nothing imports this package but the tests; it may import every room of the harness.
+No room of the harness imports this package (the tests and dev/ do); it may import every room.
 The project's own benchmarks, probes and cross-checks are in dev/, not installed.
 
     data             stage (download and verify) MNIST or GSM8K

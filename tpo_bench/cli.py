@@ -53,6 +53,15 @@ def spelled(name: str) -> str:
     return f"python {'/'.join(parts)}.py" if parts[0] == "analysis" else f"python -m {'.'.join(parts)}"
 
 
+def lookup(name: str) -> str | None:
+    """The command `name` names: as listed, or a tool's module name (`llm_base` is
+    `llm-base`); None for no command."""
+    for candidate in (name, name.replace("_", "-")):
+        if candidate in COMMANDS:
+            return candidate
+    return None
+
+
 def usage() -> str:
     width = max(map(len, COMMANDS))
     lines = [f"  {name:<{width}}  {what}" for name, (_, what) in COMMANDS.items()]
@@ -71,11 +80,12 @@ def main(argv: list[str] | None = None) -> int:
 
         print(f"tpo-bench {__version__}")
         return 0
-    if argv[0] not in COMMANDS:
+    name = lookup(argv[0])
+    if name is None:
         print(f"tpo-bench: unknown command {argv[0]!r}\n\n{usage()}", file=sys.stderr)
         return 2
-    module, _ = COMMANDS[argv[0]]
-    sys.argv = [f"tpo-bench {argv[0]}", *argv[1:]]
+    module, _ = COMMANDS[name]
+    sys.argv = [f"tpo-bench {name}", *argv[1:]]
     try:
         runpy.run_module(module, run_name="__main__", alter_sys=True)
     except SystemExit as stop:
