@@ -79,6 +79,25 @@ def test_every_script_module_and_launcher_the_docs_name_exists():
     assert not missing, missing
 
 
+# The user's own files the docs' examples create (docs/extending.md, docs/reliability.md).
+EXAMPLE_FILES = {"algorithms/myalgo.py", "conf/algo/myalgo.yaml", "tasks/arms.py", "conf/task/arms.yaml",
+                 "conf/task/arms_big.yaml", "algorithms/zz_local.py"}
+
+
+def test_every_project_file_the_docs_configs_and_code_name_exists():
+    """A path into the project (`bench/engine.py`, `analysis/paper/paper_numbers.csv`) named in
+    the docs, a config's comments, a data file's header or a module exists; the docs' own
+    example files for a user to create aside."""
+    rooms = "bench|analysis|tools|dev|algorithms|tasks|contract|conf|hydra_plugins|reproduction|integrations|docs"
+    path = re.compile(rf"(?<![\w./-])((?:{rooms})/[\w./-]*\w\.(?:py|csv|yaml|md|sh|parquet|json))")
+    sources = [README, *DOCS.rglob("*.md"), *(REPO / "reproduction").glob("*.md"), *(REPO / "conf").rglob("*.yaml"),
+               *(REPO / "analysis").rglob("*.csv"),
+               *(p for room in rooms.split("|") for p in (REPO / room).rglob("*.py"))]
+    named = {(m, src.relative_to(REPO).as_posix()) for src in sources for m in path.findall(src.read_text())}
+    missing = sorted((m, src) for m, src in named if m not in EXAMPLE_FILES and not (REPO / m).exists())
+    assert len(named) >= 50 and not missing, missing
+
+
 def test_the_docs_spell_a_tool_one_way():
     """A tool is `python -m tools.<name>` in the README and the docs, never its installed
     command (`tpo-bench study`) nor `python -m tpo_bench.tools.<name>`; a maintenance script
