@@ -98,6 +98,40 @@ def test_every_project_file_the_docs_configs_and_code_name_exists():
     assert len(named) >= 50 and not missing, missing
 
 
+def test_the_algorithm_tables_defaults_are_the_composed_configs():
+    """docs/algorithms.md's table states each algorithm's defaults ("k 8, epochs 4, clip 0.2",
+    "ε_high 0.28", "no KL", "at most 4 batches"): each is what `algo=<name>` composes to."""
+    from tpo_bench.bench.config import compose
+
+    def stated(loss: str, defaults: str):
+        """(config keys, value) pairs the two cells state."""
+        for label, value in re.findall(r"\b(k|epochs|eta|clip) ([\d.]+)", defaults):
+            yield {"k": ("k",), "epochs": ("epochs",), "eta": ("eta",), "clip": ("clip_eps", "eps_low", "eps_high")}[
+                label], float(value)
+        for cell in (loss, defaults):
+            for side, value in re.findall(r"ε_(low|high) ([\d.]+)", cell):
+                yield (f"eps_{side}",), float(value)
+            for value in re.findall(r"KL β ([\d.]+)", cell):
+                yield ("kl_coef",), float(value)
+            if "no KL" in cell:
+                yield ("kl_coef",), 0.0
+        for value in re.findall(r"at most (\d+) batches", defaults):
+            yield ("dynamic_sampling",), float(value)
+
+    rows = re.findall(r"^\| (`[^|]+`) \| ([^|]+) \| ([^|]*) \|$", (DOCS / "algorithms.md").read_text(), re.M)
+    checked = 0
+    for names, loss, defaults in rows:
+        for name in re.findall(r"`(\w+)`", names):
+            algo = compose(f"algo={name}")["algo"]
+            for keys, value in stated(loss, defaults):
+                present = [key for key in keys if key in algo]
+                without = keys == ("kl_coef",) and value == 0  # a loss with no KL term has no coefficient
+                assert (present or without) and all(float(algo[key]) == value for key in present), \
+                    (name, keys, value, algo)
+                checked += 1
+    assert len(rows) >= 10 and checked >= 20, (len(rows), checked)
+
+
 def test_the_docs_spell_a_tool_one_way():
     """A tool is `python -m tools.<name>` in the README and the docs, never its installed
     command (`tpo-bench study`) nor `python -m tpo_bench.tools.<name>`; a maintenance script
