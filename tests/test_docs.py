@@ -132,6 +132,19 @@ def test_the_algorithm_tables_defaults_are_the_composed_configs():
     assert len(rows) >= 10 and checked >= 20, (len(rows), checked)
 
 
+def test_the_quickstart_says_how_many_jobs_the_local_launcher_runs():
+    """The quickstart sweep runs on `hydra/launcher=local`; the README and getting-started
+    say how many jobs at once that launcher starts."""
+    import yaml
+
+    n_jobs = yaml.safe_load((REPO / "conf" / "hydra" / "launcher" / "local.yaml").read_text())["n_jobs"]
+    said = "one job per CPU core" if n_jobs == -1 else f"{n_jobs} jobs at a time"
+    for doc in (README, DOCS / "getting-started.md"):
+        text = " ".join(doc.read_text().split())
+        assert "hydra/launcher=local" in text and said in text, (doc.name, said)
+        assert not re.search(r"\b(two|\d+) jobs at a time", text.replace(said, "")), doc.name
+
+
 def test_the_docs_spell_a_tool_one_way():
     """A tool is `python -m tools.<name>` in the README and the docs, never its installed
     command (`tpo-bench study`) nor `python -m tpo_bench.tools.<name>`; a maintenance script
