@@ -44,6 +44,15 @@ def test_an_unknown_stage_names_the_valid_ones(tmp_path):
         study.jobs(study.load(_queue(tmp_path)), only="c")
 
 
+def test_a_mistyped_name_in_a_sweep_is_named_with_the_valid_choices(tmp_path, capsys):
+    q = _queue(tmp_path, TINY_QUEUE.replace("algo=dg", "algo=dgg"))
+    assert study.main(["status", "--queue", str(q), "--repo", str(tmp_path)]) == 2
+    err = capsys.readouterr().err
+    assert "algo=dgg: no such algorithm" in err and "did you mean dg" in err and "valid choices:" in err, err
+    assert "task=demo" in err  # the sweep it is in
+    assert [p for p in tmp_path.iterdir() if p != q] == []  # nothing created
+
+
 def _rows(stage_seeds):
     """Fake survey rows: (job, run dir, state)."""
     out = []

@@ -217,12 +217,16 @@ def identity(root: Path, overrides: tuple[str, ...]) -> tuple[str, str, str]:
     """(task, algo, config hash) of `python -m bench` with these overrides (the seed aside)
     under output root `root`; composed once per (root, overrides), nothing is created."""
     from ..bench.build import build
-    from ..bench.config import compose
+    from ..bench.config import ConfigError, check_overrides, compose
     from ..bench.jobs import explicit_keys
 
     key = (str(root), tuple(overrides))
     if key not in _HASHES:
         ov = (*overrides, f"output_root={root}")
+        try:
+            check_overrides(list(ov))
+        except ConfigError as e:  # a mistyped name in the queue's `args`
+            raise ConfigError(f"the sweep `{' '.join(overrides)}`: {e}") from None
         with warnings.catch_warnings():  # a build's warnings are for its run: none starts here
             warnings.simplefilter("ignore", UserWarning)
             spec = build(compose(*ov), explicit_keys(ov))
@@ -561,16 +565,16 @@ def main(argv=None) -> int:
     p.add_argument("--set", action="append", metavar="KEY=VALUE",
                    help="gpu: an override added to every job (a test's few episodes)")
     a = p.parse_args(argv)
+    repo, source = a.repo.resolve(), a.source.resolve()
     try:
         stages = load(a.queue)
         todo = jobs(stages, a.stage)
+        rows = None if a.command == "worktree" else survey(todo, repo)
     except (OSError, ValueError, KeyError) as e:
         print(f"error: {e}", file=sys.stderr)
         return 2
-    repo, source = a.repo.resolve(), a.source.resolve()
     if a.command == "worktree":  # the queue file read above: pinned() reads it again safely
         return worktree(repo, source, pinned(a.queue))
-    rows = survey(todo, repo)
     if source != repo:  # runs merged into SOURCE count as completed here too
         elsewhere = committed_in(source, [r for r in rows if r[2] != "completed"])
         rows = [(j, d, "completed" if j in elsewhere else st) for j, d, st in rows]
