@@ -858,6 +858,10 @@ def main(argv=None) -> int:
     if not root.is_dir():
         print(f"error: output root {root} does not exist", file=sys.stderr)
         return 2
+    if args.merge_into and not Path(args.merge_into).is_file():
+        print(f"error: --merge-into {args.merge_into}: no such table (merge into an existing one; "
+              f"write a new one with --out)", file=sys.stderr)
+        return 2
     started = time.monotonic()
     runs = find_runs(root, args.stale_after, Progress("summaries read", args.progress, started))
     if args.prior_attempts:
@@ -889,7 +893,12 @@ def main(argv=None) -> int:
         return 1
     with merge_lock(args.merge_into) if args.merge_into else contextlib.nullcontext():
         if args.merge_into:
-            existing = pd.read_parquet(args.merge_into)
+            try:
+                existing = pd.read_parquet(args.merge_into)
+            except (OSError, ValueError) as e:  # pyarrow's ArrowInvalid is a ValueError
+                print(f"error: --merge-into {args.merge_into}: not a readable results table ({e}); "
+                      f"nothing written", file=sys.stderr)
+                return 1
             if why := duplicate_rows(existing):
                 print(f"error: {args.merge_into}: {why}; nothing written. Collect the runs again into "
                       f"a new table (--out) instead of merging into this one", file=sys.stderr)

@@ -262,6 +262,23 @@ def test_merge_into_a_snapshot_replaces_a_run_once_and_keeps_its_float32(root, t
 
 
 @pytest.mark.slow
+def test_merge_into_a_missing_or_unreadable_table_writes_nothing(root, tmp_path, capsys):
+    """--merge-into names an existing results table: a missing one exits 2 before any run is
+    read, a file that is no parquet exits 1; neither leaves a table or a lock behind."""
+    before = set(tmp_path.iterdir())
+    assert collect.main([str(root), "--merge-into", str(tmp_path / "none.parquet")]) == 2
+    assert "--merge-into" in capsys.readouterr().err and set(tmp_path.iterdir()) == before
+    junk = tmp_path / "junk.parquet"
+    junk.write_text("not a table")
+    assert collect.main([str(root), "--merge-into", str(junk)]) == 1
+    err = capsys.readouterr().err
+    assert "not a readable results table" in err and "nothing written" in err
+    assert junk.read_text() == "not a table"
+    assert sorted(p.name for p in set(tmp_path.iterdir()) - before) in (["junk.parquet"],
+                                                                        [".junk.parquet.lock", "junk.parquet"])
+
+
+@pytest.mark.slow
 def test_a_table_with_a_runs_rows_twice_is_refused_by_plot_and_by_merge(root, tmp_path, capsys):
     """Seed 0's rows repeated with error 0 would pull the line's mean down as if they were
     data: plot (every reader of the table) and collect --merge-into refuse the table,
