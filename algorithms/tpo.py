@@ -54,7 +54,7 @@ class TPO(AlgorithmOptions):
     eta: float = 1.0
     anchor: bool = True
     level: str = "sequence"
-    logp_norm: str = field(default="sum", metadata=IF_SET)  # added after runs existed
+    logp_norm: str = field(default="sum", metadata=IF_SET)  # hashed only when set: runs without it keep their hash
     needs: ClassVar[str] = "action_group"
 
     def __post_init__(self):

@@ -47,8 +47,8 @@ def config_hash(config: dict[str, Any], length: int = 10) -> str:
 
 
 def legacy_hash(config: dict[str, Any], length: int = 10) -> str:
-    """The hash runs were recorded under before the preset names left it (until commit
-    e6ccdb1): the same config with task.name and algo.name in."""
+    """The hash of runs recorded while the preset names were part of it: the same config
+    with task.name and algo.name in."""
     return _digest({k: v for k, v in config.items() if k not in NON_IDENTITY_KEYS}, length)
 
 

@@ -290,7 +290,7 @@ def test_mnist_holdout_trains_without_and_scores_on_the_last_images(mnist_dir):
 
 
 def test_mnist_holdout_hashes_only_when_set(mnist_dir):
-    """A knob added after runs existed leaves the hashes of runs that do not use it."""
+    """A knob hashed only when set leaves the hashes of runs that do not use it."""
     plain = build(compose("task=mnist", "algo=tpo"))
     zero = build(compose("task=mnist", "algo=tpo", "task.holdout=0"))
     held = build(compose("task=mnist", "algo=tpo", "task.holdout=10000"))

@@ -19,8 +19,8 @@ from tpo_bench.tools import migrate
 from conftest import REPO, as_legacy, compose, metrics, run_bench, run_dirs, run_here, summary, wait_for
 from integrity_runs import start
 
-# Runs written by the code of commit 1d90937 (names in the hash): a completed
-# tabular_single TPO run, and a GRPO run stopped by SIGTERM at a checkpoint.
+# Runs written by code that hashed the preset names: a completed tabular_single TPO
+# run, and a GRPO run stopped by SIGTERM at a checkpoint.
 LEGACY = REPO / "tests" / "fixtures" / "legacy_runs"
 COMPLETED = ["task=tabular_single", "algo=tpo", "seed=0", "task.episodes=30", "threads=1"]
 INTERRUPTED = ["task=tabular_single", "algo=grpo", "seed=3", "task.episodes=200",

@@ -52,7 +52,7 @@ def test_mean_normalises_the_anchor_and_the_fit_alike():
 
 
 def _loss_as_it_was(batch, logp, eta=1.0, anchor=True):
-    """TPO's loss before the knob (commit 76c23a9), line for line."""
+    """TPO's loss with summed candidate log-probs, written without the knob."""
     q = tpo_target(batch.seq_logp_old(), batch.scores, eta, anchor)
     return -(q * torch.log_softmax(logp.sum(-1), -1)).sum(-1).mean()
 

@@ -19,8 +19,8 @@ import pandas as pd
 
 from ..configs import ALIASES, algo_defaults, experiment_task  # noqa: F401 (re-exported)
 
-# Knobs added after runs existed (hashed only when set): a run without the column, or
-# with NaN there, used the default.
+# Knobs hashed only when set: a run without the column, or with NaN there, used the
+# default.
 LATER_KNOBS = {"holdout": 0}
 # Held at the algorithm's yaml default unless swept (DG's surprisal: the epoch study's
 # recomputed gate must not stand in for the H sweep's DG).
