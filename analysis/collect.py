@@ -42,12 +42,12 @@ from ..contract import io, schema
 from ..contract.identity import flatten
 from ..contract.schema import STALE_AFTER_S  # a running run silent this long lost its process
 
-DEFAULT_ROOT = "outputs"
+DEFAULT_ROOT = schema.OUTPUT_ROOT
 # Runs that are not (yet) a result: reported and left out of the table without stopping
 # collect. Anything else skipped (a damaged file, a table that disagrees with its summary,
 # a second copy) stops it unless --allow-skips.
 LEFT_OUT = ("failed", "running", "incomplete", "unreadable")
-DEFAULT_OUT = "outputs/results.parquet"  # where analysis/plot.py looks by default
+DEFAULT_OUT = f"{DEFAULT_ROOT}/results.parquet"  # where plot, leaderboard and the report look by default
 # One line of a figure, one configuration of a report row: (task, algorithm, config hash).
 # Seeds of different hashes are never pooled.
 GROUP = ["task.name", "algo.name", "config_hash"]

@@ -27,7 +27,7 @@ import pandas as pd
 if __name__ == "__main__" and not (__package__ or "").startswith("tpo_bench"):
     import tpo_bench.analysis  # noqa: F401  (run by path or by a top-level name: the package its relative imports name)
     __package__ = "tpo_bench.analysis"
-from .collect import GROUP, last_step, read_results
+from .collect import DEFAULT_OUT, DEFAULT_ROOT, GROUP, last_step, read_results
 from ..cli import spelled
 from .configs import pick_config
 from .style import COLUMN_IN, LEGEND_PT, SUPTITLE_PT, TITLE_PT, color_for, legend_below, look, plt, wrap
@@ -631,8 +631,8 @@ def draw(df: pd.DataFrame, out_dir, **options) -> list[Path]:
 def main(argv=None) -> int:
     parser = argparse.ArgumentParser(
         description=f"{TITLE} (rliable's statistics; see analysis/leaderboard.py's docstring).")
-    parser.add_argument("--results", default="outputs/results.parquet", help="table from analysis/collect.py")
-    parser.add_argument("--out", default="outputs/leaderboard", help="directory for leaderboard.{png,pdf,md}")
+    parser.add_argument("--results", default=DEFAULT_OUT, help="table from analysis/collect.py")
+    parser.add_argument("--out", default=f"{DEFAULT_ROOT}/leaderboard", help="directory for leaderboard.{png,pdf,md}")
     parser.add_argument("--experiment", help="only rows with this experiment label (e.g. leaderboard)")
     parser.add_argument("--tasks", nargs="+", metavar="TASK", help="only these task.name values")
     parser.add_argument("--methods", nargs="+", metavar="ALGO", help="only these algo.name values")

@@ -373,8 +373,8 @@ def filter_rows(df: pd.DataFrame, methods=None, where=(), notes: list | None = N
 @os_errors_in_one_line
 def main(argv=None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--results", default="outputs/results.parquet", help="table from analysis/collect.py")
-    parser.add_argument("--out", default="outputs/plots", help="directory for the figures")
+    parser.add_argument("--results", default=collect.DEFAULT_OUT, help="table from analysis/collect.py")
+    parser.add_argument("--out", default=f"{collect.DEFAULT_ROOT}/plots", help="directory for the figures")
     parser.add_argument("--yscale", choices=["auto", "log", "linear"], default="auto")
     parser.add_argument("--methods", nargs="+", metavar="A,B", help="only these methods (algo names)")
     parser.add_argument("--where", action="append", default=[], metavar="KEY=VALUE[,VALUE]",

@@ -26,7 +26,7 @@ if __name__ == "__main__" and not (__package__ or "").startswith("tpo_bench"):
     import tpo_bench.bench  # noqa: F401  (run by path or by a top-level name: the package its relative imports name)
     __package__ = "tpo_bench.bench"
 from ..contract.identity import NON_IDENTITY_KEYS
-from ..contract.schema import MAX_SEED
+from ..contract.schema import MAX_SEED, OUTPUT_ROOT
 
 CONF = Path(__file__).resolve().parent.parent / "conf"
 # Config groups whose node is a section of the run config (the rest are Hydra's or
@@ -70,7 +70,7 @@ class RunConfig:
                      choices=("prompts", "interactions"))
     match_k: int = key(8, "K of interaction matching", least=1)
     device: str = key("cpu", "cpu, cuda, cuda:N or mps")
-    output_root: str = key("outputs", "runs land in `<output_root>/<task.name>/<algo.name>/<config "
+    output_root: str = key(OUTPUT_ROOT, "runs land in `<output_root>/<task.name>/<algo.name>/<config "
                            "hash>/seed=<n>/`")
     threads: int = key(1, "torch threads per run; 1: bitwise-identical metrics for a config and "
                        "seed; 0: the cores this process was allotted (SLURM's, else its affinity)",

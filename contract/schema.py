@@ -23,6 +23,8 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Iterator
 
+# Where runs land unless a run says otherwise (RunConfig.output_root); collect reads it.
+OUTPUT_ROOT = "outputs"
 CONFIG, SUMMARY, METRICS, CHECKPOINT, LOCK = (
     "config.json", "summary.json", "metrics.parquet", "checkpoint.pt", ".lock")
 # In a local sweep's directory (hydra.sweep.dir) while it runs: its existence stops the

@@ -608,3 +608,16 @@ def test_the_registering_packages_name_the_modules_they_ship():
         tracked = {Path(f).stem for f in listed.stdout.split() if "/" not in f[len(folder) + 1:]
                    and not Path(f).name.startswith("_")}
         assert set(package.SHIPPED) == tracked, name
+
+
+def test_the_output_folder_is_named_once():
+    """Where runs and what is made from them land by default: contract.schema.OUTPUT_ROOT,
+    the one literal in the installed rooms (dev/'s own scratch folders aside)."""
+    from tpo_bench.contract import schema
+
+    found = [(p.relative_to(REPO).as_posix(), n.lineno)
+             for pkg in PACKAGES if pkg != "dev" for p in sorted((REPO / pkg).rglob("*.py"))
+             for n in ast.walk(ast.parse(p.read_text()))
+             if isinstance(n, ast.Constant) and isinstance(n.value, str)
+             and n.value.split("/")[0] == schema.OUTPUT_ROOT]
+    assert found == [("contract/schema.py", found[0][1])], found

@@ -35,6 +35,7 @@ from ..bench.optim import build_optimizer
 from ..bench.engine import train_episode
 from ..bench.config import compose
 from ..contract.rng import Streams
+from ..contract.schema import OUTPUT_ROOT
 from ..tasks import _lm
 from ..tasks.llm import DTYPES, compute
 
@@ -288,7 +289,7 @@ def main(argv: list[str]) -> int:
     ap.add_argument("--forward-only", action="store_true", help="build the model, one forward of a few tokens")
     ap.add_argument("--max-gib", type=float, default=None,
                     help=f"refuse above this estimate (default {CPU_MAX_GIB:g} on a CPU, none on a GPU)")
-    ap.add_argument("--csv", default="outputs/llm_scale.csv", help="where the row goes")
+    ap.add_argument("--csv", default=f"{OUTPUT_ROOT}/llm_scale.csv", help="where the row goes")
     args = ap.parse_args(argv)
     if args.steps < 1:
         ap.error("--steps must be at least 1")

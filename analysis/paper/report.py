@@ -1002,11 +1002,11 @@ def build(df: pd.DataFrame, out: Path, fig_dir: Path, runs_root: Path | None = N
 
 def main(argv=None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--results", default="outputs/results.parquet", help="table from analysis/collect.py")
+    parser.add_argument("--results", default=collect.DEFAULT_OUT, help="table from analysis/collect.py")
     # Not the committed reproduction/REPRODUCTION.md: a report on your own runs must not
     # overwrite the reproduction's (regenerate that one with the explicit command in
     # reproduction/README.md).
-    parser.add_argument("--out", default="outputs/REPRODUCTION.md", help="the report to write")
+    parser.add_argument("--out", default=f"{collect.DEFAULT_ROOT}/REPRODUCTION.md", help="the report to write")
     parser.add_argument("--figures", default=None, help="figure folder (default: <out folder>/figures)")
     parser.add_argument("--runs", default=None, help="output root holding the runs' summary.json "
                                                      "(default: the results file's folder)")

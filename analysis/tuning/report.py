@@ -26,9 +26,9 @@ from matplotlib.ticker import MaxNLocator  # noqa: E402
 if __name__ == "__main__" and not (__package__ or "").startswith("tpo_bench"):
     import tpo_bench.analysis.tuning  # noqa: F401  (run by path or by a top-level name: the package its relative imports name)
     __package__ = "tpo_bench.analysis.tuning"
-from ...contract import io  # noqa: E402
+from ...contract import io, schema  # noqa: E402
 
-DEFAULT_DIR = Path("outputs/.optuna")
+DEFAULT_DIR = Path(schema.OUTPUT_ROOT) / ".optuna"
 MIN_COMPLETE = 5
 YLABEL = {"final": "final error", "auc": "mean error over the run (AUC)"}
 MARKS = {"diverged": ("x", "tab:red"), "failed": ("v", "tab:gray"), "invalid": ("v", "black"),
@@ -140,7 +140,7 @@ def main(argv=None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--storage", nargs="*", default=[],
                         help=f"storage URLs, .db files or folders (default: {DEFAULT_DIR}/*.db)")
-    parser.add_argument("--out", default="outputs/plots/tune", help="folder for the figures")
+    parser.add_argument("--out", default=f"{schema.OUTPUT_ROOT}/plots/tune", help="folder for the figures")
     args = parser.parse_args(argv)
     try:
         import optuna
