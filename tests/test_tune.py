@@ -153,9 +153,13 @@ def test_swept_seeds_and_an_unknown_objective_are_refused():
     with pytest.raises(Refused, match="do not sweep them"):
         refuse_seed_sweeps(OverridesParser.create().parse_overrides([*TINY, "seed=0,1"]))
     refuse_seed_sweeps(OverridesParser.create().parse_overrides([*TINY, "seed=3"]))  # one seed: its first
+    opts = yaml.safe_load((REPO / "conf" / "hydra" / "sweeper" / "optuna.yaml").read_text())
+    opts.pop("_target_")
     with pytest.raises(Refused, match="objective='best'"):
-        OptunaSweeper(objective="best").check_opts()
-    OptunaSweeper(objective="final").check_opts()  # a valid objective passes
+        OptunaSweeper(**{**opts, "objective": "best"}).check_opts()
+    OptunaSweeper(**opts).check_opts()  # the shipped options pass
+    with pytest.raises(Refused, match="sampler.seed must be an integer"):
+        OptunaSweeper(**{**opts, "sampler": {"n_startup_trials": 10}}).check_opts()
 
 
 def test_space_schema():

@@ -46,12 +46,11 @@ def refuse_seed_sweeps(parsed) -> None:
 
 
 class OptunaSweeper(BenchSweeper):
-    def __init__(self, n_trials: int = 20, seeds: int = 3, objective: str = "final",
-                 final_window: int = 1, n_jobs: int = 1, sampler: Any = None,
-                 study_key: str | None = None, storage: str | None = None,
-                 space_file: str | None = None, enqueue: Any = None, best_dir: str | None = None,
-                 best_name: str = "{algo}_tuned", rerun_seeds: int = 20, params: Any = None,
+    def __init__(self, *, n_trials: int, seeds: int, objective: str, final_window: int, n_jobs: int,
+                 sampler: Any, study_key: str | None, storage: str | None, space_file: str | None,
+                 enqueue: Any, best_dir: str | None, best_name: str, rerun_seeds: int, params: Any,
                  max_batch_size: Any = None) -> None:
+        # Every option's default is conf/hydra/sweeper/optuna.yaml's, which Hydra passes whole.
         # max_batch_size: bench.yaml's key, present when an experiment merges optuna.yaml
         # over the default sweeper node (conf/experiment/tuned_terminal.yaml); unused.
         super().__init__(max_batch_size=None, params=params)
@@ -60,7 +59,7 @@ class OptunaSweeper(BenchSweeper):
                          final_window=final_window, n_jobs=n_jobs, study_key=study_key,
                          storage=storage, space_file=space_file, best_dir=best_dir,
                          best_name=best_name, rerun_seeds=rerun_seeds)
-        self.sampler_opts = {"seed": 0, "n_startup_trials": 10, **(plain(sampler) or {})}
+        self.sampler_opts = dict(plain(sampler) or {})
         self.enqueue = list(plain(enqueue) or [])
         self.job_idx = 0
 
@@ -72,6 +71,9 @@ class OptunaSweeper(BenchSweeper):
         for key in ("n_trials", "seeds", "final_window", "n_jobs", "rerun_seeds"):
             if not isinstance(o[key], int) or isinstance(o[key], bool) or o[key] < 1:
                 raise Refused(f"hydra.sweeper.{key} must be a positive integer, got {o[key]!r}")
+        if not isinstance(self.sampler_opts.get("seed"), int):
+            raise Refused(f"hydra.sweeper.sampler.seed must be an integer (each study's TPE seed), "
+                          f"got {self.sampler_opts.get('seed')!r}")
         if o["objective"] not in T.OBJECTIVES:
             raise Refused(f"hydra.sweeper.objective={o['objective']!r}: one of {', '.join(T.OBJECTIVES)}")
 
