@@ -833,7 +833,7 @@ def read_results(path, what: str = "nothing to work on", say=None,
 @os_errors_in_one_line
 def main(argv=None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("root", nargs="?", default=DEFAULT_ROOT, help="output root (default: outputs/)")
+    parser.add_argument("root", nargs="?", default=DEFAULT_ROOT, help=f"output root (default: {DEFAULT_ROOT}/)")
     parser.add_argument("--out", default=DEFAULT_OUT, help=f"table to write (default: {DEFAULT_OUT})")
     parser.add_argument("--stale-after", type=float, default=STALE_AFTER_S, metavar="S",
                         help="a running run silent this long counts as killed (default: %(default)s)")
@@ -898,6 +898,10 @@ def main(argv=None) -> int:
             except (OSError, ValueError) as e:  # pyarrow's ArrowInvalid is a ValueError
                 print(f"error: --merge-into {args.merge_into}: not a readable results table ({e}); "
                       f"nothing written", file=sys.stderr)
+                return 1
+            if lacking := [c for c in REQUIRED if c not in existing.columns]:
+                print(f"error: --merge-into {args.merge_into}: not a results table (no column "
+                      f"{', '.join(lacking)}); nothing written", file=sys.stderr)
                 return 1
             if why := duplicate_rows(existing):
                 print(f"error: {args.merge_into}: {why}; nothing written. Collect the runs again into "

@@ -47,8 +47,8 @@ def config_hash(config: dict[str, Any], length: int = 10) -> str:
 
 
 def legacy_hash(config: dict[str, Any], length: int = 10) -> str:
-    """The hash of runs recorded while the preset names were part of it: the same config
-    with task.name and algo.name in."""
+    """The hash with the preset names in: the same config with task.name and algo.name
+    kept (runs keyed by it are re-keyed by tools.migrate)."""
     return _digest({k: v for k, v in config.items() if k not in NON_IDENTITY_KEYS}, length)
 
 

@@ -274,8 +274,15 @@ def test_merge_into_a_missing_or_unreadable_table_writes_nothing(root, tmp_path,
     err = capsys.readouterr().err
     assert "not a readable results table" in err and "nothing written" in err
     assert junk.read_text() == "not a table"
-    assert sorted(p.name for p in set(tmp_path.iterdir()) - before) in (["junk.parquet"],
-                                                                        [".junk.parquet.lock", "junk.parquet"])
+    other = tmp_path / "other.parquet"  # a parquet file, but not a results table
+    pd.DataFrame({"step": [0, 1], "loss": [0.5, 0.25]}).to_parquet(other, index=False)
+    kept = other.read_bytes()
+    assert collect.main([str(root), "--merge-into", str(other)]) == 1
+    err = capsys.readouterr().err
+    assert "not a results table (no column task.name" in err and "nothing written" in err
+    assert other.read_bytes() == kept
+    assert {p.name for p in set(tmp_path.iterdir()) - before} <= {"junk.parquet", ".junk.parquet.lock",
+                                                                 "other.parquet", ".other.parquet.lock"}
 
 
 @pytest.mark.slow

@@ -230,7 +230,8 @@ def test_a_composed_optim_key_gets_a_did_you_mean():
         build({**compose(), "optim": {"name": "muon_nadam", "llr": 1e-3}})
 
 
-# Presets' hashes, pinned: what run directories and the study queue are keyed by. A change to the schema's defaults, types or rewrites moves them.
+# Presets' hashes, pinned: what run directories and the study queue are keyed by. A
+# change to the schema's defaults, types or rewrites moves them.
 PINNED = [
     ([], "340108885f"),
     (["algo=grpo"], "de4de3e77a"),

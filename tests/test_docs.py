@@ -99,8 +99,13 @@ def test_every_project_file_the_docs_configs_and_code_name_exists():
 
 
 def test_the_algorithm_tables_defaults_are_the_composed_configs():
-    """docs/algorithms.md's table states each algorithm's defaults ("k 8, epochs 4, clip 0.2",
-    "ε_high 0.28", "no KL", "at most 4 batches"): each is what `algo=<name>` composes to."""
+    """Every row of docs/algorithms.md's tables names algorithms that compose, and each
+    setting it states is what `algo=<name>` composes to: the defaults column ("k 8, epochs 4,
+    clip 0.2", "ε_high 0.28", "no KL", "at most 4 batches"), the implementation a loss cell
+    starts with (`clipped`, `tpo` with ...) and every `key: value` it quotes."""
+    import yaml
+
+    from conftest import md_rows
     from tpo_bench.bench.config import compose
 
     def stated(loss: str, defaults: str):
@@ -115,21 +120,35 @@ def test_the_algorithm_tables_defaults_are_the_composed_configs():
                 yield ("kl_coef",), float(value)
             if "no KL" in cell:
                 yield ("kl_coef",), 0.0
+        for low, high in re.findall(r"clip \[1−([\d.e-]+), 1\+([\d.e-]+)\]", loss):
+            yield ("eps_low",), float(low)
+            yield ("eps_high",), float(high)
         for value in re.findall(r"at most (\d+) batches", defaults):
             yield ("dynamic_sampling",), float(value)
 
-    rows = re.findall(r"^\| (`[^|]+`) \| ([^|]+) \| ([^|]*) \|$", (DOCS / "algorithms.md").read_text(), re.M)
+    text = (DOCS / "algorithms.md").read_text()
+    rows = [r for r in md_rows(text) if set(r) == {"name", "loss", "defaults"}]
+    assert len(rows) == sum(line.startswith("| `") for line in text.splitlines()) >= 20, len(rows)
     checked = 0
-    for names, loss, defaults in rows:
-        for name in re.findall(r"`(\w+)`", names):
+    for row in rows:
+        names = re.findall(r"`(\w+)`", row["name"])
+        assert names, row
+        for name in names:
             algo = compose(f"algo={name}")["algo"]
-            for keys, value in stated(loss, defaults):
+            for keys, value in stated(row["loss"], row["defaults"]):
                 present = [key for key in keys if key in algo]
                 without = keys == ("kl_coef",) and value == 0  # a loss with no KL term has no coefficient
                 assert (present or without) and all(float(algo[key]) == value for key in present), \
                     (name, keys, value, algo)
                 checked += 1
-    assert len(rows) >= 10 and checked >= 20, (len(rows), checked)
+            for key, value in re.findall(r"`(\w+): ([^`]+)`", row["loss"]):
+                assert algo[key] == yaml.safe_load(value), (name, key, value, algo)
+                checked += 1
+            first = re.match(r"`([\w-]+)`", row["loss"])
+            if first and first[1] in {"clipped", "tpo", "grpo", "pg"}:  # the implementation it is a variant of
+                assert algo["impl"] == first[1], (name, first[1], algo["impl"])
+                checked += 1
+    assert checked >= 40, checked
 
 
 def test_the_quickstart_says_how_many_jobs_the_local_launcher_runs():

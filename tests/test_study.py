@@ -49,8 +49,12 @@ def test_a_mistyped_name_in_a_sweep_is_named_with_the_valid_choices(tmp_path, ca
     assert study.main(["status", "--queue", str(q), "--repo", str(tmp_path)]) == 2
     err = capsys.readouterr().err
     assert "algo=dgg: no such algorithm" in err and "did you mean dg" in err and "valid choices:" in err, err
-    assert "task=demo" in err  # the sweep it is in
+    assert "stage 'b'" in err and "task=demo" in err  # the stage and the run it is in
     assert [p for p in tmp_path.iterdir() if p != q] == []  # nothing created
+    q.write_text(TINY_QUEUE.replace("algo=dg", "algo=dg algo.epochs=0"))  # a bad value
+    assert study.main(["status", "--queue", str(q), "--repo", str(tmp_path)]) == 2
+    err = capsys.readouterr().err
+    assert "stage 'b'" in err and "algo.epochs=0" in err, err
 
 
 def _rows(stage_seeds):

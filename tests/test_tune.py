@@ -160,6 +160,8 @@ def test_swept_seeds_and_an_unknown_objective_are_refused():
     OptunaSweeper(**opts).check_opts()  # the shipped options pass
     with pytest.raises(Refused, match="sampler.seed must be an integer"):
         OptunaSweeper(**{**opts, "sampler": {"n_startup_trials": 10}}).check_opts()
+    with pytest.raises(Refused, match="sampler.seed must be an integer"):
+        OptunaSweeper(**{**opts, "sampler": {"seed": True}}).check_opts()
 
 
 def test_space_schema():

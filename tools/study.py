@@ -215,21 +215,22 @@ _HASHES: dict = {}
 
 def identity(root: Path, overrides: tuple[str, ...]) -> tuple[str, str, str]:
     """(task, algo, config hash) of `python -m bench` with these overrides (the seed aside)
-    under output root `root`; composed once per (root, overrides), nothing is created."""
+    under output root `root` (not part of the hash); composed once per overrides, nothing
+    is created. A ConfigError names the overrides it is about."""
     from ..bench.build import build
     from ..bench.config import ConfigError, check_overrides, compose
     from ..bench.jobs import explicit_keys
 
-    key = (str(root), tuple(overrides))
+    key = tuple(overrides)
     if key not in _HASHES:
         ov = (*overrides, f"output_root={root}")
         try:
             check_overrides(list(ov))
-        except ConfigError as e:  # a mistyped name in the queue's `args`
-            raise ConfigError(f"the sweep `{' '.join(overrides)}`: {e}") from None
-        with warnings.catch_warnings():  # a build's warnings are for its run: none starts here
-            warnings.simplefilter("ignore", UserWarning)
-            spec = build(compose(*ov), explicit_keys(ov))
+            with warnings.catch_warnings():  # a build's warnings are for its run: none starts here
+                warnings.simplefilter("ignore", UserWarning)
+                spec = build(compose(*ov), explicit_keys(ov))
+        except ConfigError as e:  # a mistyped name or a bad value in the queue's `args`
+            raise ConfigError(f"`{' '.join(overrides)}`: {e}") from None
         _HASHES[key] = (spec.task.name, spec.algo_name, spec.config_hash)
     return _HASHES[key]
 
@@ -240,7 +241,10 @@ def locate(job: Job, repo: Path) -> Path:
 
     root = repo / job.root
     seed = int(job.overrides[0].split("=", 1)[1])
-    task, algo, h = identity(root, job.overrides[1:])
+    try:
+        task, algo, h = identity(root, job.overrides[1:])
+    except ValueError as e:
+        raise type(e)(f"stage {job.stage!r}, the run {e}") from None
     return schema.find_run(root, h, seed) or schema.run_dir(root, task, algo, h, seed)
 
 

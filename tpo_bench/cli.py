@@ -54,8 +54,8 @@ def spelled(name: str) -> str:
 
 
 def lookup(name: str) -> str | None:
-    """The command `name` names: as listed, or a tool's module name (`llm_base` is
-    `llm-base`); None for no command."""
+    """The command `name` names: as listed, or with `_` for `-` (a tool's module name:
+    `llm_base` is `llm-base`); None for no command."""
     for candidate in (name, name.replace("_", "-")):
         if candidate in COMMANDS:
             return candidate

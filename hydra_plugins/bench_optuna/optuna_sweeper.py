@@ -71,9 +71,9 @@ class OptunaSweeper(BenchSweeper):
         for key in ("n_trials", "seeds", "final_window", "n_jobs", "rerun_seeds"):
             if not isinstance(o[key], int) or isinstance(o[key], bool) or o[key] < 1:
                 raise Refused(f"hydra.sweeper.{key} must be a positive integer, got {o[key]!r}")
-        if not isinstance(self.sampler_opts.get("seed"), int):
-            raise Refused(f"hydra.sweeper.sampler.seed must be an integer (each study's TPE seed), "
-                          f"got {self.sampler_opts.get('seed')!r}")
+        seed = self.sampler_opts.get("seed")
+        if not isinstance(seed, int) or isinstance(seed, bool):
+            raise Refused(f"hydra.sweeper.sampler.seed must be an integer (each study's TPE seed), got {seed!r}")
         if o["objective"] not in T.OBJECTIVES:
             raise Refused(f"hydra.sweeper.objective={o['objective']!r}: one of {', '.join(T.OBJECTIVES)}")
 
