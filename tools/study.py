@@ -244,7 +244,7 @@ def locate(job: Job, repo: Path) -> Path:
     try:
         task, algo, h = identity(root, job.overrides[1:])
     except ValueError as e:
-        raise type(e)(f"stage {job.stage!r}, the run {e}") from None
+        raise ValueError(f"stage {job.stage!r}, the run {e}") from None
     return schema.find_run(root, h, seed) or schema.run_dir(root, task, algo, h, seed)
 
 
